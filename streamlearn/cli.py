@@ -1,0 +1,227 @@
+"""The `streamlearn` command: `up`, the roles, and the client tools."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
+from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.names import Names
+
+ROLES = ("ingest", "learner", "actor")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ROLES:
+        import importlib
+
+        return _guard(lambda: importlib.import_module(f"workers.{argv[0]}").main(argv[1:]))
+    args = _parser().parse_args(argv)
+    return _guard(lambda: args.func(args))
+
+
+def _guard(func) -> int:  # type: ignore[no-untyped-def]
+    try:
+        return int(func() or 0)
+    except ConfigError as exc:
+        print(f"streamlearn: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except StreamlearnError as exc:
+        print(f"streamlearn: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="streamlearn", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, func) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")
+        p.set_defaults(func=func)
+        return p
+
+    up = command("up", "run the whole stack on this machine", _up)
+    up.add_argument("--demo", action="store_true", help="also stream demo samples to every model")
+    up.add_argument("--demo-rate", type=float, default=500, help="demo samples/s per model")
+    up.add_argument("--quiet", action="store_true", help="no live summary line")
+    up.add_argument("--data-dir", help="where embedded servers keep files (default: a temp dir)")
+
+    for role in ROLES:
+        sub.add_parser(role, help=f"run one {role} process (see `streamlearn {role} --help`)")
+
+    pub = command("publish", "stream samples from a CSV/NDJSON file or the demo", _publish)
+    pub.add_argument("file", nargs="?", help="CSV (header with y column) or NDJSON payloads")
+    pub.add_argument("--model")
+    pub.add_argument("--demo", action="store_true", help="a learnable synthetic stream")
+    pub.add_argument("--count", type=int, default=None, help="samples to send (demo: forever)")
+    pub.add_argument("--rate", type=float, default=0, help="samples/s, 0 = as fast as possible")
+    pub.add_argument("--batch", type=int, default=1, help="samples per message")
+
+    pred = command("predict", "send one prediction request and print the reply", _predict)
+    pred.add_argument("--model")
+    pred.add_argument("x", nargs="?", help="JSON list, e.g. '[0.1, 0.2, ...]' (default: a demo x)")
+    pred.add_argument("--timeout", type=float, default=10.0)
+
+    st = command("status", "show each model's queue, learner and weights", _status)
+    st.add_argument("--json", action="store_true")
+    return parser
+
+
+# -- up ----------------------------------------------------------------------------------
+
+
+def _up(args: argparse.Namespace) -> int:
+    from streamlearn.stack import Stack
+
+    cfg = load_config(args.config)
+    stack = Stack(cfg, load_settings(), config_path=_config_path(args.config),
+                  data_dir=args.data_dir, demo_rate=args.demo_rate if args.demo else None)
+    return stack.run(quiet=args.quiet)
+
+
+def _config_path(given: str | None) -> str | None:
+    if given:
+        return given
+    return "streamlearn.toml" if Path("streamlearn.toml").exists() else None
+
+
+# -- client tools ------------------------------------------------------------------------
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from streamlearn import mqtt
+
+    model = load_config(args.config).model(args.model)
+    settings = load_settings()
+    names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    if not args.demo and not args.file:
+        raise ConfigError("publish needs a FILE or --demo")
+    payloads = _demo_payloads(model, args.batch) if args.demo else _file_payloads(args.file, args.batch)
+    client = mqtt.connect(settings.mqtt, ca_file=settings.mqtt_ca_file)
+    sent = messages = 0
+    start = time.monotonic()
+    try:
+        for n, payload in payloads:
+            if args.count is not None and sent >= args.count:
+                break
+            info = client.publish(names.samples_topic, payload, qos=1)
+            messages += 1
+            sent += n
+            if messages % 100 == 0:
+                info.wait_for_publish(10)
+            if args.rate:
+                ahead = sent / args.rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+        info.wait_for_publish(30)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        mqtt.close(client)
+    elapsed = time.monotonic() - start
+    print(f"published {sent} samples in {messages} messages to {names.samples_topic} "
+          f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)")
+    return 0
+
+
+def _demo_payloads(model: ModelConfig, batch: int) -> Iterator[tuple[int, bytes]]:
+    from streamlearn.demo import DemoStream
+
+    stream = DemoStream(model)
+    while True:
+        yield batch, json.dumps(stream.payload(batch)).encode()
+
+
+def _file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
+    with open(path, newline="") as f:
+        if path.endswith((".ndjson", ".jsonl")):
+            for line in f:
+                if line.strip():
+                    doc = json.loads(line)
+                    yield len(doc["y"]) if isinstance(doc.get("y"), list) else 1, line.encode()
+            return
+        rows = csv.DictReader(f)
+        xs: list[list[float]] = []
+        ys: list[float] = []
+        for row in rows:
+            ys.append(float(row.pop("y")))
+            xs.append([float(v) for v in row.values()])
+            if len(ys) == batch:
+                yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+                xs, ys = [], []
+        if ys:
+            yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from streamlearn import mqtt
+
+    model = load_config(args.config).model(args.model)
+    settings = load_settings()
+    names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    if args.x:
+        x = json.loads(args.x)
+    else:
+        from streamlearn.demo import DemoStream
+
+        x = DemoStream(model).sample(1).x[0].tolist()
+    reply_topic = names.topic(f"replies/{uuid.uuid4().hex}")
+    correlation = uuid.uuid4().bytes
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def on_message(_c: object, _u: object, msg: object) -> None:
+        if getattr(msg.properties, "CorrelationData", None) == correlation:  # type: ignore[attr-defined]
+            got.append(msg.payload)  # type: ignore[attr-defined]
+            done.set()
+
+    client = mqtt.connect(settings.mqtt, subscriptions=[(reply_topic, 1)], on_message=on_message,
+                          ca_file=settings.mqtt_ca_file)
+    try:
+        client.publish(names.predict_topic, json.dumps({"x": x}), qos=1,
+                       properties=mqtt.request_properties(reply_topic, correlation))
+        if not done.wait(args.timeout):
+            raise StreamlearnError(f"no reply within {args.timeout} s: is an actor running?")
+    finally:
+        mqtt.close(client)
+    print(got[0].decode())
+    return 0 if "error" not in json.loads(got[0]) else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from streamlearn.stack import read_status
+
+    cfg: AppConfig = load_config(args.config)
+    rows = read_status(cfg, load_settings())
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    head = f"{'model':<12} {'version':>7} {'step':>8} {'samples':>10} {'loss':>8} {'metric':>8} " \
+           f"{'queue':>7} {'pending':>7} {'dead':>6}"
+    print(head)
+    for r in rows:
+        print(f"{r['model']:<12} {r.get('version', 0):>7} {r.get('step', 0):>8} "
+              f"{r.get('samples_seen', 0):>10} {_num(r.get('online_loss')):>8} "
+              f"{_num(r.get('online_metric')):>8} {r['queue_length']:>7} {r['pending']:>7} "
+              f"{r['deadletters']:>6}")
+    return 0
+
+
+def _num(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else "-"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,248 @@
+"""Configuration: `streamlearn.toml` for models and policies, environment for connections.
+
+Everything is validated once, at start, into frozen models; an invalid value fails with a
+message that names the field and echoes the value.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamlearn.errors import ConfigError
+
+DEFAULT_CONFIG = "streamlearn.toml"
+_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IngestConfig(_Frozen):
+    """How MQTT messages become stream entries."""
+
+    replicas: int = Field(1, ge=1, description="ingest processes `streamlearn up` starts")
+    max_payload_bytes: int = Field(1_048_576, ge=64, description="larger payloads are rejected")
+    max_samples_per_message: int = Field(10_000, ge=1)
+    deadletter_maxlen: int = Field(10_000, ge=1, description="dead-letter stream cap (entries)")
+    deadletter_payload_bytes: int = Field(1024, ge=0, description="payload kept per dead letter")
+    max_pending_messages: int = Field(
+        1000, ge=1, description="messages received but not yet in Redis (MQTT receive maximum)"
+    )
+
+
+class LearnerConfig(_Frozen):
+    """Micro-batching and publish policy of the learner."""
+
+    max_batch: int = Field(256, ge=1, description="samples per train step, at most")
+    max_wait_ms: float = Field(20, ge=0, description="wait for more samples once one arrived")
+    buckets: tuple[int, ...] | None = Field(
+        None, description="padded batch sizes; default: powers of 4 from 16 up to max_batch"
+    )
+    publish_every_steps: int = Field(50, ge=1)
+    publish_every_ms: float = Field(250, gt=0)
+    keep_versions: int = Field(5, ge=1, description="weights versions kept in Redis")
+    status_every_ms: float = Field(1000, gt=0, le=2000)
+
+    @model_validator(mode="after")
+    def _check_buckets(self) -> LearnerConfig:
+        if self.buckets is not None:
+            if not self.buckets or any(b < 1 for b in self.buckets):
+                raise ValueError(f"buckets must be positive sizes, got {list(self.buckets)}")
+            if max(self.buckets) < self.max_batch:
+                raise ValueError(
+                    f"the largest bucket must be >= max_batch ({self.max_batch}), "
+                    f"got {list(self.buckets)}"
+                )
+        return self
+
+    def bucket_sizes(self) -> tuple[int, ...]:
+        """The sorted padded sizes every train step uses (so it never retraces)."""
+        if self.buckets is not None:
+            return tuple(sorted(set(self.buckets)))
+        sizes, size = [], 16
+        while size < self.max_batch:
+            sizes.append(size)
+            size *= 4
+        return (*sizes, self.max_batch)
+
+
+class ActorConfig(_Frozen):
+    """Dynamic batching and reload policy of the actors."""
+
+    replicas: int = Field(1, ge=1, description="actor processes `streamlearn up` starts")
+    max_batch: int = Field(64, ge=1, description="rows per forward pass, at most")
+    max_wait_ms: float = Field(2, ge=0, description="wait for more requests once one arrived")
+    reload_check_ms: float = Field(1000, gt=0, description="fallback poll for a new version")
+
+
+Task = Literal["regression", "binary", "multiclass"]
+Architecture = Literal["linear", "mlp", "lstm"]
+
+
+class ModelConfig(_Frozen):
+    """One model: its architecture and the policies of the roles that serve it."""
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    inputs: int = Field(ge=1, description="length of x (features per step for lstm)")
+    task: Task = "regression"
+    classes: int | None = Field(None, ge=2, description="number of classes (multiclass)")
+    architecture: Architecture = "mlp"
+    hidden: tuple[int, ...] = (64, 64)
+    window: int | None = Field(None, ge=1, description="steps per sample (lstm)")
+    learning_rate: float = Field(0.01, gt=0)
+    optimizer: Literal["adam", "sgd"] = "adam"
+    factory: str | None = Field(
+        None, pattern=r"^[\w.]+:\w+$", description="package.module:function returning a model"
+    )
+    ingest: IngestConfig = IngestConfig()
+    learner: LearnerConfig = LearnerConfig()
+    actor: ActorConfig = ActorConfig()
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> ModelConfig:
+        if self.task == "multiclass" and self.classes is None:
+            raise ValueError("task 'multiclass' needs classes = N")
+        if self.task != "multiclass" and self.classes is not None:
+            raise ValueError(f"classes is only for task 'multiclass', got task {self.task!r}")
+        if self.architecture == "lstm" and self.window is None:
+            raise ValueError("architecture 'lstm' needs window = W")
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
+        return self
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one sample's x."""
+        if self.window is not None:
+            return (self.window, self.inputs)
+        return (self.inputs,)
+
+    @property
+    def outputs(self) -> int:
+        return self.classes if self.task == "multiclass" else 1
+
+
+class AppConfig(_Frozen):
+    """A whole `streamlearn.toml`."""
+
+    models: dict[str, ModelConfig]
+
+    def model(self, name: str | None) -> ModelConfig:
+        """The named model, or the only one when no name is given."""
+        if name is None:
+            if len(self.models) != 1:
+                raise ConfigError(f"several models configured, pick one with --model: {list(self.models)}")
+            return next(iter(self.models.values()))
+        try:
+            return self.models[name]
+        except KeyError:
+            raise ConfigError(f"no model {name!r} in the config; known: {list(self.models)}") from None
+
+
+class Settings(BaseSettings):
+    """Connections and naming, from `STREAMLEARN_*` environment variables.
+
+    An unset URL means "not given": `streamlearn up` then starts its own server, and a role
+    run alone uses the local default.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="STREAMLEARN_", frozen=True, extra="ignore")
+
+    mqtt_url: str | None = Field(None, description="mqtt://user:pass@host:1883 or mqtts://...")
+    redis_url: str | None = Field(None, description="redis://user:pass@host:6379/0")
+    mqtt_ca_file: str | None = Field(None, description="CA bundle for mqtts:// (TLS)")
+    topic_prefix: str = Field("streamlearn", pattern=r"^[^#+$][^#+]*$")
+    key_prefix: str = Field("sl", pattern=r"^[^{}\s]+$")
+    share_group: str = Field("streamlearn", pattern=r"^[^/#+]+$")
+    instance: str | None = Field(None, description="stable per-process id (client ids)")
+
+    @property
+    def mqtt(self) -> str:
+        return self.mqtt_url or "mqtt://localhost:1883"
+
+    @property
+    def redis(self) -> str:
+        return self.redis_url or "redis://localhost:6379/0"
+
+
+DEMO_TOML = """
+[models.demo]
+inputs = 9
+task = "binary"
+architecture = "mlp"
+hidden = [64, 64]
+learning_rate = 0.01
+"""
+
+_SECTIONS = ("ingest", "learner", "actor")
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
+    """Validate a parsed TOML document.
+
+    Top-level `[ingest]`, `[learner]` and `[actor]` tables are defaults that each
+    `[models.NAME.*]` table overrides field by field.
+    """
+    unknown = set(data) - {"models", *_SECTIONS}
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level table(s) {sorted(unknown)}")
+    models = data.get("models")
+    if not isinstance(models, dict) or not models:
+        raise ConfigError(f"{source}: models: at least one [models.NAME] table is required")
+    merged: dict[str, Any] = {}
+    for name, table in models.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: models.{name}: must be a table, got {table!r}")
+        table = {"name": name, **table}
+        for section in _SECTIONS:
+            base = data.get(section, {})
+            if base or section in table:
+                table[section] = {**base, **table.get(section, {})}
+        merged[name] = table
+    try:
+        return AppConfig(models=merged)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
+    """Load `path`, else `./streamlearn.toml`, else the built-in demo model."""
+    if path is None:
+        path = DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None
+    if path is None:
+        return parse_config(tomllib.loads(DEMO_TOML), "built-in demo config")
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_config(data, str(path))
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(f"environment: {_describe(exc, prefix='STREAMLEARN_')}") from None
+
+
+def _describe(exc: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
+        loc = f"{prefix}{loc.upper()}" if prefix else loc
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f", got {value!r}"
+        parts.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")
+    return "; ".join(parts)

@@ -1,0 +1,126 @@
+"""Child `redis-server` and `mosquitto` processes on free local ports.
+
+Used by `streamlearn up` when no broker or Redis is configured, and by the test fixtures.
+The children die with their parent (PR_SET_PDEATHSIG on Linux), so none is left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from streamlearn.errors import StreamlearnError
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def die_with_parent() -> None:
+    """preexec_fn: deliver SIGTERM to the child when the parent dies (Linux only)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class ServerProcess:
+    """A server child process listening on `port`; a context manager."""
+
+    def __init__(self, name: str, argv: list[str], port: int, workdir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.port = port
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self, timeout_s: float = 15.0) -> ServerProcess:
+        if shutil.which(self.argv[0]) is None:
+            raise StreamlearnError(f"{self.argv[0]} not found on PATH; install Debian's package")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.workdir, start_new_session=True,
+                                         preexec_fn=die_with_parent)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise StreamlearnError(f"{self.name} exited at start: {self.log_path.read_text()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise StreamlearnError(f"{self.name} did not listen on port {self.port} in {timeout_s} s")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _workdir(workdir: str | os.PathLike[str] | None, name: str) -> Path:
+    path = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"streamlearn-{name}-"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def redis_server(port: int | None = None, workdir: str | os.PathLike[str] | None = None,
+                 *extra: str) -> ServerProcess:
+    """A local redis-server (no persistence unless `extra` asks for it)."""
+    port = port or free_port()
+    wd = _workdir(workdir, "redis")
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--dir", str(wd), *extra]
+    return ServerProcess("redis", argv, port, wd)
+
+
+MOSQUITTO_CONF = """\
+listener {port} 127.0.0.1
+allow_anonymous true
+persistence {persistence}
+persistence_location {workdir}/
+max_inflight_messages 1000
+max_queued_messages 1000000
+max_queued_bytes 0
+max_packet_size 2097152
+"""
+
+
+def mosquitto(port: int | None = None, workdir: str | os.PathLike[str] | None = None,
+              persistence: bool = False) -> ServerProcess:
+    """A local mosquitto whose queues hold QoS 1 messages at our rates instead of dropping."""
+    port = port or free_port()
+    wd = _workdir(workdir, "mosquitto")
+    conf = wd / "mosquitto.conf"
+    conf.write_text(MOSQUITTO_CONF.format(port=port, workdir=wd,
+                                          persistence="true" if persistence else "false"))
+    return ServerProcess("mosquitto", ["mosquitto", "-c", str(conf)], port, wd)

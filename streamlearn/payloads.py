@@ -1,0 +1,240 @@
+"""Parsing and validation of MQTT payloads (samples and prediction requests).
+
+Pure functions of bytes: no I/O, no Keras, so ingest stays light. Anything invalid raises
+`PayloadError` whose message is the reason a user sees (dead letter or error reply).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from streamlearn.config import ModelConfig
+from streamlearn.errors import PayloadError
+
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+SampleId = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
+RequestId = Annotated[str, Field(strict=True, max_length=256)] | Annotated[int, Field(strict=True)]
+Topic = Annotated[str, Field(strict=True, min_length=1, max_length=512, pattern=r"^[^#+]+$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class _Sample(_Strict):
+    x: list[Any]
+    y: Finite
+    id: SampleId | None = None
+
+
+class _Columnar(_Strict):
+    x: list[Any] = Field(min_length=1)
+    y: list[Finite] = Field(min_length=1)
+    ids: list[SampleId] | None = None
+
+
+class _SampleList(_Strict):
+    samples: list[Any] = Field(min_length=1)
+
+
+class _Request(_Strict):
+    x: list[Any] = Field(min_length=1)
+    id: RequestId | None = None
+    reply_to: Topic | None = None
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Accepted samples of one message: `x` is (n, *sample_shape), `y` is (n,), float32."""
+
+    x: np.ndarray
+    y: np.ndarray
+    ids: tuple[str, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One rejected part of a message and why."""
+
+    reason: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """A valid prediction request: `x` is (n, *sample_shape); `batched` says reply with a list."""
+
+    x: np.ndarray
+    batched: bool
+    id: str | int | None = None
+    reply_to: str | None = None
+
+
+def _nested(depth: int) -> TypeAdapter[Any]:
+    inner: Any = Finite
+    for _ in range(depth):
+        inner = list[inner]
+    return TypeAdapter(inner)
+
+
+def _reason(exc: ValidationError, root: str = "") -> str:
+    err = exc.errors()[0]
+    loc = ".".join([root, *(str(p) for p in err["loc"])]).strip(".")
+    value = repr(err.get("input"))
+    value = value if len(value) <= 40 else value[:37] + "..."
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {err['msg']}, got {value}{more}" if loc else f"{err['msg']}{more}"
+
+
+def _decode(raw: bytes, limit: int) -> dict[str, Any]:
+    if len(raw) > limit:
+        raise PayloadError(f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PayloadError(f"invalid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+class PayloadParser:
+    """Validates payloads against one model's input shape and task."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        self.model = model
+        self.shape = model.sample_shape
+        self._one = _nested(len(self.shape))
+        self._many = _nested(len(self.shape) + 1)
+
+    # -- samples -------------------------------------------------------------------------
+
+    def parse_samples(self, raw: bytes) -> tuple[Samples | None, list[Rejection]]:
+        """Split a samples message into what is accepted and what is rejected.
+
+        A `{"samples": [...]}` list is judged item by item, so one bad sample does not
+        hold back the good ones beside it; a single or columnar payload is judged whole.
+        """
+        try:
+            doc = _decode(raw, self.model.ingest.max_payload_bytes)
+            if "samples" in doc:
+                return self._parse_list(doc)
+            return self._parse_record(doc), []
+        except PayloadError as exc:
+            return None, [Rejection(str(exc), raw)]
+
+    def _parse_list(self, doc: dict[str, Any]) -> tuple[Samples | None, list[Rejection]]:
+        try:
+            items = _SampleList.model_validate(doc).samples
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc)) from None
+        self._check_count(len(items))
+        good: list[Samples] = []
+        bad: list[Rejection] = []
+        for i, item in enumerate(items):
+            try:
+                if not isinstance(item, dict) or isinstance(item.get("y"), list):
+                    raise PayloadError("must be one sample object {x, y, id?}")
+                good.append(self._parse_record(item))
+            except PayloadError as exc:
+                bad.append(Rejection(f"samples.{i}: {exc}", json.dumps(item).encode()))
+        return concat(good), bad
+
+    def _parse_record(self, doc: dict[str, Any]) -> Samples:
+        columnar = isinstance(doc.get("y"), list)
+        try:
+            rec = (_Columnar if columnar else _Sample).model_validate(doc)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc)) from None
+        try:
+            x = (self._many if columnar else self._one).validate_python(rec.x)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc, "x")) from None
+        x = self._to_array(x, batched=columnar)
+        if columnar:
+            y, ids = rec.y, rec.ids
+            self._check_count(len(y))
+            if len(y) != len(x):
+                raise PayloadError(f"x has {len(x)} rows but y has {len(y)}")
+            if ids is not None and len(ids) != len(y):
+                raise PayloadError(f"ids has {len(ids)} entries but y has {len(y)}")
+        else:
+            y, ids = [rec.y], None if rec.id is None else [rec.id]
+        return Samples(x, self._check_targets(y), None if ids is None else tuple(ids))
+
+    def _check_count(self, n: int) -> None:
+        limit = self.model.ingest.max_samples_per_message
+        if n > limit:
+            raise PayloadError(f"{n} samples exceed max_samples_per_message={limit}")
+
+    def _check_targets(self, y: list[float]) -> np.ndarray:
+        arr = np.asarray(y, dtype=np.float32)
+        task = self.model.task
+        if task == "binary" and not np.all((arr >= 0) & (arr <= 1)):
+            raise PayloadError(f"y must be in [0, 1] for a binary model, got {y[:5]}")
+        if task == "multiclass":
+            classes = self.model.classes or 0
+            if not np.all((arr == np.round(arr)) & (arr >= 0) & (arr < classes)):
+                raise PayloadError(f"y must be a class index in 0..{classes - 1}, got {y[:5]}")
+        if not np.all(np.isfinite(arr)):
+            raise PayloadError("y: value out of float32 range")
+        return arr
+
+    def _to_array(self, x: list[Any], batched: bool) -> np.ndarray:
+        try:
+            with np.errstate(over="ignore"):
+                arr = np.asarray(x, dtype=np.float32)
+        except ValueError:
+            raise PayloadError("x: rows of different lengths") from None
+        got = arr.shape[1:] if batched else arr.shape
+        if got != self.shape:
+            want = "x" if not batched else "each row of x"
+            raise PayloadError(f"{want} must have shape {list(self.shape)}, got {list(got)}")
+        if not np.all(np.isfinite(arr)):
+            raise PayloadError("x: value out of float32 range")
+        return arr if batched else arr[None]
+
+    # -- prediction requests -------------------------------------------------------------
+
+    def parse_request(self, raw: bytes) -> Request:
+        """Validate a prediction request; one sample or a batch of rows."""
+        doc = _decode(raw, self.model.ingest.max_payload_bytes)
+        try:
+            req = _Request.model_validate(doc)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc)) from None
+        batched = _depth(req.x) > len(self.shape)
+        try:
+            x = (self._many if batched else self._one).validate_python(req.x)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc, "x")) from None
+        return Request(self._to_array(x, batched), batched, req.id, req.reply_to)
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    while isinstance(value, list) and value:
+        depth, value = depth + 1, value[0]
+    return depth
+
+
+def concat(parts: list[Samples]) -> Samples | None:
+    """Join accepted samples into one; None when there are none."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    ids = None
+    if all(p.ids is not None for p in parts):
+        ids = tuple(i for p in parts for i in p.ids or ())
+    return Samples(
+        np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]), ids
+    )

@@ -1,0 +1,145 @@
+"""The sample queue: a Redis Stream per model, read by the `learners` consumer group.
+
+One stream entry per accepted MQTT message holds its samples packed as float32 arrays.
+Entries are acknowledged by the learner only after the step that trained on them, and the
+stream is trimmed only below what the group has delivered and acknowledged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from streamlearn.names import Names
+from streamlearn.payloads import Rejection, Samples
+
+GROUP = "learners"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stream entry: its id and the samples it carries."""
+
+    id: bytes
+    samples: Samples
+
+
+def pack(samples: Samples) -> dict[str, bytes | int]:
+    fields: dict[str, bytes | int] = {
+        "n": len(samples),
+        "x": samples.x.astype(np.float32, copy=False).tobytes(),
+        "y": samples.y.astype(np.float32, copy=False).tobytes(),
+    }
+    if samples.ids is not None:
+        fields["ids"] = json.dumps(samples.ids).encode()
+    return fields
+
+
+def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples:
+    n = int(fields[b"n"])
+    x = np.frombuffer(fields[b"x"], dtype=np.float32).reshape((n, *sample_shape))
+    y = np.frombuffer(fields[b"y"], dtype=np.float32)
+    ids = tuple(json.loads(fields[b"ids"])) if b"ids" in fields else None
+    return Samples(x, y, ids)
+
+
+class SampleQueue:
+    """Producer and consumer side of one model's sample stream."""
+
+    def __init__(self, client: redis.Redis, names: Names, sample_shape: tuple[int, ...]) -> None:
+        self.redis = client
+        self.names = names
+        self.key = names.samples_key
+        self.sample_shape = sample_shape
+
+    # -- producer (ingest) ---------------------------------------------------------------
+
+    def write(
+        self,
+        accepted: Iterable[Samples],
+        rejected: Iterable[tuple[str, Rejection]] = (),
+        *,
+        deadletter_maxlen: int = 10_000,
+        deadletter_payload_bytes: int = 1024,
+    ) -> None:
+        """Add accepted samples and dead letters in one round trip (XADD pipelined)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for samples in accepted:
+            pipe.xadd(self.key, pack(samples))
+        for source, rejection in rejected:
+            self._deadletter(pipe, source, rejection, deadletter_maxlen, deadletter_payload_bytes)
+        pipe.execute()
+
+    def _deadletter(
+        self, pipe: redis.client.Pipeline, source: str, rej: Rejection, maxlen: int, keep: int
+    ) -> None:
+        fields = {
+            "reason": rej.reason,
+            "source": source,
+            "payload": rej.payload[:keep],
+            "size": len(rej.payload),
+            "at": f"{time.time():.3f}",
+        }
+        pipe.xadd(self.names.deadletter_key, fields, maxlen=maxlen, approximate=True)
+
+    def deadletters(self, count: int = 100) -> list[dict[str, str | bytes]]:
+        """The most recent dead letters, oldest first (for tools and tests)."""
+        rows = self.redis.xrevrange(self.names.deadletter_key, count=count)
+        return [
+            {k.decode(): (v if k == b"payload" else v.decode()) for k, v in f.items()}
+            for _, f in reversed(rows)
+        ]
+
+    # -- consumer (learner) --------------------------------------------------------------
+
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(self.key, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def read(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
+        """New entries for `consumer`; waits up to `block_ms` when none (None: don't wait)."""
+        resp = self.redis.xreadgroup(GROUP, consumer, {self.key: ">"}, count=count, block=block_ms)
+        return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
+
+    def pending(self, consumer: str, count: int = 1000) -> list[Entry]:
+        """Entries delivered to `consumer` but not acknowledged (to resume after a restart)."""
+        resp = self.redis.xreadgroup(GROUP, consumer, {self.key: "0"}, count=count)
+        return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
+
+    def claim_stale(self, consumer: str, min_idle_ms: int, count: int = 1000) -> list[Entry]:
+        """Take over entries another (dead) consumer left pending for `min_idle_ms`."""
+        _, rows, _ = self.redis.xautoclaim(self.key, GROUP, consumer, min_idle_ms, "0-0", count)
+        return [self._entry(eid, f) for eid, f in rows if f]
+
+    def ack(self, ids: list[bytes]) -> None:
+        if ids:
+            self.redis.xack(self.key, GROUP, *ids)
+
+    def trim(self) -> None:
+        """Drop entries the group has delivered and acknowledged, never anything else."""
+        groups = {g["name"]: g for g in self.redis.xinfo_groups(self.key)}
+        group = groups.get(GROUP.encode()) or groups.get(GROUP)
+        if group is None:
+            return
+        floor = group["last-delivered-id"]
+        summary = self.redis.xpending(self.key, GROUP)
+        if summary["pending"]:
+            floor = summary["min"]
+        else:
+            ms, seq = (floor.decode() if isinstance(floor, bytes) else floor).split("-")
+            floor = f"{ms}-{int(seq) + 1}"
+        self.redis.xtrim(self.key, minid=floor, approximate=True)
+
+    def length(self) -> int:
+        return self.redis.xlen(self.key)
+
+    def _entry(self, eid: bytes, fields: dict[bytes, bytes]) -> Entry:
+        return Entry(eid, unpack(fields, self.sample_shape))

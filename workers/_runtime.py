@@ -1,0 +1,60 @@
+"""What every worker process does before and around its loop."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from streamlearn.config import ModelConfig, Settings, load_config, load_settings
+from streamlearn.names import Names
+
+
+def parse_args(role: str, argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=f"streamlearn {role}")
+    parser.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")
+    parser.add_argument("--model", help="model name (default: the only model)")
+    parser.add_argument("--instance", help="stable id of this process (default: hostname)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def load(role: str, args: argparse.Namespace) -> tuple[ModelConfig, Settings, Names, str]:
+    """Logging, config and settings; raises ConfigError naming the bad field."""
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    model = load_config(args.config).model(args.model)
+    settings = load_settings()
+    names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    instance = args.instance or settings.instance or socket.gethostname()
+    return model, settings, names, f"sl-{role}-{model.name}-{instance}"
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
+    return redis.Redis.from_url(settings.redis, retry=retry, socket_timeout=10,
+                                socket_connect_timeout=5, health_check_interval=30)
+
+
+def stop_on_signals() -> threading.Event:
+    """The first SIGTERM/SIGINT lets the loop finish its batch; a second one stops hard."""
+    stop = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            os._exit(128 + signum)
+        logging.getLogger("streamlearn").info("signal %d: finishing the current batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop

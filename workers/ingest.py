@@ -1,0 +1,38 @@
+"""`streamlearn ingest`: MQTT samples -> Redis stream."""
+
+from __future__ import annotations
+
+import logging
+
+from streamlearn import mqtt
+from streamlearn.ingest import Ingest
+from streamlearn.payloads import PayloadParser
+from streamlearn.queue import SampleQueue
+from workers import _runtime
+
+log = logging.getLogger("streamlearn.ingest")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _runtime.parse_args("ingest", argv)
+    model, settings, names, client_id = _runtime.load("ingest", args)
+    queue = SampleQueue(_runtime.redis_client(settings), names, model.sample_shape)
+    ingest = Ingest(PayloadParser(model), queue, model.ingest)
+    stop = _runtime.stop_on_signals()
+    client = mqtt.connect(
+        settings.mqtt, client_id, ca_file=settings.mqtt_ca_file,
+        subscriptions=[(names.shared("samples", settings.share_group), 1)],
+        on_message=ingest.on_message, manual_ack=True, persistent=True,
+        receive_maximum=model.ingest.max_pending_messages,
+    )
+    log.info("ingest for %s ready on %s", model.name, names.samples_topic)
+    try:
+        ingest.run(stop)
+    finally:
+        mqtt.close(client)
+    log.info("ingest stopped: %s", ingest.counters)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
