@@ -1,0 +1,69 @@
+#!/bin/sh
+# Writes the Redis ACL file for streamlearn from passwords in the environment.
+#
+#   REDIS_INGEST_PASSWORD REDIS_LEARNER_PASSWORD REDIS_ACTOR_PASSWORD   (required)
+#   REDIS_ADMIN_PASSWORD                                                (optional: adds an
+#                                                                       all-powerful `admin`)
+#
+# Unset variables are read from ./.env when it exists. Usage, from the repository root:
+#   deploy/redis/make-acl.sh [OUTPUT]        (default OUTPUT: deploy/redis/users.acl)
+#
+# The output holds sha256 hashes, never the passwords, so it may be world-readable (the
+# redis container reads it as uid 999). Use long random passwords (e.g. `openssl rand -hex
+# 24`): a hash of a short one can be brute-forced, and hex needs no escaping in URLs.
+# Do not commit the output. Redis 7.0 ACL files allow no comments, hence the rules are
+# documented here:
+#
+#   default  off: unauthenticated clients can do nothing.
+#   ingest   XADD (and XLEN, XINFO) on sl:*:samples and sl:*:deadletter.
+#   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
+#            XPENDING, XTRIM, XGROUP CREATE), XADDs dead letters, SET/GET/DEL of
+#            sl:*:weights* (MULTI/EXEC), PUBLISH on channel sl:*:weights; plus EXISTS/XLEN
+#            so `streamlearn status` works with its credentials.
+#   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights.
+# Every user may PING, HELLO and CLIENT SETNAME (what redis-py sends on connect). CLIENT
+# SETINFO is left out (it exists only from Redis 7.2): redis-py ignores its refusal.
+# The `sl` key prefix is STREAMLEARN_KEY_PREFIX: change the patterns if you change it.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$here/users.acl}
+
+if [ -z "${REDIS_INGEST_PASSWORD:-}" ] && [ -f ./.env ]; then
+    set -a; . ./.env; set +a
+fi
+
+sha256() {
+    if command -v sha256sum >/dev/null 2>&1; then sha256sum | cut -d' ' -f1
+    else shasum -a 256 | cut -d' ' -f1; fi
+}
+
+# hash_of VAR: the sha256 of $VAR, refusing empty, short and placeholder values.
+hash_of() {
+    eval "pw=\${$1:-}"
+    if [ -z "$pw" ]; then echo "make-acl.sh: $1 is not set" >&2; exit 1; fi
+    if [ "${#pw}" -lt 16 ]; then echo "make-acl.sh: $1 is shorter than 16 characters" >&2; exit 1; fi
+    case $pw in *change-me*|*CHANGE-ME*) echo "make-acl.sh: $1 is still a placeholder" >&2; exit 1;; esac
+    printf '%s' "$pw" | sha256
+}
+
+conn='+ping +hello +client|setname'
+ingest=$(hash_of REDIS_INGEST_PASSWORD)
+learner=$(hash_of REDIS_LEARNER_PASSWORD)
+actor=$(hash_of REDIS_ACTOR_PASSWORD)
+
+tmp=$(mktemp "$out.XXXXXX")
+trap 'rm -f "$tmp"' EXIT
+{
+    echo "user default off resetpass resetkeys resetchannels -@all"
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter -@all $conn +xadd +xlen +xinfo"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* &sl:*:weights -@all $conn +get +subscribe +unsubscribe"
+    if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
+        echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
+    fi
+} > "$tmp"
+chmod 644 "$tmp"
+mv "$tmp" "$out"
+trap - EXIT
+echo "wrote $out" >&2

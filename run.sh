@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One entry point that sets itself up on a fresh machine:
+#   bash run.sh up      the whole stack with a demo stream (embedded mosquitto + redis-server)
+#   bash run.sh test    the test suite (real servers started by the fixtures)
+# Anything after the verb is passed on (to `streamlearn up` or to pytest).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+need_debian_servers() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+  [ ${#missing[@]} -eq 0 ] && return
+  echo "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+python_env() {
+  local py="${PYTHON:-python3}"
+  [ -x .venv/bin/python ] || "$py" -m venv .venv
+  local stamp=.venv/.streamlearn-installed
+  local want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip
+    .venv/bin/python -m pip install -q -e '.[test]'
+    echo "$want" > "$stamp"
+  fi
+}
+
+verb="${1:-}"
+shift || true
+export PATH="$PATH:/usr/sbin"
+case "$verb" in
+  up)
+    need_debian_servers
+    python_env
+    exec .venv/bin/streamlearn up --demo "$@"
+    ;;
+  test)
+    need_debian_servers
+    python_env
+    exec .venv/bin/python -m pytest "$@"
+    ;;
+  *)
+    echo "usage: bash run.sh up|test [args...]" >&2
+    exit 2
+    ;;
+esac

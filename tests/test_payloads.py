@@ -1,0 +1,529 @@
+"""Unit tests for payload parsing: what ingest accepts, what it dead-letters, and why."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from streamlearn.config import parse_config
+from streamlearn.errors import PayloadError
+from streamlearn.payloads import PayloadParser, Samples
+
+
+def _parser(**model: Any) -> PayloadParser:
+    return PayloadParser(parse_config({"models": {"m": model}}).model("m"))
+
+
+BINARY = _parser(inputs=3, task="binary")
+REGRESSION = _parser(inputs=3, task="regression")
+MULTICLASS = _parser(inputs=2, task="multiclass", classes=3)
+LSTM = _parser(inputs=2, task="regression", architecture="lstm", window=3)
+SMALL = _parser(
+    inputs=3, task="binary", ingest={"max_payload_bytes": 64, "max_samples_per_message": 2}
+)
+
+
+def dumps(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def accept(parser: PayloadParser, doc: Any) -> Samples:
+    """Parse and insist that everything was accepted."""
+    samples, rejections = parser.parse_samples(doc if isinstance(doc, bytes) else dumps(doc))
+    assert rejections == [], [r.reason for r in rejections]
+    assert samples is not None
+    return samples
+
+
+def reject(parser: PayloadParser, raw: bytes | Any) -> str:
+    """Parse and insist that the whole message was rejected; return the reason."""
+    raw = raw if isinstance(raw, bytes) else dumps(raw)
+    samples, rejections = parser.parse_samples(raw)
+    assert samples is None
+    assert len(rejections) == 1
+    assert rejections[0].payload == raw
+    return rejections[0].reason
+
+
+# -- accepted payloads ----------------------------------------------------------------------
+
+
+def test_single_sample_is_one_float32_row():
+    samples = accept(BINARY, {"x": [1, 2.5, -3], "y": 1, "id": "dev-1"})
+    assert samples.x.dtype == np.float32 and samples.y.dtype == np.float32
+    np.testing.assert_array_equal(samples.x, [[1, 2.5, -3]])
+    np.testing.assert_array_equal(samples.y, [1])
+    assert samples.ids == ("dev-1",)
+    assert len(samples) == 1
+
+
+def test_single_sample_without_id_has_no_ids():
+    assert accept(BINARY, {"x": [0, 0, 0], "y": 0}).ids is None
+
+
+def test_columnar_payload_keeps_rows_in_order_with_ids():
+    samples = accept(BINARY, {"x": [[1, 2, 3], [4, 5, 6]], "y": [0, 1], "ids": ["a", "b"]})
+    np.testing.assert_array_equal(samples.x, [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(samples.y, [0, 1])
+    assert samples.ids == ("a", "b")
+
+
+def test_sample_list_keeps_good_items_and_rejects_bad_ones_individually():
+    items = [
+        {"x": [1, 2, 3], "y": 1, "id": "a"},
+        {"x": [1, 2], "y": 0},
+        5,
+        {"x": [4, 5, 6], "y": 0, "id": "b"},
+        {"x": [[1, 2, 3]], "y": [1]},
+    ]
+    samples, rejections = BINARY.parse_samples(dumps({"samples": items}))
+    assert samples is not None
+    np.testing.assert_array_equal(samples.x, [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_array_equal(samples.y, [1, 0])
+    assert samples.ids == ("a", "b")
+    reasons = [r.reason for r in rejections]
+    assert reasons[0] == "samples.1: x must have shape [3], got [2]"
+    assert reasons[1].startswith("samples.2: must be one sample object")
+    assert reasons[2].startswith("samples.4: must be one sample object")
+    # Each dead letter carries the offending item, not the whole message.
+    assert [json.loads(r.payload) for r in rejections] == [items[1], items[2], items[4]]
+
+
+def test_sample_list_with_only_bad_items_accepts_nothing():
+    samples, rejections = BINARY.parse_samples(dumps({"samples": [{"x": [1], "y": 0}]}))
+    assert samples is None
+    assert [r.reason for r in rejections] == ["samples.0: x must have shape [3], got [1]"]
+
+
+def test_float32_extremes_are_accepted():
+    big = float(np.finfo(np.float32).max)
+    samples = accept(REGRESSION, {"x": [big, -big, 1e-30], "y": -big})
+    assert np.isfinite(samples.x).all() and samples.x[0, 0] == np.float32(big)
+
+
+def test_lstm_sample_is_a_window_of_feature_rows():
+    window = [[1, 2], [3, 4], [5, 6]]
+    samples = accept(LSTM, {"x": window, "y": 0.5})
+    assert samples.x.shape == (1, 3, 2)
+    np.testing.assert_array_equal(samples.x[0], window)
+    columnar = accept(LSTM, {"x": [window, window], "y": [1, 2]})
+    assert columnar.x.shape == (2, 3, 2)
+
+
+def test_lstm_rejects_flat_x_and_wrong_window():
+    assert reject(LSTM, {"x": [1, 2, 3, 4, 5, 6], "y": 0}).startswith("x.0: Input should be a valid list")
+    assert reject(LSTM, {"x": [[1, 2]] * 4, "y": 0}) == "x must have shape [3, 2], got [4, 2]"
+    assert reject(LSTM, {"x": [[1, 2, 3]] * 3, "y": 0}) == "x must have shape [3, 2], got [3, 3]"
+
+
+# -- rejected payloads ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"x": [1, 2, 3], "y": ', "invalid JSON"),
+        (b"\xff\xfe\x00", "invalid JSON"),
+        (b"", "invalid JSON"),
+        (b"[1, 2, 3]", "payload must be a JSON object, got list"),
+        (b'"x"', "payload must be a JSON object, got str"),
+        (b"null", "payload must be a JSON object, got NoneType"),
+    ],
+)
+def test_non_json_or_non_object_payload_is_rejected(raw, reason):
+    assert reason in reject(BINARY, raw)
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"x": [1, 2], "y": 0}, "x must have shape [3], got [2]"),
+        ({"x": [1, 2, 3, 4], "y": 0}, "x must have shape [3], got [4]"),
+        ({"x": [], "y": 0}, "x must have shape [3], got [0]"),
+        ({"x": [[1, 2, 3]], "y": 0}, "x.0: Input should be a valid number"),
+    ],
+)
+def test_wrong_length_is_rejected(doc, reason):
+    assert reject(BINARY, doc).startswith(reason)
+
+
+@pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity"])
+def test_non_finite_literals_are_rejected_in_x_and_y(literal):
+    in_x = reject(REGRESSION, b'{"x": [1, 2, ' + literal + b'], "y": 0}')
+    assert in_x.startswith("x.2: Input should be a finite number")
+    in_y = reject(REGRESSION, b'{"x": [1, 2, 3], "y": ' + literal + b"}")
+    assert in_y.startswith("y: Input should be a finite number")
+
+
+def test_values_beyond_float32_are_rejected():
+    assert reject(REGRESSION, {"x": [1, 2, 3.5e38], "y": 0}) == "x: value out of float32 range"
+    assert reject(REGRESSION, {"x": [1, 2, -1e39], "y": 0}) == "x: value out of float32 range"
+    assert reject(REGRESSION, {"x": [1, 2, 3], "y": 1e39}) == "y: value out of float32 range"
+    assert reject(REGRESSION, {"x": [[1, 2, 3e39]], "y": [0]}) == "x: value out of float32 range"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [('"3"', "'3'"), ("true", "True"), ("null", "None"), ("{}", "{}")]
+)
+def test_non_numbers_in_x_are_rejected_and_echoed(value, shown):
+    reason = reject(BINARY, b'{"x": [1, 2, ' + value.encode() + b'], "y": 0}')
+    assert reason == f"x.2: Input should be a valid number, got {shown}"
+
+
+def test_boolean_or_string_y_is_rejected():
+    assert reject(BINARY, {"x": [1, 2, 3], "y": True}) == "y: Input should be a valid number, got True"
+    assert reject(BINARY, {"x": [1, 2, 3], "y": "1"}) == "y: Input should be a valid number, got '1'"
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"x": [1, 2, 3], "y": 0, "label": 1}, "label"),
+        ({"x": [1, 2, 3], "y": 0, "ids": ["a"]}, "ids"),
+        ({"x": [[1, 2, 3]], "y": [0], "id": "a"}, "id"),
+        ({"samples": [{"x": [1, 2, 3], "y": 0}], "meta": {}}, "meta"),
+    ],
+)
+def test_unknown_fields_are_rejected_by_name(doc, field):
+    assert reject(BINARY, doc).startswith(f"{field}: Extra inputs are not permitted")
+
+
+def test_missing_fields_are_named():
+    assert reject(BINARY, {"y": 0}).startswith("x: Field required")
+    assert reject(BINARY, {"x": [1, 2, 3]}).startswith("y: Field required")
+
+
+@pytest.mark.parametrize(("sample_id", "why"), [("", "at least 1 character"), (5, "valid string")])
+def test_bad_sample_ids_are_rejected(sample_id, why):
+    assert why in reject(BINARY, {"x": [1, 2, 3], "y": 0, "id": sample_id})
+
+
+def test_payload_over_max_payload_bytes_is_rejected_before_parsing():
+    fits = b'{"x": [1, 2, 3], "y": 1}'.ljust(64)
+    assert len(fits) == 64
+    accept(SMALL, fits)
+    over = fits + b" "
+    assert reject(SMALL, over) == "payload of 65 bytes exceeds max_payload_bytes=64"
+    assert reject(SMALL, b"[" * 100) == "payload of 100 bytes exceeds max_payload_bytes=64"
+
+
+def test_too_many_samples_in_one_message_are_rejected():
+    many = _parser(inputs=1, task="binary", ingest={"max_samples_per_message": 2})
+    accept(many, {"x": [[0], [1]], "y": [0, 1]})
+    accept(many, {"samples": [{"x": [0], "y": 0}, {"x": [1], "y": 1}]})
+    expected = "3 samples exceed max_samples_per_message=2"
+    assert reject(many, {"x": [[0], [1], [0]], "y": [0, 1, 0]}) == expected
+    assert reject(many, {"samples": [{"x": [0], "y": 0}] * 3}) == expected
+
+
+def test_empty_sample_list_is_rejected():
+    assert reject(BINARY, {"samples": []}).startswith("samples: List should have at least 1 item")
+    assert reject(BINARY, {"samples": {"x": [1, 2, 3]}}).startswith("samples: Input should be a valid list")
+
+
+@pytest.mark.parametrize("y", [0, 1, 0.25])
+def test_binary_accepts_labels_in_unit_interval(y):
+    assert accept(BINARY, {"x": [1, 2, 3], "y": y}).y[0] == np.float32(y)
+
+
+@pytest.mark.parametrize("y", [-0.5, 1.5, 2])
+def test_binary_rejects_labels_outside_unit_interval(y):
+    assert reject(BINARY, {"x": [1, 2, 3], "y": y}) == f"y must be in [0, 1] for a binary model, got [{float(y)}]"
+    columnar = reject(BINARY, {"x": [[1, 2, 3], [1, 2, 3]], "y": [0, y]})
+    assert columnar.startswith("y must be in [0, 1] for a binary model")
+
+
+def test_multiclass_accepts_class_indices():
+    np.testing.assert_array_equal(accept(MULTICLASS, {"x": [[0, 0]] * 3, "y": [0, 1, 2]}).y, [0, 1, 2])
+
+
+@pytest.mark.parametrize("y", [3, -1, 1.5])
+def test_multiclass_rejects_non_indices(y):
+    reason = reject(MULTICLASS, {"x": [0, 0], "y": y})
+    assert reason == f"y must be a class index in 0..2, got [{float(y)}]"
+
+
+def test_regression_accepts_any_finite_target():
+    np.testing.assert_array_equal(accept(REGRESSION, {"x": [[1, 2, 3]] * 2, "y": [-7.5, 1e6]}).y, [-7.5, 1e6])
+
+
+def test_ragged_columnar_rows_are_rejected():
+    assert reject(BINARY, {"x": [[1, 2, 3], [1, 2]], "y": [0, 1]}) == "x: rows of different lengths"
+    assert reject(BINARY, {"x": [[1, 2], [1, 2]], "y": [0, 1]}) == "each row of x must have shape [3], got [2]"
+    lstm = reject(LSTM, {"x": [[[1, 2]] * 3, [[1, 2], [3, 4], [5]]], "y": [0, 1]})
+    assert lstm == "x: rows of different lengths"
+
+
+def test_columnar_lengths_must_agree():
+    assert reject(BINARY, {"x": [[1, 2, 3]] * 2, "y": [0]}) == "x has 2 rows but y has 1"
+    ids = reject(BINARY, {"x": [[1, 2, 3]] * 2, "y": [0, 1], "ids": ["a"]})
+    assert ids == "ids has 1 entries but y has 2"
+    assert reject(BINARY, {"x": [[1, 2, 3]], "y": [0], "ids": ["a", "b"]}) == "ids has 2 entries but y has 1"
+
+
+def test_long_bad_values_are_truncated_in_the_reason():
+    reason = reject(BINARY, {"x": [1, 2, "z" * 500], "y": 0})
+    assert reason.startswith("x.2: Input should be a valid number, got 'zzz")
+    assert len(reason) < 120
+
+
+# -- prediction requests ----------------------------------------------------------------
+
+
+def test_single_request_is_not_batched():
+    req = BINARY.parse_request(b'{"x": [1, 2, 3], "id": "r1"}')
+    assert req.batched is False
+    assert req.x.dtype == np.float32
+    np.testing.assert_array_equal(req.x, [[1, 2, 3]])
+    assert req.id == "r1" and req.reply_to is None
+
+
+def test_batched_request_keeps_rows_and_reply_to():
+    req = BINARY.parse_request(b'{"x": [[1, 2, 3], [4, 5, 6]], "id": 7, "reply_to": "app/replies"}')
+    assert req.batched is True
+    np.testing.assert_array_equal(req.x, [[1, 2, 3], [4, 5, 6]])
+    assert req.id == 7 and req.reply_to == "app/replies"
+
+
+def test_batch_of_one_is_still_batched():
+    req = BINARY.parse_request(b'{"x": [[1, 2, 3]]}')
+    assert req.batched is True and req.x.shape == (1, 3)
+
+
+def test_lstm_requests_single_and_batched():
+    window = [[1, 2], [3, 4], [5, 6]]
+    single = LSTM.parse_request(dumps({"x": window}))
+    assert single.batched is False and single.x.shape == (1, 3, 2)
+    batch = LSTM.parse_request(dumps({"x": [window, window]}))
+    assert batch.batched is True and batch.x.shape == (2, 3, 2)
+    np.testing.assert_array_equal(batch.x[1], window)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"x": [1, 2', "invalid JSON"),
+        (b"[1, 2, 3]", "payload must be a JSON object, got list"),
+        (b'{"x": [1, 2]}', "x must have shape [3], got [2]"),
+        (b'{"x": [[1, 2, 3], [4, 5]]}', "x: rows of different lengths"),
+        (b'{"x": [[1, 2], [4, 5]]}', "each row of x must have shape [3], got [2]"),
+        (b'{"x": []}', "x: List should have at least 1 item"),
+        (b'{"x": [1, 2, NaN]}', "x.2: Input should be a finite number"),
+        (b'{"x": [1, 2, 1e39]}', "x: value out of float32 range"),
+        (b'{"x": [1, 2, "3"]}', "x.2: Input should be a valid number"),
+        (b'{"x": [1, 2, 3], "y": 1}', "y: Extra inputs are not permitted"),
+        (b'{"x": [1, 2, 3], "reply_to": "a/#"}', "reply_to: String should match pattern"),
+        (b'{"x": [1, 2, 3], "reply_to": ""}', "reply_to: String should have at least 1 character"),
+        (b'{"x": [1, 2, 3], "id": 1.5}', "id"),
+        (b'{"x": [1, 2, 3], "id": true}', "id"),
+    ],
+)
+def test_bad_requests_raise_payload_error_with_reason(raw, reason):
+    with pytest.raises(PayloadError) as info:
+        BINARY.parse_request(raw)
+    assert str(info.value).startswith(reason)
+
+
+def test_oversize_request_is_refused():
+    with pytest.raises(PayloadError, match=r"payload of 70 bytes exceeds max_payload_bytes=64"):
+        SMALL.parse_request(b'{"x": [1, 2, 3]}'.ljust(70))
+
+
+# -- known bugs ---------------------------------------------------------------------------
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000  # 200 kB: well under the 1 MiB default limit
+_HUGE_INT = b'{"x": [1, 2, ' + b"1" * 5000 + b'], "y": 0}'  # 5 kB
+
+
+@pytest.mark.xfail(
+    reason="BUG: json.loads raises RecursionError on deeply nested JSON; _decode only catches "
+    "JSONDecodeError/UnicodeDecodeError, so parse_samples raises instead of rejecting",
+    raises=RecursionError,
+    strict=True,
+)
+def test_deeply_nested_json_is_rejected_not_raised():
+    assert BINARY.parse_samples(_DEEP)[1][0].reason
+
+
+@pytest.mark.xfail(
+    reason="BUG: json.loads raises a plain ValueError for integers over 4300 digits "
+    "(sys.int_max_str_digits); _decode does not catch it, so parse_samples raises",
+    raises=ValueError,
+    strict=True,
+)
+def test_huge_integer_literal_is_rejected_not_raised():
+    samples, rejections = BINARY.parse_samples(_HUGE_INT)
+    assert samples is None and rejections[0].reason
+
+
+@pytest.mark.xfail(
+    reason="BUG: same uncaught RecursionError/ValueError from json.loads in parse_request",
+    raises=(RecursionError, ValueError),
+    strict=True,
+)
+@pytest.mark.parametrize("raw", [_DEEP, b'{"x": [1, 2, ' + b"1" * 5000 + b"]}"], ids=["deep", "int"])
+def test_unparseable_request_raises_payload_error(raw):
+    with pytest.raises(PayloadError):
+        BINARY.parse_request(raw)
+
+
+# -- properties ---------------------------------------------------------------------------
+
+PARSERS = [BINARY, REGRESSION, MULTICLASS, LSTM, SMALL]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=4), kids, max_size=4),
+    max_leaves=20,
+)
+# JSON numbers that float32 holds exactly, so an accepted x must equal the input bit for bit.
+f32_values = st.floats(width=32, allow_nan=False, allow_infinity=False) | st.integers(-(2**24), 2**24)
+
+
+def _x(shape: tuple[int, ...]) -> st.SearchStrategy[Any]:
+    if len(shape) == 1:
+        return st.lists(f32_values, min_size=shape[0], max_size=shape[0])
+    return st.lists(_x(shape[1:]), min_size=shape[0], max_size=shape[0])
+
+
+def _y(parser: PayloadParser) -> st.SearchStrategy[float]:
+    if parser.model.task == "binary":
+        return st.floats(0, 1, width=32)
+    if parser.model.task == "multiclass":
+        return st.integers(0, (parser.model.classes or 1) - 1)
+    return f32_values
+
+
+@st.composite
+def valid_samples(draw, parser: PayloadParser) -> tuple[list[Any], list[Any], list[str] | None]:
+    n = draw(st.integers(1, 4))
+    xs = draw(st.lists(_x(parser.shape), min_size=n, max_size=n))
+    ys = draw(st.lists(_y(parser), min_size=n, max_size=n))
+    ids = draw(st.none() | st.lists(st.text(min_size=1, max_size=8), min_size=n, max_size=n))
+    return xs, ys, ids
+
+
+def as_doc(form: str, xs: list[Any], ys: list[Any], ids: list[str] | None) -> dict[str, Any]:
+    if form == "single":
+        doc = {"x": xs[0], "y": ys[0]}
+        return doc if ids is None else {**doc, "id": ids[0]}
+    if form == "columnar":
+        return {"x": xs, "y": ys} if ids is None else {"x": xs, "y": ys, "ids": ids}
+    items = [{"x": x, "y": y} for x, y in zip(xs, ys, strict=True)]
+    if ids is not None:
+        items = [{**item, "id": i} for item, i in zip(items, ids, strict=True)]
+    return {"samples": items}
+
+
+@st.composite
+def _mutate(draw, node: Any, depth: int = 0) -> Any:
+    """Change one place somewhere inside a valid document."""
+    action = draw(st.sampled_from(["descend", "replace", "delete", "add"]))
+    if isinstance(node, dict) and node:
+        key = draw(st.sampled_from(sorted(node)))
+        if action == "descend" and depth < 6:
+            return {**node, key: draw(_mutate(node[key], depth + 1))}
+        if action == "delete":
+            return {k: v for k, v in node.items() if k != key}
+        if action == "add":
+            new = draw(st.sampled_from(["x", "y", "id", "ids", "samples", "reply_to", "extra"]))
+            return {**node, new: draw(json_values)}
+        return {**node, key: draw(json_values)}
+    if isinstance(node, list) and node:
+        i = draw(st.integers(0, len(node) - 1))
+        if action == "descend" and depth < 6:
+            return [*node[:i], draw(_mutate(node[i], depth + 1)), *node[i + 1 :]]
+        if action == "delete":
+            return node[:i] + node[i + 1 :]
+        if action == "add":
+            return [*node, draw(json_values)]
+        return [*node[:i], draw(json_values), *node[i + 1 :]]
+    return draw(json_values)
+
+
+@st.composite
+def mutated_payloads(draw, parser: PayloadParser) -> bytes:
+    form = draw(st.sampled_from(["single", "columnar", "list"]))
+    doc = as_doc(form, *draw(valid_samples(parser)))
+    for _ in range(draw(st.integers(1, 3))):
+        doc = draw(_mutate(doc))
+    raw = dumps(doc)
+    if draw(st.integers(0, 5)) == 0:
+        raw = raw[: draw(st.integers(0, len(raw)))]
+    return raw
+
+
+@st.composite
+def parser_and_payload(draw) -> tuple[PayloadParser, bytes]:
+    parser = draw(st.sampled_from(PARSERS))
+    raw = draw(
+        st.one_of(
+            json_values.map(dumps),
+            st.dictionaries(
+                st.sampled_from(["x", "y", "id", "ids", "samples", "extra"]), json_values, max_size=4
+            ).map(dumps),
+            mutated_payloads(parser),
+            st.binary(max_size=40),
+        )
+    )
+    return parser, raw
+
+
+def check_outcome(parser: PayloadParser, samples: Samples | None, rejections: list) -> None:
+    """What every parse result must look like, whatever the payload."""
+    assert samples is not None or rejections, "a payload was neither accepted nor rejected"
+    for rejection in rejections:
+        assert isinstance(rejection.reason, str) and rejection.reason.strip()
+        assert isinstance(rejection.payload, bytes)
+    if samples is None:
+        return
+    n = len(samples.y)
+    assert 1 <= n <= parser.model.ingest.max_samples_per_message
+    assert samples.x.dtype == np.float32 and samples.y.dtype == np.float32
+    assert samples.x.shape == (n, *parser.shape) and samples.y.shape == (n,)
+    assert np.isfinite(samples.x).all() and np.isfinite(samples.y).all()
+    assert samples.ids is None or len(samples.ids) == n
+    if parser.model.task == "binary":
+        assert ((samples.y >= 0) & (samples.y <= 1)).all()
+    if parser.model.task == "multiclass":
+        assert np.isin(samples.y, np.arange(parser.model.classes or 0)).all()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parser_and_payload())
+def test_any_payload_is_accepted_well_formed_or_rejected_with_reason(case):
+    parser, raw = case
+    samples, rejections = parser.parse_samples(raw)
+    event("accepted some" if samples is not None else "rejected all")
+    check_outcome(parser, samples, rejections)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parser_and_payload())
+def test_any_request_is_parsed_or_refused_with_payload_error(case):
+    parser, raw = case
+    try:
+        req = parser.parse_request(raw)
+    except PayloadError as exc:
+        assert str(exc).strip()
+        return
+    assert req.x.dtype == np.float32 and req.x.shape[1:] == parser.shape
+    assert np.isfinite(req.x).all()
+    assert req.batched or req.x.shape[0] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from([BINARY, REGRESSION, MULTICLASS, LSTM]), st.sampled_from(["single", "columnar", "list"]))
+def test_valid_samples_round_trip(data, parser, form):
+    xs, ys, ids = data.draw(valid_samples(parser))
+    if form == "single":
+        xs, ys, ids = xs[:1], ys[:1], None if ids is None else ids[:1]
+    samples = accept(parser, as_doc(form, xs, ys, ids))
+    np.testing.assert_array_equal(samples.x, np.asarray(xs, dtype=np.float32))
+    np.testing.assert_array_equal(samples.y, np.asarray(ys, dtype=np.float32))
+    assert samples.ids == (None if ids is None else tuple(ids))
