@@ -180,7 +180,9 @@ class Actor:
             try:
                 request = self.parser.parse_request(msg.payload)
             except PayloadError as exc:
-                self._reply(topic, correlation, {"id": _request_id(msg.payload), "error": str(exc)})
+                rid, reply_to = _salvage(msg.payload)
+                topic = self._response_topic(msg) or reply_to or topic
+                self._reply(topic, correlation, {"id": rid, "error": str(exc)})
                 continue
             topic = self._response_topic(msg) or request.reply_to or topic
             if self.version == 0:
@@ -254,10 +256,13 @@ class Actor:
             self.model.predict_on_batch(np.zeros((bucket, *self.cfg.sample_shape), np.float32))
 
 
-def _request_id(raw: bytes) -> str | int | None:
-    """The request's id if the payload is JSON enough to have one (for error replies)."""
+def _salvage(raw: bytes) -> tuple[str | int | None, str | None]:
+    """The id and reply_to of an invalid request, where it is JSON enough to have them."""
     try:
-        rid = json.loads(raw).get("id")
+        doc = json.loads(raw)
+        rid, reply_to = doc.get("id"), doc.get("reply_to")
     except (ValueError, AttributeError, UnicodeDecodeError):
-        return None
-    return rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+        return None, None
+    rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
+    valid_topic = isinstance(reply_to, str) and reply_to and not set(reply_to) & set("#+")
+    return rid, reply_to if valid_topic else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import paho.mqtt.client as paho
@@ -40,14 +41,14 @@ def test_mqtt311_client_gets_the_reply_on_reply_to(start_role, settings):
     legacy.on_message = lambda _c, _u, msg: got.append(msg)
     legacy.subscribe(reply_to, qos=1)
     legacy.subscribe(names.predictions_topic, qos=1)
-    import time
-
     time.sleep(0.3)
     legacy.publish(names.predict_topic, json.dumps({"x": [1, 2], "id": "r1", "reply_to": reply_to}), qos=1)
     legacy.publish(names.predict_topic, json.dumps({"x": [1, 2], "id": "r2"}), qos=1)
+    legacy.publish(names.predict_topic, json.dumps({"x": [1], "id": "r3", "reply_to": reply_to}), qos=1)
     deadline = time.monotonic() + 10
-    while len(got) < 2 and time.monotonic() < deadline:
+    while len(got) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     legacy.disconnect()
     by_id = {json.loads(m.payload)["id"]: m.topic for m in got}
-    assert by_id == {"r1": reply_to, "r2": names.predictions_topic}
+    assert by_id == {"r1": reply_to, "r2": names.predictions_topic, "r3": reply_to}
+    assert all("error" in json.loads(m.payload) for m in got), "no weights yet, r3 invalid too"

@@ -423,7 +423,7 @@ def as_doc(form: str, xs: list[Any], ys: list[Any], ids: list[str] | None) -> di
 @st.composite
 def _mutate(draw, node: Any, depth: int = 0) -> Any:
     """Change one place somewhere inside a valid document."""
-    action = draw(st.sampled_from(["descend", "replace", "delete", "add"]))
+    action = draw(st.sampled_from(["descend", "descend", "replace", "delete", "add"]))
     if isinstance(node, dict) and node:
         key = draw(st.sampled_from(sorted(node)))
         if action == "descend" and depth < 6:
@@ -443,6 +443,8 @@ def _mutate(draw, node: Any, depth: int = 0) -> Any:
         if action == "add":
             return [*node, draw(json_values)]
         return [*node[:i], draw(json_values), *node[i + 1 :]]
+    if isinstance(node, int | float) and not isinstance(node, bool) and action != "replace":
+        return draw(st.floats() | st.integers())  # another number: often still valid
     return draw(json_values)
 
 
@@ -450,7 +452,7 @@ def _mutate(draw, node: Any, depth: int = 0) -> Any:
 def mutated_payloads(draw, parser: PayloadParser) -> bytes:
     form = draw(st.sampled_from(["single", "columnar", "list"]))
     doc = as_doc(form, *draw(valid_samples(parser)))
-    for _ in range(draw(st.integers(1, 3))):
+    for _ in range(draw(st.integers(0, 2))):
         doc = draw(_mutate(doc))
     raw = dumps(doc)
     if draw(st.integers(0, 5)) == 0:
@@ -467,6 +469,7 @@ def parser_and_payload(draw) -> tuple[PayloadParser, bytes]:
             st.dictionaries(
                 st.sampled_from(["x", "y", "id", "ids", "samples", "extra"]), json_values, max_size=4
             ).map(dumps),
+            mutated_payloads(parser),
             mutated_payloads(parser),
             st.binary(max_size=40),
         )
