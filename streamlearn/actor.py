@@ -129,7 +129,9 @@ class _Pending:
 class Actor:
     """Answers one model's prediction requests."""
 
-    def __init__(self, cfg: ModelConfig, store: WeightsStore, names: Names, publish: Publish) -> None:
+    def __init__(
+        self, cfg: ModelConfig, store: WeightsStore, names: Names, publish: Publish
+    ) -> None:
         self.cfg = cfg
         self.policy = cfg.actor
         self.names = names
@@ -155,7 +157,9 @@ class Actor:
         self.reloader.start()
         start = self.served
         try:
-            while not stop.is_set() and (max_requests is None or self.served - start < max_requests):
+            while not stop.is_set() and (
+                max_requests is None or self.served - start < max_requests
+            ):
                 self.reload()
                 messages = self._gather()
                 if messages:
@@ -186,8 +190,14 @@ class Actor:
                 continue
             topic = self._response_topic(msg) or request.reply_to or topic
             if self.version == 0:
-                self._reply(topic, correlation, {"id": request.id,
-                            "error": f"no weights published yet for model {self.cfg.name!r}"})
+                self._reply(
+                    topic,
+                    correlation,
+                    {
+                        "id": request.id,
+                        "error": f"no weights published yet for model {self.cfg.name!r}",
+                    },
+                )
                 continue
             pending.append(_Pending(request, topic, correlation))
         if not pending:
@@ -198,9 +208,15 @@ class Actor:
             n = len(p.request.x)
             y = [self._format(o) for o in outputs[row : row + n]]
             row += n
-            self._reply(p.topic, p.correlation,
-                        {"id": p.request.id, "y": y if p.request.batched else y[0],
-                         "version": self.version})
+            self._reply(
+                p.topic,
+                p.correlation,
+                {
+                    "id": p.request.id,
+                    "y": y if p.request.batched else y[0],
+                    "version": self.version,
+                },
+            )
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Forward pass over any number of rows, in padded bucket-sized chunks."""
@@ -228,8 +244,11 @@ class Actor:
         while len(messages) < self.policy.max_batch:
             remaining = deadline - time.monotonic()
             try:
-                messages.append(self._inbox.get(timeout=remaining) if remaining > 0
-                                else self._inbox.get_nowait())
+                messages.append(
+                    self._inbox.get(timeout=remaining)
+                    if remaining > 0
+                    else self._inbox.get_nowait()
+                )
             except queue.Empty:
                 break
         return messages

@@ -48,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str, func) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")
+        p.add_argument(
+            "--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)"
+        )
         p.set_defaults(func=func)
         return p
 
@@ -86,8 +88,13 @@ def _up(args: argparse.Namespace) -> int:
     from streamlearn.stack import Stack
 
     cfg = load_config(args.config)
-    stack = Stack(cfg, load_settings(), config_path=_config_path(args.config),
-                  data_dir=args.data_dir, demo_rate=args.demo_rate if args.demo else None)
+    stack = Stack(
+        cfg,
+        load_settings(),
+        config_path=_config_path(args.config),
+        data_dir=args.data_dir,
+        demo_rate=args.demo_rate if args.demo else None,
+    )
     return stack.run(quiet=args.quiet)
 
 
@@ -108,7 +115,9 @@ def _publish(args: argparse.Namespace) -> int:
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
     if not args.demo and not args.file:
         raise ConfigError("publish needs a FILE or --demo")
-    payloads = _demo_payloads(model, args.batch) if args.demo else _file_payloads(args.file, args.batch)
+    payloads = (
+        _demo_payloads(model, args.batch) if args.demo else _file_payloads(args.file, args.batch)
+    )
     client = mqtt.connect(settings.mqtt, ca_file=settings.mqtt_ca_file)
     sent = messages = 0
     start = time.monotonic()
@@ -131,8 +140,10 @@ def _publish(args: argparse.Namespace) -> int:
     finally:
         mqtt.close(client)
     elapsed = time.monotonic() - start
-    print(f"published {sent} samples in {messages} messages to {names.samples_topic} "
-          f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)")
+    print(
+        f"published {sent} samples in {messages} messages to {names.samples_topic} "
+        f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
+    )
     return 0
 
 
@@ -177,7 +188,9 @@ def _predict(args: argparse.Namespace) -> int:
         from streamlearn.demo import DemoStream
 
         x = DemoStream(model).sample(1).x[0].tolist()
-    reply_topic = names.topic(f"replies/{uuid.uuid4().hex}")
+    # Devices may read only replies/{their client id}/# (deploy/mosquitto/acl).
+    client_id = f"sl-predict-{uuid.uuid4().hex[:12]}"
+    reply_topic = names.topic(f"replies/{client_id}/{uuid.uuid4().hex[:8]}")
     correlation = uuid.uuid4().bytes
     got: list[bytes] = []
     done = threading.Event()
@@ -187,11 +200,20 @@ def _predict(args: argparse.Namespace) -> int:
             got.append(msg.payload)  # type: ignore[attr-defined]
             done.set()
 
-    client = mqtt.connect(settings.mqtt, subscriptions=[(reply_topic, 1)], on_message=on_message,
-                          ca_file=settings.mqtt_ca_file)
+    client = mqtt.connect(
+        settings.mqtt,
+        client_id,
+        subscriptions=[(reply_topic, 1)],
+        on_message=on_message,
+        ca_file=settings.mqtt_ca_file,
+    )
     try:
-        client.publish(names.predict_topic, json.dumps({"x": x}), qos=1,
-                       properties=mqtt.request_properties(reply_topic, correlation))
+        client.publish(
+            names.predict_topic,
+            json.dumps({"x": x}),
+            qos=1,
+            properties=mqtt.request_properties(reply_topic, correlation),
+        )
         if not done.wait(args.timeout):
             raise StreamlearnError(f"no reply within {args.timeout} s: is an actor running?")
     finally:
@@ -208,14 +230,18 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    head = f"{'model':<12} {'version':>7} {'step':>8} {'samples':>10} {'loss':>8} {'metric':>8} " \
-           f"{'queue':>7} {'pending':>7} {'dead':>6}"
+    head = (
+        f"{'model':<12} {'version':>7} {'step':>8} {'samples':>10} {'loss':>8} {'metric':>8} "
+        f"{'queue':>7} {'pending':>7} {'dead':>6}"
+    )
     print(head)
     for r in rows:
-        print(f"{r['model']:<12} {r.get('version', 0):>7} {r.get('step', 0):>8} "
-              f"{r.get('samples_seen', 0):>10} {_num(r.get('online_loss')):>8} "
-              f"{_num(r.get('online_metric')):>8} {r['queue_length']:>7} {r['pending']:>7} "
-              f"{r['deadletters']:>6}")
+        print(
+            f"{r['model']:<12} {r.get('version', 0):>7} {r.get('step', 0):>8} "
+            f"{r.get('samples_seen', 0):>10} {_num(r.get('online_loss')):>8} "
+            f"{_num(r.get('online_metric')):>8} {r['queue_length']:>7} {r['pending']:>7} "
+            f"{r['deadletters']:>6}"
+        )
     return 0
 
 

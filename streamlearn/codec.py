@@ -15,8 +15,16 @@ import numpy as np
 
 from streamlearn.errors import WeightsError
 
-_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64,
-           "I32": np.int32, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+_DTYPES = {
+    "F32": np.float32,
+    "F64": np.float64,
+    "F16": np.float16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 _MAX_HEADER = 100 * 1024 * 1024
 
@@ -31,12 +39,15 @@ def encode(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None 
     header: dict[str, object] = {"__metadata__": dict(metadata or {})}
     chunks, offset = [], 0
     for name, array in arrays.items():
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array)
         if array.dtype not in _NAMES:
             raise WeightsError(f"{name}: dtype {array.dtype} is not supported")
-        data = array.tobytes()
-        header[name] = {"dtype": _NAMES[array.dtype], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        data = array.tobytes(order="C")
+        header[name] = {
+            "dtype": _NAMES[array.dtype],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         chunks.append(data)
         offset += len(data)
     head = json.dumps(header, separators=(",", ":")).encode()
@@ -60,17 +71,21 @@ def decode(blob: bytes) -> tuple[dict[str, np.ndarray], dict[str, str]]:
             dtype = np.dtype(_DTYPES[info["dtype"]])
             shape = tuple(int(d) for d in info["shape"])
             start, end = (int(o) for o in info["data_offsets"])
-            if not 0 <= start <= end <= len(data) or end - start != dtype.itemsize * int(np.prod(shape)):
+            if not 0 <= start <= end <= len(data) or end - start != dtype.itemsize * int(
+                np.prod(shape)
+            ):
                 raise WeightsError(f"{name}: data offsets {start}..{end} do not match its shape")
             arrays[name] = np.frombuffer(data[start:end], dtype=dtype).reshape(shape).copy()
     except WeightsError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise WeightsError(f"malformed header: {exc!r}") from None
     return arrays, metadata
 
 
-def check_fits(arrays: Mapping[str, np.ndarray], expected: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> None:
+def check_fits(
+    arrays: Mapping[str, np.ndarray], expected: Mapping[str, tuple[tuple[int, ...], np.dtype]]
+) -> None:
     """Refuse arrays whose names, shapes or dtypes differ from `expected`, or that hold NaN/inf."""
     if set(arrays) != set(expected):
         missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))

@@ -138,12 +138,16 @@ class AppConfig(_Frozen):
         """The named model, or the only one when no name is given."""
         if name is None:
             if len(self.models) != 1:
-                raise ConfigError(f"several models configured, pick one with --model: {list(self.models)}")
+                raise ConfigError(
+                    f"several models configured, pick one with --model: {list(self.models)}"
+                )
             return next(iter(self.models.values()))
         try:
             return self.models[name]
         except KeyError:
-            raise ConfigError(f"no model {name!r} in the config; known: {list(self.models)}") from None
+            raise ConfigError(
+                f"no model {name!r} in the config; known: {list(self.models)}"
+            ) from None
 
 
 class Settings(BaseSettings):
@@ -193,6 +197,9 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
     unknown = set(data) - {"models", *_SECTIONS}
     if unknown:
         raise ConfigError(f"{source}: unknown top-level table(s) {sorted(unknown)}")
+    for section in _SECTIONS:
+        if not isinstance(data.get(section, {}), dict):
+            raise ConfigError(f"{source}: {section}: must be a table, got {data[section]!r}")
     models = data.get("models")
     if not isinstance(models, dict) or not models:
         raise ConfigError(f"{source}: models: at least one [models.NAME] table is required")
@@ -200,6 +207,16 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
     for name, table in models.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{source}: models.{name}: must be a table, got {table!r}")
+        if "name" in table:
+            raise ConfigError(
+                f"{source}: models.{name}.name: not allowed, the table name "
+                f"is the model name, got {table['name']!r}"
+            )
+        for section in _SECTIONS:
+            if not isinstance(table.get(section, {}), dict):
+                raise ConfigError(
+                    f"{source}: models.{name}.{section}: must be a table, got {table[section]!r}"
+                )
         table = {"name": name, **table}
         for section in _SECTIONS:
             base = data.get(section, {})
@@ -219,9 +236,11 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     if path is None:
         return parse_config(tomllib.loads(DEMO_TOML), "built-in demo config")
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

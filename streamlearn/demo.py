@@ -20,7 +20,9 @@ class DemoStream:
     def __init__(self, cfg: ModelConfig, seed: int | None = None) -> None:
         self.cfg = cfg
         base = zlib.crc32(cfg.name.encode())
-        self.w = np.random.default_rng(base).normal(size=(cfg.inputs, cfg.outputs)).astype(np.float32)
+        self.w = (
+            np.random.default_rng(base).normal(size=(cfg.inputs, cfg.outputs)).astype(np.float32)
+        )
         self.rng = np.random.default_rng(base + 1 if seed is None else seed)
 
     def target(self, x: np.ndarray) -> np.ndarray:

@@ -50,13 +50,20 @@ class ServerProcess:
         if shutil.which(self.argv[0]) is None:
             raise StreamlearnError(f"{self.argv[0]} not found on PATH; install Debian's package")
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.workdir, start_new_session=True,
-                                         preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise StreamlearnError(f"{self.name} exited at start: {self.log_path.read_text()[-2000:]}")
+                raise StreamlearnError(
+                    f"{self.name} exited at start: {self.log_path.read_text()[-2000:]}"
+                )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return self
@@ -93,13 +100,26 @@ def _workdir(workdir: str | os.PathLike[str] | None, name: str) -> Path:
     return path
 
 
-def redis_server(port: int | None = None, workdir: str | os.PathLike[str] | None = None,
-                 *extra: str) -> ServerProcess:
+def redis_server(
+    port: int | None = None, workdir: str | os.PathLike[str] | None = None, *extra: str
+) -> ServerProcess:
     """A local redis-server (no persistence unless `extra` asks for it)."""
     port = port or free_port()
     wd = _workdir(workdir, "redis")
-    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", str(wd), *extra]
+    argv = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(wd),
+        *extra,
+    ]
     return ServerProcess("redis", argv, port, wd)
 
 
@@ -115,12 +135,16 @@ max_packet_size 2097152
 """
 
 
-def mosquitto(port: int | None = None, workdir: str | os.PathLike[str] | None = None,
-              persistence: bool = False) -> ServerProcess:
+def mosquitto(
+    port: int | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    persistence: bool = False,
+) -> ServerProcess:
     """A local mosquitto whose queues hold QoS 1 messages at our rates instead of dropping."""
     port = port or free_port()
     wd = _workdir(workdir, "mosquitto")
     conf = wd / "mosquitto.conf"
-    conf.write_text(MOSQUITTO_CONF.format(port=port, workdir=wd,
-                                          persistence="true" if persistence else "false"))
+    conf.write_text(
+        MOSQUITTO_CONF.format(port=port, workdir=wd, persistence="true" if persistence else "false")
+    )
     return ServerProcess("mosquitto", ["mosquitto", "-c", str(conf)], port, wd)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass
 
 import paho.mqtt.client as mqtt
@@ -35,8 +34,13 @@ class IngestCounters:
 class Ingest:
     """Moves sample messages from an MQTT subscription into a `SampleQueue`."""
 
-    def __init__(self, parser: PayloadParser, sample_queue: SampleQueue, cfg: IngestConfig,
-                 max_run: int = 500) -> None:
+    def __init__(
+        self,
+        parser: PayloadParser,
+        sample_queue: SampleQueue,
+        cfg: IngestConfig,
+        max_run: int = 500,
+    ) -> None:
         self.parser = parser
         self.queue = sample_queue
         self.cfg = cfg
@@ -72,7 +76,9 @@ class Ingest:
                 break
         return batch
 
-    def _process(self, batch: list[tuple[mqtt.Client, mqtt.MQTTMessage]], stop: threading.Event) -> None:
+    def _process(
+        self, batch: list[tuple[mqtt.Client, mqtt.MQTTMessage]], stop: threading.Event
+    ) -> None:
         accepted: list[Samples] = []
         rejected: list[tuple[str, Rejection]] = []
         for _, msg in batch:
@@ -87,14 +93,16 @@ class Ingest:
         self.counters.samples += sum(len(s) for s in accepted)
         self.counters.rejected += len(rejected)
 
-    def _write(self, accepted: list[Samples], rejected: list[tuple[str, Rejection]],
-               stop: threading.Event) -> None:
+    def _write(
+        self, accepted: list[Samples], rejected: list[tuple[str, Rejection]], stop: threading.Event
+    ) -> None:
         """Write to Redis, retrying with backoff for as long as Redis is unreachable."""
         failures = 0
         while True:
             try:
                 self.queue.write(
-                    accepted, rejected,
+                    accepted,
+                    rejected,
                     deadletter_maxlen=self.cfg.deadletter_maxlen,
                     deadletter_payload_bytes=self.cfg.deadletter_payload_bytes,
                 )

@@ -88,9 +88,16 @@ class _Carry:
 class Learner:
     """Trains one model on its sample stream and publishes its weights."""
 
-    def __init__(self, cfg: ModelConfig, sample_queue: SampleQueue, store: WeightsStore,
-                 *, consumer: str = "learner", status: StatusSink | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        sample_queue: SampleQueue,
+        store: WeightsStore,
+        *,
+        consumer: str = "learner",
+        status: StatusSink | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cfg = cfg
         self.policy = cfg.learner
         self.queue = sample_queue
@@ -156,8 +163,9 @@ class Learner:
         deadline = self.clock() + self.policy.max_wait_ms / 1000
         while self._carry.available < limit:
             wait_ms = int((deadline - self.clock()) * 1000)
-            entries = self.queue.read(self.consumer, limit - self._carry.available,
-                                      wait_ms if wait_ms >= 1 else None)
+            entries = self.queue.read(
+                self.consumer, limit - self._carry.available, wait_ms if wait_ms >= 1 else None
+            )
             self._carry.add(entries)
             if not entries and wait_ms < 1:
                 break
@@ -185,7 +193,9 @@ class Learner:
         s.samples_seen += n
         self._steps_since_publish += 1
         decay = 1.0 if s.online_loss is None else 1 - 0.995**n
-        s.online_loss = loss if s.online_loss is None else s.online_loss + decay * (loss - s.online_loss)
+        s.online_loss = (
+            loss if s.online_loss is None else s.online_loss + decay * (loss - s.online_loss)
+        )
         if metric is not None:
             prev = s.online_metric
             s.online_metric = metric if prev is None else prev + decay * (metric - prev)
@@ -200,8 +210,12 @@ class Learner:
             return
         s = self.state
         s.version = max(s.version, self.store.latest_version()) + 1
-        meta = {"model": self.cfg.name, "version": str(s.version), "step": str(s.step),
-                "samples_seen": str(s.samples_seen)}
+        meta = {
+            "model": self.cfg.name,
+            "version": str(s.version),
+            "step": str(s.step),
+            "samples_seen": str(s.samples_seen),
+        }
         self.store.publish(s.version, codec.encode(arrays, meta))
         self._good = self._snapshot()
         self._steps_since_publish = 0
@@ -210,10 +224,17 @@ class Learner:
 
     def status(self) -> dict[str, object]:
         s = self.state
-        return {"model": self.cfg.name, "version": s.version, "step": s.step,
-                "samples_seen": s.samples_seen, "online_loss": s.online_loss,
-                "online_metric": s.online_metric, "metric": self._metric_name(),
-                "rollbacks": s.rollbacks, "updated_at": time.time()}
+        return {
+            "model": self.cfg.name,
+            "version": s.version,
+            "step": s.step,
+            "samples_seen": s.samples_seen,
+            "online_loss": s.online_loss,
+            "online_metric": s.online_metric,
+            "metric": self._metric_name(),
+            "rollbacks": s.rollbacks,
+            "updated_at": time.time(),
+        }
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -51,10 +51,14 @@ def _from_factory(cfg: ModelConfig) -> keras.Model:
     try:
         factory = getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"models.{cfg.name}.factory: cannot load {cfg.factory!r}: {exc}") from None
+        raise ConfigError(
+            f"models.{cfg.name}.factory: cannot load {cfg.factory!r}: {exc}"
+        ) from None
     model = factory(cfg)
     if not isinstance(model, keras.Model) or model.optimizer is None:
-        raise ConfigError(f"models.{cfg.name}.factory: {cfg.factory} must return a compiled keras.Model")
+        raise ConfigError(
+            f"models.{cfg.name}.factory: {cfg.factory} must return a compiled keras.Model"
+        )
     return model
 
 

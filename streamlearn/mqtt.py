@@ -43,7 +43,9 @@ class BrokerAddress:
         """
         parts = urlsplit(url)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-            raise ConfigError(f"STREAMLEARN_MQTT_URL: scheme must be mqtt:// or mqtts://, got {url!r}")
+            raise ConfigError(
+                f"STREAMLEARN_MQTT_URL: scheme must be mqtt:// or mqtts://, got {url!r}"
+            )
         tls = parts.scheme in ("mqtts", "ssl")
         try:
             port = parts.port or (8883 if tls else 1883)
@@ -121,8 +123,9 @@ def connect(
     if receive_maximum:
         props.ReceiveMaximum = receive_maximum
     try:
-        client.connect(addr.host, addr.port, keepalive=30, clean_start=not persistent,
-                       properties=props)
+        client.connect(
+            addr.host, addr.port, keepalive=30, clean_start=not persistent, properties=props
+        )
     except OSError as exc:
         raise StreamlearnError(f"cannot reach MQTT broker {addr.host}:{addr.port}: {exc}") from None
     client.loop_start()

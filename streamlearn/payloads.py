@@ -54,7 +54,7 @@ class Samples:
 
     x: np.ndarray
     y: np.ndarray
-    ids: tuple[str, ...] | None = None
+    ids: tuple[str | None, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.y)
@@ -99,7 +99,9 @@ def _decode(raw: bytes, limit: int) -> dict[str, Any]:
         raise PayloadError(f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}")
     try:
         doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise PayloadError("invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
         raise PayloadError(f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
@@ -176,7 +178,8 @@ class PayloadParser:
             raise PayloadError(f"{n} samples exceed max_samples_per_message={limit}")
 
     def _check_targets(self, y: list[float]) -> np.ndarray:
-        arr = np.asarray(y, dtype=np.float32)
+        with np.errstate(over="ignore"):
+            arr = np.asarray(y, dtype=np.float32)
         task = self.model.task
         if task == "binary" and not np.all((arr >= 0) & (arr <= 1)):
             raise PayloadError(f"y must be in [0, 1] for a binary model, got {y[:5]}")
@@ -233,8 +236,6 @@ def concat(parts: list[Samples]) -> Samples | None:
     if len(parts) == 1:
         return parts[0]
     ids = None
-    if all(p.ids is not None for p in parts):
-        ids = tuple(i for p in parts for i in p.ids or ())
-    return Samples(
-        np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]), ids
-    )
+    if any(p.ids is not None for p in parts):
+        ids = tuple(i for p in parts for i in (p.ids or (None,) * len(p)))
+    return Samples(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]), ids)

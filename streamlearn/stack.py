@@ -34,8 +34,15 @@ class Child:
 
 
 class Stack:
-    def __init__(self, cfg: AppConfig, settings: Settings, *, config_path: str | None = None,
-                 data_dir: str | None = None, demo_rate: float | None = None) -> None:
+    def __init__(
+        self,
+        cfg: AppConfig,
+        settings: Settings,
+        *,
+        config_path: str | None = None,
+        data_dir: str | None = None,
+        demo_rate: float | None = None,
+    ) -> None:
         self.cfg = cfg
         self.settings = settings
         self.config_args = ["--config", config_path] if config_path else []
@@ -47,7 +54,10 @@ class Stack:
         self._stop = threading.Event()
 
     def run(self, quiet: bool = False) -> int:
-        previous = {s: signal.signal(s, lambda *_: self._stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            s: signal.signal(s, lambda *_: self._stop.set())
+            for s in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             self._start_servers()
             self._start_children()
@@ -65,38 +75,59 @@ class Stack:
     def _start_servers(self) -> None:
         data = self.data_dir
         if not self.settings.mqtt_url:
-            broker = embedded.mosquitto(workdir=data and os.path.join(data, "mosquitto"),
-                                        persistence=bool(data)).start()
+            broker = embedded.mosquitto(
+                workdir=data and os.path.join(data, "mosquitto"), persistence=bool(data)
+            ).start()
             self.servers.append(broker)
             self.env["STREAMLEARN_MQTT_URL"] = f"mqtt://127.0.0.1:{broker.port}"
         if not self.settings.redis_url:
             extra = ("--appendonly", "yes") if data else ()
-            store = embedded.redis_server(None, data and os.path.join(data, "redis"), *extra).start()
+            store = embedded.redis_server(
+                None, data and os.path.join(data, "redis"), *extra
+            ).start()
             self.servers.append(store)
             self.env["STREAMLEARN_REDIS_URL"] = f"redis://127.0.0.1:{store.port}/0"
-        _say(f"broker {self.env['STREAMLEARN_MQTT_URL']}  redis {self.env['STREAMLEARN_REDIS_URL']}")
+        _say(
+            f"broker {self.env['STREAMLEARN_MQTT_URL']}  redis {self.env['STREAMLEARN_REDIS_URL']}"
+        )
 
     def _start_children(self) -> None:
         py = [sys.executable, "-m"]
         for name, model in self.cfg.models.items():
             common = [*self.config_args, "--model", name]
-            roles = [("learner", 1), ("ingest", model.ingest.replicas), ("actor", model.actor.replicas)]
+            roles = [
+                ("learner", 1),
+                ("ingest", model.ingest.replicas),
+                ("actor", model.actor.replicas),
+            ]
             for role, count in roles:
                 for i in range(count):
                     argv = [*py, f"workers.{role}", *common, "--instance", f"{i}"]
                     self.children.append(Child(f"{role}:{name}:{i}", argv))
             if self.demo_rate:
-                argv = [*py, "streamlearn.cli", "publish", "--demo", *common,
-                        "--rate", str(self.demo_rate), "--batch", "10"]
+                argv = [
+                    *py,
+                    "streamlearn.cli",
+                    "publish",
+                    "--demo",
+                    *common,
+                    "--rate",
+                    str(self.demo_rate),
+                    "--batch",
+                    "10",
+                ]
                 self.children.append(Child(f"demo:{name}", argv))
         for child in self.children:
             self._spawn(child)
-        _say(f"started {len(self.children)} processes for models {list(self.cfg.models)}; "
-             "Ctrl-C stops everything")
+        _say(
+            f"started {len(self.children)} processes for models {list(self.cfg.models)}; "
+            "Ctrl-C stops everything"
+        )
 
     def _spawn(self, child: Child) -> None:
-        child.proc = subprocess.Popen(child.argv, env=self.env, start_new_session=True,
-                                      preexec_fn=embedded.die_with_parent)
+        child.proc = subprocess.Popen(
+            child.argv, env=self.env, start_new_session=True, preexec_fn=embedded.die_with_parent
+        )
         child.started_at = time.monotonic()
 
     def _supervise(self) -> None:
@@ -139,9 +170,12 @@ class StatusLine:
         prefix = env.get("STREAMLEARN_TOPIC_PREFIX", "streamlearn")
         topics = [(Names(m, prefix).status_topic, 0) for m in cfg.models]
         try:
-            self.client = mqtt.connect(env["STREAMLEARN_MQTT_URL"], subscriptions=topics,
-                                       on_message=self._on_message,
-                                       ca_file=env.get("STREAMLEARN_MQTT_CA_FILE"))
+            self.client = mqtt.connect(
+                env["STREAMLEARN_MQTT_URL"],
+                subscriptions=topics,
+                on_message=self._on_message,
+                ca_file=env.get("STREAMLEARN_MQTT_CA_FILE"),
+            )
         except Exception as exc:  # the summary line is a nicety, never a reason to fail
             log.warning("no live summary: %s", exc)
             self.client = None
@@ -160,9 +194,11 @@ class StatusLine:
         for name, s in sorted(self.latest.items()):
             loss = s.get("online_loss")
             metric = s.get("online_metric")
-            _say(f"{name}: version {s['version']}  step {s['step']}  samples {s['samples_seen']}  "
-                 f"loss {loss if loss is None else round(loss, 4)}  "
-                 f"{s.get('metric') or 'metric'} {metric if metric is None else round(metric, 4)}")
+            _say(
+                f"{name}: version {s['version']}  step {s['step']}  samples {s['samples_seen']}  "
+                f"loss {loss if loss is None else round(loss, 4)}  "
+                f"{s.get('metric') or 'metric'} {metric if metric is None else round(metric, 4)}"
+            )
 
 
 def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list[dict]:
@@ -182,8 +218,12 @@ def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list
         except (ValueError, KeyError, TypeError):
             pass
 
-    client = mqtt.connect(settings.mqtt, on_message=on_message, ca_file=settings.mqtt_ca_file,
-                          subscriptions=[(Names(m, prefix).status_topic, 0) for m in cfg.models])
+    client = mqtt.connect(
+        settings.mqtt,
+        on_message=on_message,
+        ca_file=settings.mqtt_ca_file,
+        subscriptions=[(Names(m, prefix).status_topic, 0) for m in cfg.models],
+    )
     time.sleep(wait_s)
     mqtt.close(client)
     r = redis.Redis.from_url(settings.redis)
@@ -196,10 +236,16 @@ def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list
                 pending = r.xpending(names.samples_key, GROUP)["pending"]
             except redis.ResponseError:
                 pending = 0
-        rows.append({"model": name, **statuses.get(name, {}),
-                     "queue_length": r.xlen(names.samples_key), "pending": pending,
-                     "deadletters": r.xlen(names.deadletter_key),
-                     "latest_version": int(r.get(names.latest_key) or 0)})
+        rows.append(
+            {
+                "model": name,
+                **statuses.get(name, {}),
+                "queue_length": r.xlen(names.samples_key),
+                "pending": pending,
+                "deadletters": r.xlen(names.deadletter_key),
+                "latest_version": int(r.get(names.latest_key) or 0),
+            }
+        )
     return rows
 
 

@@ -41,7 +41,9 @@ def mosquitto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embed
 
 
 @pytest.fixture
-def settings(redis_server: embedded.ServerProcess, mosquitto_server: embedded.ServerProcess) -> Settings:
+def settings(
+    redis_server: embedded.ServerProcess, mosquitto_server: embedded.ServerProcess
+) -> Settings:
     tag = uuid.uuid4().hex[:8]
     return Settings(
         mqtt_url=f"mqtt://127.0.0.1:{mosquitto_server.port}",
@@ -63,14 +65,16 @@ def redis(settings: Settings) -> Iterator[redis_lib.Redis]:
 
 def role_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
-    env.update({
-        "STREAMLEARN_MQTT_URL": settings.mqtt,
-        "STREAMLEARN_REDIS_URL": settings.redis,
-        "STREAMLEARN_TOPIC_PREFIX": settings.topic_prefix,
-        "STREAMLEARN_KEY_PREFIX": settings.key_prefix,
-        "STREAMLEARN_SHARE_GROUP": settings.share_group,
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "STREAMLEARN_MQTT_URL": settings.mqtt,
+            "STREAMLEARN_REDIS_URL": settings.redis,
+            "STREAMLEARN_TOPIC_PREFIX": settings.topic_prefix,
+            "STREAMLEARN_KEY_PREFIX": settings.key_prefix,
+            "STREAMLEARN_SHARE_GROUP": settings.share_group,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -78,9 +82,15 @@ class RoleProcess:
     """A worker process (`python -m workers.ROLE`) whose output is collected line by line."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     preexec_fn=embedded.die_with_parent)
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=embedded.die_with_parent,
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -124,8 +134,15 @@ def start_role(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Rol
     def start(role: str, toml: str, model: str | None = None, instance: str = "0") -> RoleProcess:
         config = tmp_path / "streamlearn.toml"
         config.write_text(toml)
-        argv = [sys.executable, "-m", f"workers.{role}", "--config", str(config),
-                "--instance", instance]
+        argv = [
+            sys.executable,
+            "-m",
+            f"workers.{role}",
+            "--config",
+            str(config),
+            "--instance",
+            instance,
+        ]
         if model:
             argv += ["--model", model]
         proc = RoleProcess(argv, role_env(settings))
@@ -146,8 +163,9 @@ class Client:
         self.received: list[paho.MQTTMessage] = []
         self._cond = threading.Condition()
         self.reply_topic = self.names.topic(f"replies/{uuid.uuid4().hex[:8]}")
-        self.client = mqtt.connect(settings.mqtt, subscriptions=[(self.reply_topic, 1)],
-                                   on_message=self._on_message)
+        self.client = mqtt.connect(
+            settings.mqtt, subscriptions=[(self.reply_topic, 1)], on_message=self._on_message
+        )
 
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         with self._cond:
@@ -156,9 +174,12 @@ class Client:
 
     def publish_samples(self, payloads: list[bytes | str | dict]) -> None:
         """Publish with QoS 1 and wait for every PUBACK."""
-        infos = [self.client.publish(self.names.samples_topic,
-                                     json.dumps(p) if isinstance(p, dict) else p, qos=1)
-                 for p in payloads]
+        infos = [
+            self.client.publish(
+                self.names.samples_topic, json.dumps(p) if isinstance(p, dict) else p, qos=1
+            )
+            for p in payloads
+        ]
         for info in infos:
             info.wait_for_publish(30)
             assert info.is_published()
@@ -166,12 +187,18 @@ class Client:
     def request(self, body: dict, timeout_s: float = 10) -> dict:
         """One MQTT v5 request/response round trip; the reply must echo the correlation."""
         correlation = uuid.uuid4().bytes
-        self.client.publish(self.names.predict_topic, json.dumps(body), qos=1,
-                            properties=mqtt.request_properties(self.reply_topic, correlation))
+        self.client.publish(
+            self.names.predict_topic,
+            json.dumps(body),
+            qos=1,
+            properties=mqtt.request_properties(self.reply_topic, correlation),
+        )
         msg = self.wait(lambda m: m.properties.CorrelationData == correlation, timeout_s)
         return json.loads(msg.payload)
 
-    def wait(self, match: Callable[[paho.MQTTMessage], bool], timeout_s: float = 10) -> paho.MQTTMessage:
+    def wait(
+        self, match: Callable[[paho.MQTTMessage], bool], timeout_s: float = 10
+    ) -> paho.MQTTMessage:
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while True:

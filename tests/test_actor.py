@@ -42,9 +42,13 @@ def test_mqtt311_client_gets_the_reply_on_reply_to(start_role, settings):
     legacy.subscribe(reply_to, qos=1)
     legacy.subscribe(names.predictions_topic, qos=1)
     time.sleep(0.3)
-    legacy.publish(names.predict_topic, json.dumps({"x": [1, 2], "id": "r1", "reply_to": reply_to}), qos=1)
+    legacy.publish(
+        names.predict_topic, json.dumps({"x": [1, 2], "id": "r1", "reply_to": reply_to}), qos=1
+    )
     legacy.publish(names.predict_topic, json.dumps({"x": [1, 2], "id": "r2"}), qos=1)
-    legacy.publish(names.predict_topic, json.dumps({"x": [1], "id": "r3", "reply_to": reply_to}), qos=1)
+    legacy.publish(
+        names.predict_topic, json.dumps({"x": [1], "id": "r3", "reply_to": reply_to}), qos=1
+    )
     deadline = time.monotonic() + 10
     while len(got) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -37,9 +37,11 @@ def test_malformed_payloads_are_dead_lettered_and_good_samples_flow(start_role, 
         b'{"x": [1, "2", 3], "y": 0}': "valid number",
         b'{"x": [1, 2, 3], "y": "1"}': "valid number",
         b'{"x": [1, 2, 3], "y": 1, "extra": true}': "Extra inputs",
-        json.dumps({"x": [1.0] * 3, "y": 1, "id": "a" * 5000}).encode(): "exceeds max_payload_bytes",
+        json.dumps(
+            {"x": [1.0] * 3, "y": 1, "id": "a" * 5000}
+        ).encode(): "exceeds max_payload_bytes",
         b'{"x": [1, 2, 3], "y": 7}': "binary",
-        b'[1, 2, 3]': "JSON object",
+        b"[1, 2, 3]": "JSON object",
     }
     stream: list[bytes] = []
     i = 0
@@ -48,8 +50,11 @@ def test_malformed_payloads_are_dead_lettered_and_good_samples_flow(start_role, 
         i += 2
     # a list with one bad item among good ones, and a good columnar message
     rows = [[100.0, 1.0, 2.0], [101.0, 1.0, 2.0]]
-    stream.append(json.dumps({"samples": [{"x": rows[0], "y": 1}, {"x": [1, 2], "y": 0},
-                                          {"x": rows[1], "y": 0}]}).encode())
+    stream.append(
+        json.dumps(
+            {"samples": [{"x": rows[0], "y": 1}, {"x": [1, 2], "y": 0}, {"x": rows[1], "y": 0}]}
+        ).encode()
+    )
     good_rows += rows
     cols = [[200.0, 0.0, 0.0], [201.0, 0.0, 0.0], [202.0, 0.0, 0.0]]
     stream.append(json.dumps({"x": cols, "y": [0, 1, 0], "ids": ["c0", "c1", "c2"]}).encode())
@@ -62,8 +67,11 @@ def test_malformed_payloads_are_dead_lettered_and_good_samples_flow(start_role, 
 
     expected_dead = len(bad) + 1
     eventually(lambda: redis.xlen(names.deadletter_key) >= expected_dead, 30, "dead letters")
-    eventually(lambda: sum(int(f[b"n"]) for _, f in redis.xrange(names.samples_key)) >= len(good_rows),
-               30, "good samples in the stream")
+    eventually(
+        lambda: sum(int(f[b"n"]) for _, f in redis.xrange(names.samples_key)) >= len(good_rows),
+        30,
+        "good samples in the stream",
+    )
 
     entries = [unpack(f, (3,)) for _, f in redis.xrange(names.samples_key)]
     got = np.concatenate([e.x for e in entries])

@@ -44,15 +44,18 @@ def announced_versions(redis, channel: str, stop: threading.Event, out: list[int
     pubsub.close()
 
 
-def test_stream_learns_a_known_function_and_actors_serve_it(start_role, client_for, redis, settings):
+def test_stream_learns_a_known_function_and_actors_serve_it(
+    start_role, client_for, redis, settings
+):
     names = Names("f", settings.topic_prefix, settings.key_prefix)
     start_role("learner", TOML)
     start_role("ingest", TOML)
     actor = start_role("actor", TOML)
     versions: list[int] = []
     stop = threading.Event()
-    listener = threading.Thread(target=announced_versions,
-                                args=(redis, names.weights_channel, stop, versions))
+    listener = threading.Thread(
+        target=announced_versions, args=(redis, names.weights_channel, stop, versions)
+    )
     listener.start()
 
     rng = np.random.default_rng(7)
@@ -60,9 +63,14 @@ def test_stream_learns_a_known_function_and_actors_serve_it(start_role, client_f
     y = known(x)
     device = plain_paho(settings)  # a device with nothing but paho
     started = time.monotonic()
-    infos = [device.publish(names.samples_topic,
-                            json.dumps({"x": xi.tolist(), "y": float(yi), "id": f"s{i}"}), qos=1)
-             for i, (xi, yi) in enumerate(zip(x, y, strict=True))]
+    infos = [
+        device.publish(
+            names.samples_topic,
+            json.dumps({"x": xi.tolist(), "y": float(yi), "id": f"s{i}"}),
+            qos=1,
+        )
+        for i, (xi, yi) in enumerate(zip(x, y, strict=True))
+    ]
     for info in infos:
         info.wait_for_publish(30)
     published = time.monotonic()
@@ -82,9 +90,11 @@ def test_stream_learns_a_known_function_and_actors_serve_it(start_role, client_f
     eventually(lambda: versions[-1] == int(redis.get(names.latest_key)), 5, "it was announced")
     stop.set()
     listener.join()
-    print(f"\n{SAMPLES} samples: published in {published - started:.2f} s, all trained after "
-          f"{trained - started:.2f} s ({SAMPLES / (trained - started):,.0f} samples/s through "
-          f"the stack), {len(versions)} versions")
+    print(
+        f"\n{SAMPLES} samples: published in {published - started:.2f} s, all trained after "
+        f"{trained - started:.2f} s ({SAMPLES / (trained - started):,.0f} samples/s through "
+        f"the stack), {len(versions)} versions"
+    )
 
     assert versions == sorted(set(versions)), "versions only increase"
     latest = int(redis.get(names.latest_key))

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,8 +36,9 @@ def alive(pid: int) -> bool:
 def test_up_runs_the_demo_stack_and_ctrl_c_stops_everything(tmp_path: Path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
     env["PYTHONPATH"] = str(ROOT)
-    up = RoleProcess([sys.executable, "-m", "streamlearn.cli", "up", "--demo", "--demo-rate", "300"],
-                     env)
+    up = RoleProcess(
+        [sys.executable, "-m", "streamlearn.cli", "up", "--demo", "--demo-rate", "300"], env
+    )
     try:
         up.wait_for("Ctrl-C stops everything", 60)
         urls = re.search(r"broker (\S+)\s+redis (\S+)", up.output)

@@ -19,7 +19,9 @@ from streamlearn.names import Names
 
 def parse_args(role: str, argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"streamlearn {role}")
-    parser.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")
+    parser.add_argument(
+        "--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)"
+    )
     parser.add_argument("--model", help="model name (default: the only model)")
     parser.add_argument("--instance", help="stable id of this process (default: hostname)")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -41,8 +43,13 @@ def load(role: str, args: argparse.Namespace) -> tuple[ModelConfig, Settings, Na
 
 def redis_client(settings: Settings) -> redis.Redis:
     retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
-    return redis.Redis.from_url(settings.redis, retry=retry, socket_timeout=10,
-                                socket_connect_timeout=5, health_check_interval=30)
+    return redis.Redis.from_url(
+        settings.redis,
+        retry=retry,
+        socket_timeout=10,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+    )
 
 
 def stop_on_signals() -> threading.Event:

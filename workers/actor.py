@@ -26,7 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     actor = Actor(model, store, names, publish)
     stop = _runtime.stop_on_signals()
     client = mqtt.connect(
-        settings.mqtt, client_id, ca_file=settings.mqtt_ca_file,
+        settings.mqtt,
+        client_id,
+        ca_file=settings.mqtt_ca_file,
         subscriptions=[(names.shared("predict", settings.share_group), 1)],
         on_message=actor.on_message,
     )

@@ -20,9 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     ingest = Ingest(PayloadParser(model), queue, model.ingest)
     stop = _runtime.stop_on_signals()
     client = mqtt.connect(
-        settings.mqtt, client_id, ca_file=settings.mqtt_ca_file,
+        settings.mqtt,
+        client_id,
+        ca_file=settings.mqtt_ca_file,
         subscriptions=[(names.shared("samples", settings.share_group), 1)],
-        on_message=ingest.on_message, manual_ack=True, persistent=True,
+        on_message=ingest.on_message,
+        manual_ack=True,
+        persistent=True,
         receive_maximum=model.ingest.max_pending_messages,
     )
     log.info("ingest for %s ready on %s", model.name, names.samples_topic)

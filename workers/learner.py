@@ -23,9 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     def publish_status(status: dict[str, object]) -> None:
         client.publish(names.status_topic, json.dumps(status), qos=1, retain=True)
 
-    learner = Learner(model, SampleQueue(redis, names, model.sample_shape),
-                      WeightsStore(redis, names, model.learner.keep_versions),
-                      consumer=f"learner-{model.name}", status=publish_status)
+    learner = Learner(
+        model,
+        SampleQueue(redis, names, model.sample_shape),
+        WeightsStore(redis, names, model.learner.keep_versions),
+        consumer=f"learner-{model.name}",
+        status=publish_status,
+    )
     stop = _runtime.stop_on_signals()
     learner.start()
     log.info("learner for %s ready at version %d", model.name, learner.state.version)

@@ -20,7 +20,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/passwd}
 
 if [ -z "${MQTT_INGEST_PASSWORD:-}" ] && [ -f ./.env ]; then
-    set -a; . ./.env; set +a
+    set -a
+    # shellcheck source=/dev/null
+    . ./.env
+    set +a
 fi
 
 dir=$(cd "$(dirname "$out")" && pwd)
@@ -40,7 +43,7 @@ else
 fi
 
 for user in ingest actor learner device; do
-    var=MQTT_$(echo "$user" | tr a-z A-Z)_PASSWORD
+    var=MQTT_$(echo "$user" | tr '[:lower:]' '[:upper:]')_PASSWORD
     eval "pw=\${$var:-}"
     if [ -z "$pw" ]; then echo "make-passwd.sh: $var is not set" >&2; exit 1; fi
     if [ "${#pw}" -lt 16 ]; then echo "make-passwd.sh: $var is shorter than 16 characters" >&2; exit 1; fi

@@ -14,7 +14,11 @@
 # Do not commit the output. Redis 7.0 ACL files allow no comments, hence the rules are
 # documented here:
 #
-#   default  off: unauthenticated clients can do nothing.
+#   default  off, without a password: nobody can authenticate as it, and a client that has
+#            not authenticated can run nothing but AUTH/HELLO (NOAUTH). Its rights are
+#            nevertheless all (+@all ~* &*): Redis replays the AOF at start-up as the default
+#            user and re-checks ACLs at each EXEC, so a default user without rights would
+#            drop every MULTI/EXEC from the AOF (the weights updates) on a restart.
 #   ingest   XADD (and XLEN, XINFO) on sl:*:samples and sl:*:deadletter.
 #   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
 #            XPENDING, XTRIM, XGROUP CREATE), XADDs dead letters, SET/GET/DEL of
@@ -30,7 +34,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/users.acl}
 
 if [ -z "${REDIS_INGEST_PASSWORD:-}" ] && [ -f ./.env ]; then
-    set -a; . ./.env; set +a
+    set -a
+    # shellcheck source=/dev/null
+    . ./.env
+    set +a
 fi
 
 sha256() {
@@ -55,7 +62,7 @@ actor=$(hash_of REDIS_ACTOR_PASSWORD)
 tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {
-    echo "user default off resetpass resetkeys resetchannels -@all"
+    echo "user default off resetpass ~* &* +@all"
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter -@all $conn +xadd +xlen +xinfo"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish"
     echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* &sl:*:weights -@all $conn +get +subscribe +unsubscribe"
