@@ -178,6 +178,9 @@ class Actor:
 
     def serve(self, messages: list[mqtt.MQTTMessage]) -> None:
         """Answer a batch of request messages with one forward pass."""
+        if self.version == 0:  # block on first use: the first version may just have appeared
+            self.reloader.poll()
+            self.reload()
         pending: list[_Pending] = []
         for msg in messages:
             topic, correlation = self._reply_route(msg)

@@ -47,8 +47,12 @@ def test_up_runs_the_demo_stack_and_ctrl_c_stops_everything(tmp_path: Path):
         names = Names("demo")
         store = redis_lib.Redis.from_url(settings.redis)
         eventually(lambda: int(store.get(names.latest_key) or 0) > 0, 90, "a first version")
+        up.wait_for("actor for demo ready", 60)  # a request sent before is heard by no one
         client = Client(settings, "demo")
-        reply = client.request({"x": [0.5] * 9, "id": 1}, timeout_s=20)
+        try:
+            reply = client.request({"x": [0.5] * 9, "id": 1}, timeout_s=20)
+        except AssertionError:
+            raise AssertionError(up.output[-5000:]) from None
         client.close()
         store.close()
         assert reply["version"] > 0 and 0.0 <= reply["y"] <= 1.0, reply
