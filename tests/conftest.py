@@ -158,13 +158,18 @@ def start_role(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Rol
 class Client:
     """A plain paho MQTT v5 client, as a device or user application would use."""
 
-    def __init__(self, settings: Settings, model: str) -> None:
+    def __init__(self, settings: Settings, model: str, client_id: str | None = None) -> None:
         self.names = Names(model, settings.topic_prefix, settings.key_prefix)
         self.received: list[paho.MQTTMessage] = []
         self._cond = threading.Condition()
-        self.reply_topic = self.names.topic(f"replies/{uuid.uuid4().hex[:8]}")
+        client_id = client_id or f"sl-test-{uuid.uuid4().hex[:8]}"
+        # Replies go to replies/{client id}/..., the one reply topic a device may read.
+        self.reply_topic = self.names.topic(f"replies/{client_id}/{uuid.uuid4().hex[:8]}")
         self.client = mqtt.connect(
-            settings.mqtt, subscriptions=[(self.reply_topic, 1)], on_message=self._on_message
+            settings.mqtt,
+            client_id,
+            subscriptions=[(self.reply_topic, 1)],
+            on_message=self._on_message,
         )
 
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
