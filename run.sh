@@ -6,10 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-need_debian_servers() {
+need_debian_packages() {
+  # Servers for every verb; the browser only for the tests (the dashboard test drives it).
   local missing=()
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
+  command -v openssl >/dev/null || missing+=(openssl)
+  if [ "${1:-}" = test ]; then command -v chromium >/dev/null || missing+=(chromium); fi
   [ ${#missing[@]} -eq 0 ] && return
   echo "installing Debian packages: ${missing[*]}"
   local sudo=""
@@ -36,12 +39,12 @@ shift || true
 export PATH="$PATH:/usr/sbin"
 case "$verb" in
   up)
-    need_debian_servers
+    need_debian_packages up
     python_env
     exec .venv/bin/streamlearn up --demo "$@"
     ;;
   test)
-    need_debian_servers
+    need_debian_packages test
     python_env
     exec .venv/bin/python -m pytest "$@"
     ;;

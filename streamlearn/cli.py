@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--demo-rate", type=float, default=500, help="demo samples/s per model")
     up.add_argument("--quiet", action="store_true", help="no live summary line")
     up.add_argument("--data-dir", help="where embedded servers keep files (default: a temp dir)")
+    up.add_argument("--dashboard-port", type=int, default=8321, help="live dashboard on localhost")
+    up.add_argument("--no-dashboard", action="store_true")
 
     for role in ROLES:
         sub.add_parser(role, help=f"run one {role} process (see `streamlearn {role} --help`)")

@@ -7,7 +7,6 @@ roles first, then the servers it started.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -19,7 +18,8 @@ from dataclasses import dataclass, field
 
 from streamlearn import embedded
 from streamlearn.config import AppConfig, Settings
-from streamlearn.names import Names
+from streamlearn.dashboard import Dashboard
+from streamlearn.monitor import StatusMonitor, snapshot
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +42,14 @@ class Stack:
         config_path: str | None = None,
         data_dir: str | None = None,
         demo_rate: float | None = None,
+        dashboard_port: int | None = 8321,
     ) -> None:
         self.cfg = cfg
         self.settings = settings
         self.config_args = ["--config", config_path] if config_path else []
         self.data_dir = data_dir
         self.demo_rate = demo_rate
+        self.dashboard_port = dashboard_port
         self.servers: list[embedded.ServerProcess] = []
         self.children: list[Child] = []
         self.env = dict(os.environ)
@@ -58,16 +60,29 @@ class Stack:
             s: signal.signal(s, lambda *_: self._stop.set())
             for s in (signal.SIGINT, signal.SIGTERM)
         }
+        monitor = dashboard = None
         try:
             self._start_servers()
             self._start_children()
-            watcher = None if quiet else StatusLine(self.cfg, self.env)
+            settings = self.settings.model_copy(
+                update={
+                    "mqtt_url": self.env["STREAMLEARN_MQTT_URL"],
+                    "redis_url": self.env["STREAMLEARN_REDIS_URL"],
+                }
+            )
+            if self.dashboard_port is not None:
+                dashboard = _open_dashboard(self.cfg, settings, self.dashboard_port)
+            monitor = StatusMonitor(self.cfg, settings)
+            watcher = None if quiet else StatusLine(monitor)
             while not self._stop.wait(0.5):
                 self._supervise()
                 if watcher:
                     watcher.maybe_print()
             return 0
         finally:
+            for part in (dashboard, monitor):
+                if part is not None:
+                    part.close()
             self._shutdown()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -159,45 +174,31 @@ class Stack:
 
 
 class StatusLine:
-    """Prints one line per model every few seconds from its retained status topic."""
+    """Prints one line per model every few seconds: samples/s, loss, metric, version."""
 
-    def __init__(self, cfg: AppConfig, env: dict[str, str], every_s: float = 3.0) -> None:
-        from streamlearn import mqtt
-
+    def __init__(self, monitor: StatusMonitor, every_s: float = 3.0) -> None:
+        self.monitor = monitor
         self.every_s = every_s
-        self.latest: dict[str, dict] = {}
         self.last = time.monotonic()
-        prefix = env.get("STREAMLEARN_TOPIC_PREFIX", "streamlearn")
-        topics = [(Names(m, prefix).status_topic, 0) for m in cfg.models]
-        try:
-            self.client = mqtt.connect(
-                env["STREAMLEARN_MQTT_URL"],
-                subscriptions=topics,
-                on_message=self._on_message,
-                ca_file=env.get("STREAMLEARN_MQTT_CA_FILE"),
-            )
-        except Exception as exc:  # the summary line is a nicety, never a reason to fail
-            log.warning("no live summary: %s", exc)
-            self.client = None
-
-    def _on_message(self, _c: object, _u: object, msg: object) -> None:
-        try:
-            status = json.loads(msg.payload)  # type: ignore[attr-defined]
-            self.latest[status["model"]] = status
-        except (ValueError, KeyError, TypeError):
-            pass
+        self.seen: dict[str, tuple[float, int]] = {}
 
     def maybe_print(self) -> None:
-        if time.monotonic() - self.last < self.every_s:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
             return
-        self.last = time.monotonic()
-        for name, s in sorted(self.latest.items()):
-            loss = s.get("online_loss")
-            metric = s.get("online_metric")
+        self.last = now
+        for name in self.monitor.names:
+            s = self.monitor.learner(name)
+            if not s:
+                continue
+            prev_t, prev_n = self.seen.get(name, (now, s["samples_seen"]))
+            self.seen[name] = (now, s["samples_seen"])
+            rate = (s["samples_seen"] - prev_n) / (now - prev_t) if now > prev_t else 0.0
             _say(
-                f"{name}: version {s['version']}  step {s['step']}  samples {s['samples_seen']}  "
-                f"loss {loss if loss is None else round(loss, 4)}  "
-                f"{s.get('metric') or 'metric'} {metric if metric is None else round(metric, 4)}"
+                f"{name}: {rate:,.0f} samples/s  version {s['version']}  "
+                f"loss {_num(s.get('online_loss'))}  "
+                f"{s.get('metric') or 'metric'} {_num(s.get('online_metric'))}  "
+                f"samples {s['samples_seen']:,}"
             )
 
 
@@ -205,48 +206,26 @@ def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list
     """Per model: its retained learner status plus the queue figures from Redis."""
     import redis
 
-    from streamlearn import mqtt
-    from streamlearn.queue import GROUP
+    monitor = StatusMonitor(cfg, settings)
+    try:
+        time.sleep(wait_s)  # retained messages arrive right after subscribing
+        store = redis.Redis.from_url(settings.redis)
+        return snapshot(monitor, store)
+    finally:
+        monitor.close()
 
-    prefix, keys = settings.topic_prefix, settings.key_prefix
-    statuses: dict[str, dict] = {}
 
-    def on_message(_c: object, _u: object, msg: object) -> None:
-        try:
-            doc = json.loads(msg.payload)  # type: ignore[attr-defined]
-            statuses[doc["model"]] = doc
-        except (ValueError, KeyError, TypeError):
-            pass
+def _num(value: object) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else "-"
 
-    client = mqtt.connect(
-        settings.mqtt,
-        on_message=on_message,
-        ca_file=settings.mqtt_ca_file,
-        subscriptions=[(Names(m, prefix).status_topic, 0) for m in cfg.models],
-    )
-    time.sleep(wait_s)
-    mqtt.close(client)
-    r = redis.Redis.from_url(settings.redis)
-    rows = []
-    for name in cfg.models:
-        names = Names(name, prefix, keys)
-        pending = 0
-        if r.exists(names.samples_key):
-            try:
-                pending = r.xpending(names.samples_key, GROUP)["pending"]
-            except redis.ResponseError:
-                pending = 0
-        rows.append(
-            {
-                "model": name,
-                **statuses.get(name, {}),
-                "queue_length": r.xlen(names.samples_key),
-                "pending": pending,
-                "deadletters": r.xlen(names.deadletter_key),
-                "latest_version": int(r.get(names.latest_key) or 0),
-            }
-        )
-    return rows
+
+def _open_dashboard(cfg: AppConfig, settings: Settings, port: int) -> Dashboard:
+    try:
+        dashboard = Dashboard(cfg, settings, port=port)
+    except OSError:  # the port is taken: any free one will do
+        dashboard = Dashboard(cfg, settings, port=0)
+    _say(f"dashboard {dashboard.start()}")
+    return dashboard
 
 
 def _say(message: str) -> None:
