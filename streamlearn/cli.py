@@ -79,7 +79,15 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("--timeout", type=float, default=10.0)
 
     st = command("status", "show each model's queue, learner and weights", _status)
-    st.add_argument("--json", action="store_true")
+    st.add_argument("--json", action="store_true", help="machine-readable rows")
+    st.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2)",
+    )
     return parser
 
 
@@ -120,9 +128,14 @@ def _publish(args: argparse.Namespace) -> int:
     payloads = (
         _demo_payloads(model, args.batch) if args.demo else _file_payloads(args.file, args.batch)
     )
+    total = args.count if args.demo else _count_samples(args.file)
+    if args.count is not None and total is not None:
+        total = min(total, args.count)
+    progress = Progress(total)
     client = mqtt.connect(settings.mqtt, ca_file=settings.mqtt_ca_file)
     sent = messages = 0
     start = time.monotonic()
+    info = None
     try:
         for n, payload in payloads:
             if args.count is not None and sent >= args.count:
@@ -131,22 +144,69 @@ def _publish(args: argparse.Namespace) -> int:
             messages += 1
             sent += n
             if messages % 100 == 0:
-                info.wait_for_publish(10)
+                info.wait_for_publish(10)  # bounded in-flight: the broker acknowledges as we go
+            progress.update(sent)
             if args.rate:
                 ahead = sent / args.rate - (time.monotonic() - start)
                 if ahead > 0:
                     time.sleep(ahead)
-        info.wait_for_publish(30)
+        if info is not None:
+            info.wait_for_publish(30)
     except KeyboardInterrupt:
         pass
     finally:
         mqtt.close(client)
+        progress.finish(sent)
     elapsed = time.monotonic() - start
     print(
         f"published {sent} samples in {messages} messages to {names.samples_topic} "
         f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
     )
     return 0
+
+
+class Progress:
+    """A one-line progress bar with samples/s on stderr; a plain line every 5 s off a terminal."""
+
+    def __init__(self, total: int | None, width: int = 30) -> None:
+        self.total = total
+        self.width = width
+        self.tty = sys.stderr.isatty()
+        self.start = self.last = time.monotonic()
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < (0.2 if self.tty else 5.0):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        if self.total:
+            filled = int(self.width * min(done / self.total, 1.0))
+            bar = f"[{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{self.total:,}"
+        else:
+            bar = f"{done:,} samples"
+        line = f"{bar}  {rate:,.0f} samples/s"
+        print(
+            f"\r{line}" if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def finish(self, done: int) -> None:
+        self.update(done, force=True)
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def _count_samples(path: str) -> int | None:
+    """Samples in a file, counted cheaply (None when unknown)."""
+    try:
+        with open(path, "rb") as f:
+            lines = sum(1 for line in f if line.strip())
+    except OSError:
+        return None
+    return lines - 1 if path.endswith(".csv") else None
 
 
 def _demo_payloads(model: ModelConfig, batch: int) -> Iterator[tuple[int, bytes]]:
@@ -228,27 +288,45 @@ def _status(args: argparse.Namespace) -> int:
     from streamlearn.stack import read_status
 
     cfg: AppConfig = load_config(args.config)
-    rows = read_status(cfg, load_settings())
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    head = (
-        f"{'model':<12} {'version':>7} {'step':>8} {'samples':>10} {'loss':>8} {'metric':>8} "
-        f"{'queue':>7} {'pending':>7} {'dead':>6}"
-    )
-    print(head)
+    settings = load_settings()
+    while True:
+        rows = read_status(cfg, settings)
+        if args.json:
+            print(json.dumps(rows, indent=2), flush=True)
+        else:
+            if args.watch:
+                print("\033[2J\033[H", end="")
+            print(format_status(rows), flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(max(0.0, args.watch - 1.5))
+
+
+def format_status(rows: list[dict]) -> str:
+    """The human table of `streamlearn status`: queue, learner, then one line per actor."""
+    lines = [
+        f"{'model':<12} {'queue':>7} {'pending':>7} {'dead':>6} | {'version':>7} {'step':>8} "
+        f"{'samples':>10} {'samples/s':>9} {'loss':>8} {'metric':>8}"
+    ]
     for r in rows:
-        print(
-            f"{r['model']:<12} {r.get('version', 0):>7} {r.get('step', 0):>8} "
-            f"{r.get('samples_seen', 0):>10} {_num(r.get('online_loss')):>8} "
-            f"{_num(r.get('online_metric')):>8} {r['queue_length']:>7} {r['pending']:>7} "
-            f"{r['deadletters']:>6}"
+        rate = r.get("samples_per_s")
+        lines.append(
+            f"{r['model']:<12} {r['queue_length']:>7} {r['pending']:>7} {r['deadletters']:>6} | "
+            f"{r.get('version', r['latest_version']):>7} {r.get('step', 0):>8} "
+            f"{r.get('samples_seen', 0):>10} {_num(rate, 0):>9} {_num(r.get('online_loss')):>8} "
+            f"{_num(r.get('online_metric')):>8}"
         )
-    return 0
+        for a in r.get("actors", []):
+            age, rps = _num(a.get("weights_age_s"), 1), _num(a.get("requests_per_s"), 1)
+            lines.append(
+                f"  actor {a['id']:<20} version {a.get('version', '-'):>6}  "
+                f"weights age {age} s  {rps} requests/s"
+            )
+    return "\n".join(lines)
 
 
-def _num(value: object) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else "-"
+def _num(value: object, digits: int = 4) -> str:
+    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
 
 
 if __name__ == "__main__":
