@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("x", nargs="?", help="JSON list, e.g. '[0.1, 0.2, ...]' (default: a demo x)")
     pred.add_argument("--timeout", type=float, default=10.0)
 
+    bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
+    bench.add_argument("name", choices=["ingest", "learner", "serve"])
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
+    bench.set_defaults(func=_bench)
+
     st = command("status", "show each model's queue, learner and weights", _status)
     st.add_argument("--json", action="store_true", help="machine-readable rows")
     st.add_argument(
@@ -163,6 +168,16 @@ def _publish(args: argparse.Namespace) -> int:
         f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
     )
     return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "bench" / f"{args.name}.py").exists():
+        raise StreamlearnError("benchmarks ship with the source repository (bench/), not the wheel")
+    cmd = [sys.executable, "-m", f"bench.{args.name}", *args.args]
+    return subprocess.run(cmd, cwd=root).returncode
 
 
 class Progress:
