@@ -1,9 +1,14 @@
 """The actor: serves predictions over MQTT with dynamic batching and hot-reloaded weights.
 
-Requests are gathered up to `max_batch` rows or `max_wait_ms`, padded to a bucket size,
-run in one `predict_on_batch`, and answered one reply per request with the version used.
-A background `WeightsReloader` fetches and validates new versions; the serving loop swaps
-them in between batches, so a reload never fails, drops or delays a request.
+Requests are gathered up to `max_batch` rows or `max_wait_ms` after the first one arrived,
+padded to a bucket size (each warmed up at start, so serving never traces), run in one
+compiled forward pass and answered one reply per request with the version used. A
+`WeightsReloader` stages new versions in the background; the serving loop swaps them in
+between batches, so a reload never fails, drops or delays a request.
+
+Replies go out with QoS 0: a reply is useful only while its client waits, and a lost one
+is that client's timeout and retry, as with HTTP. QoS 1 costs a broker acknowledgement per
+reply and, behind paho's 20-message in-flight window, caps the reply rate.
 """
 
 from __future__ import annotations
@@ -17,209 +22,185 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import keras
 import numpy as np
 import paho.mqtt.client as mqtt
-import redis
+from paho.mqtt.properties import Properties
 
-from streamlearn import codec, models
+from streamlearn import models
 from streamlearn.config import ModelConfig
-from streamlearn.errors import PayloadError, WeightsError
+from streamlearn.errors import PayloadError
 from streamlearn.mqtt import reply_properties
 from streamlearn.names import Names
-from streamlearn.payloads import PayloadParser, Request
+from streamlearn.payloads import PayloadParser
+from streamlearn.reloader import WeightsReloader
 from streamlearn.weights import WeightsStore
 
 log = logging.getLogger(__name__)
 
-Publish = Callable[[str, bytes, object], None]
+# paho's `Client.publish(topic, payload, qos, retain, properties)`.
+Publish = Callable[[str, bytes, int, bool, Properties | None], object]
 
 
-@dataclass(frozen=True)
-class Loaded:
-    version: int
-    arrays: dict[str, np.ndarray]
-    loaded_at: float
+def bucket_sizes(max_batch: int) -> tuple[int, ...]:
+    """Padded batch sizes: powers of 4 below `max_batch`, then `max_batch`.
+
+    >>> bucket_sizes(64), bucket_sizes(100), bucket_sizes(1)
+    ((1, 4, 16, 64), (1, 4, 16, 64, 100), (1,))
+    """
+    sizes, size = [], 1
+    while size < max_batch:
+        sizes.append(size)
+        size *= 4
+    return (*sizes, max_batch)
 
 
-class WeightsReloader:
-    """Fetches new weights in the background; `take()` hands over a validated version once.
+class Forward:
+    """A model's forward pass, compiled once for any batch size.
 
-    Woken by the learner's announcement on the Redis channel, with a periodic check of
-    `latest` as the fallback. A failed fetch or a blob that does not validate is refused
-    with a log line and the actor keeps its current weights.
+    On TensorFlow a concrete function of `model(x)`: it cannot retrace and costs half of
+    `predict_on_batch` per call (no distribution-strategy wrapper). Other backends use
+    `predict_on_batch`, which the padding to bucket sizes keeps from retracing.
     """
 
-    def __init__(self, store: WeightsStore, spec: dict, check_ms: float) -> None:
-        self.store = store
-        self.spec = spec
-        self.check_s = check_ms / 1000
-        self.refused: dict[int, str] = {}
-        self._ready: Loaded | None = None
-        self._seen = 0
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+    def __init__(self, model: keras.Model, sample_shape: tuple[int, ...]) -> None:
+        self.model = model
+        self._call = model.predict_on_batch
+        self.traces: Callable[[], int] | None = None
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
 
-    def start(self) -> None:
-        self.poll()
-        for target in (self._listen, self._loop):
-            thread = threading.Thread(target=target, name=f"reload-{target.__name__}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            spec = tf.TensorSpec((None, *sample_shape), tf.float32)
+            function = tf.function(lambda x: model(x, training=False), input_signature=[spec])
+            concrete = function.get_concrete_function()
+            self._call = lambda x: concrete(tf.constant(x)).numpy()
+            self.traces = function.experimental_get_tracing_count
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def take(self) -> Loaded | None:
-        with self._lock:
-            ready, self._ready = self._ready, None
-        return ready
-
-    def poll(self) -> None:
-        """Fetch and validate the latest version if it is new."""
-        try:
-            latest = self.store.latest_version()
-            if latest <= self._seen or latest in self.refused:
-                return
-            found = self.store.fetch(latest)
-            if found is None:
-                return
-            version, blob = found
-            arrays, _ = codec.decode(blob)
-            codec.check_fits(arrays, self.spec)
-        except WeightsError as exc:
-            self.refused[latest] = str(exc)
-            log.error("refused weights v%d: %s", latest, exc)
-            return
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            log.warning("weights fetch failed, keeping current weights: %s", exc)
-            return
-        with self._lock:
-            self._ready = Loaded(version, arrays, time.time())
-            self._seen = version
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.check_s)
-            self._wake.clear()
-            if not self._stop.is_set():
-                self.poll()
-
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            try:
-                pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(self.store.names.weights_channel)
-                while not self._stop.is_set():
-                    if pubsub.get_message(timeout=0.5) is not None:
-                        self._wake.set()
-            except (redis.ConnectionError, redis.TimeoutError):
-                self._stop.wait(1.0)
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self._call(x))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
-    request: Request
+    arrived: float  # time.monotonic() when paho handed it over
+    x: np.ndarray
+    batched: bool
+    id: str | int | None
     topic: str
     correlation: bytes | None
 
 
 class Actor:
-    """Answers one model's prediction requests."""
+    """Answers one model's prediction requests; `status()` says what it serves."""
 
     def __init__(
-        self, cfg: ModelConfig, store: WeightsStore, names: Names, publish: Publish
+        self,
+        cfg: ModelConfig,
+        store: WeightsStore,
+        names: Names,
+        publish: Publish,
+        actor_id: str = "actor",
     ) -> None:
         self.cfg = cfg
         self.policy = cfg.actor
         self.names = names
-        self.publish_reply = publish
+        self.publish = publish
+        self.id = actor_id
+        self.status_topic = names.topic(f"actors/{actor_id}")
         self.parser = PayloadParser(cfg)
-        self.model = models.build_model(cfg)
-        self.reloader = WeightsReloader(store, models.spec(self.model), self.policy.reload_check_ms)
+        self.buckets = bucket_sizes(self.policy.max_batch)
+        serving, spare = models.build_model(cfg), models.build_model(cfg)
+        self._forward = {id(m): self._compile(m) for m in (serving, spare)}
+        self.model = serving
+        self.reloader = WeightsReloader(store, spare, self.policy.reload_check_ms)
         self.version = 0
         self.loaded_at: float | None = None
         self.served = 0
-        self.buckets = tuple(sorted({1, 4, 16, self.policy.max_batch} - {0}))
-        self.buckets = tuple(b for b in self.buckets if b <= self.policy.max_batch)
-        self._inbox: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
-        self._warm_up()
+        self.errors = 0
+        self.batches = 0
+        self.reloads = 0
+        # Per-request observers (e.g. Prometheus histograms), set when metrics are on.
+        self.observe_latency: Callable[[float], object] | None = None
+        self.observe_batch: Callable[[int], object] | None = None
+        self._inbox: queue.SimpleQueue[tuple[float, mqtt.MQTTMessage]] = queue.SimpleQueue()
+        self._status_due = 0.0
+        self._status_version = -1
+        self._rate_from = (time.monotonic(), 0)  # (when, served) of the last status
 
     def on_message(self, _client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
         """paho callback (network thread): hand over and return at once."""
-        self._inbox.put(msg)
+        self._inbox.put((time.monotonic(), msg))
 
     def run(self, stop: threading.Event | None = None, max_requests: int | None = None) -> int:
         """Serve until `stop` is set or `max_requests` were answered; returns the count."""
         stop = stop or threading.Event()
-        self.reloader.start()
         start = self.served
+        self.reloader.poll(block=True)
+        self.reload(block=True)
+        self.reloader.start()
         try:
             while not stop.is_set() and (
                 max_requests is None or self.served - start < max_requests
             ):
                 self.reload()
-                messages = self._gather()
-                if messages:
-                    self.serve(messages)
+                self._maybe_publish_status()
+                batch = self._gather(idle_s=0.1)
+                if batch:
+                    self.serve(batch)
         finally:
             self.reloader.stop()
         return self.served - start
 
-    def reload(self) -> None:
-        """Swap in a new validated version, if the reloader has one (between batches)."""
-        loaded = self.reloader.take()
-        if loaded is not None:
-            models.set_arrays(self.model, loaded.arrays)
-            self.version, self.loaded_at = loaded.version, loaded.loaded_at
-            log.debug("serving weights version %d", self.version)
+    def drain(self, idle_s: float = 0.25, limit_s: float = 5.0) -> int:
+        """Answer requests already received until none came for `idle_s`, at most `limit_s`.
 
-    def serve(self, messages: list[mqtt.MQTTMessage]) -> None:
-        """Answer a batch of request messages with one forward pass."""
+        Called after unsubscribing, so that a stopping actor answers what the broker gave it.
+        """
+        start, deadline = self.served, time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            batch = self._gather(idle_s)
+            if batch is None:
+                break
+            if batch:
+                self.serve(batch)
+        return self.served - start
+
+    def reload(self, block: bool = False) -> None:
+        """Swap in the staged version, if there is one: two references, between batches."""
+        staged = self.reloader.take(self.model, block)
+        if staged is not None:
+            self.model, self.version = staged.model, staged.version
+            self.loaded_at = staged.fetched_at
+            self.reloads += 1
+            log.debug("serving weights v%d (staged in %.1f ms)", self.version, staged.stage_ms)
+
+    def serve(self, batch: list[_Pending]) -> None:
+        """Answer gathered requests with one forward pass per `max_batch` rows."""
         if self.version == 0:  # block on first use: the first version may just have appeared
-            self.reloader.poll()
-            self.reload()
-        pending: list[_Pending] = []
-        for msg in messages:
-            topic, correlation = self._reply_route(msg)
-            try:
-                request = self.parser.parse_request(msg.payload)
-            except PayloadError as exc:
-                rid, reply_to = _salvage(msg.payload)
-                topic = self._response_topic(msg) or reply_to or topic
-                self._reply(topic, correlation, {"id": rid, "error": str(exc)})
-                continue
-            topic = self._response_topic(msg) or request.reply_to or topic
-            if self.version == 0:
-                self._reply(
-                    topic,
-                    correlation,
-                    {
-                        "id": request.id,
-                        "error": f"no weights published yet for model {self.cfg.name!r}",
-                    },
-                )
-                continue
-            pending.append(_Pending(request, topic, correlation))
-        if not pending:
+            self.reloader.poll(block=True)
+            self.reload(block=True)
+        if self.version == 0:
+            reason = f"no weights published yet for model {self.cfg.name!r}"
+            for p in batch:
+                self._reply_error(p.topic, p.correlation, p.id, reason)
             return
-        outputs = self.predict(np.concatenate([p.request.x for p in pending]))
-        row = 0
-        for p in pending:
-            n = len(p.request.x)
-            y = [self._format(o) for o in outputs[row : row + n]]
+        x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
+        y = self.predict(x)
+        self.batches += 1
+        rows = (y if self.cfg.task == "multiclass" else y[:, 0]).tolist()
+        version, name, row = self.version, self.cfg.name, 0
+        for p in batch:
+            n = len(p.x)
+            out = rows[row : row + n] if p.batched else rows[row]
             row += n
-            self._reply(
-                p.topic,
-                p.correlation,
-                {
-                    "id": p.request.id,
-                    "y": y if p.request.batched else y[0],
-                    "version": self.version,
-                },
-            )
+            body = {"id": p.id, "y": out, "version": version, "model": name}
+            self._send(p.topic, p.correlation, body)
+        if self.observe_latency is not None:
+            done = time.monotonic()
+            for p in batch:
+                self.observe_latency(done - p.arrived)
+        if self.observe_batch is not None:
+            self.observe_batch(len(x))
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Forward pass over any number of rows, in padded bucket-sized chunks."""
@@ -228,54 +209,131 @@ class Actor:
             chunk = x[start : start + self.policy.max_batch]
             n = len(chunk)
             bucket = self.buckets[bisect.bisect_left(self.buckets, n)]
-            padded = np.zeros((bucket, *chunk.shape[1:]), np.float32)
-            padded[:n] = chunk
-            out.append(np.asarray(self.model.predict_on_batch(padded))[:n])
-        return np.concatenate(out)
+            if bucket != n:
+                padded = np.zeros((bucket, *chunk.shape[1:]), np.float32)
+                padded[:n] = chunk
+                chunk = padded
+            out.append(self._forward[id(self.model)](chunk)[:n])
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
-    def weights_age_s(self) -> float | None:
-        return None if self.loaded_at is None else time.time() - self.loaded_at
+    def traces(self) -> int | None:
+        """Times the forward passes were traced (compiled); None where unknown."""
+        counts = [f.traces() if f.traces else None for f in self._forward.values()]
+        return None if None in counts else sum(counts)
+
+    def status(self) -> dict[str, object]:
+        """The version served, how long ago it was loaded, and what was refused."""
+        now = time.time()
+        since, served = self._rate_from
+        elapsed = time.monotonic() - since
+        return {
+            "actor": self.id,
+            "model": self.cfg.name,
+            "version": self.version,
+            "latest_seen": self.reloader.latest_seen,
+            "loaded_at": self.loaded_at,
+            "weights_age_s": None if self.loaded_at is None else round(now - self.loaded_at, 3),
+            "reloads": self.reloads,
+            "served": self.served,
+            "requests_per_s": round((self.served - served) / elapsed, 1) if elapsed > 0 else 0.0,
+            "errors": self.errors,
+            "batches": self.batches,
+            "refused": {str(v): reason for v, reason in self.reloader.refused.items()},
+            "updated_at": now,
+        }
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
+        return {
+            "replies_total": self.served,
+            "error_replies_total": self.errors,
+            "batches_total": self.batches,
+            "reloads_total": self.reloads,
+            "refused_versions_total": self.reloader.refusals,
+            "version": self.version,
+            "latest_version_seen": self.reloader.latest_seen,
+            "weights_age_seconds": None if self.loaded_at is None else time.time() - self.loaded_at,
+            "queued_requests": self._inbox.qsize(),
+        }
+
+    def publish_status(self) -> None:
+        """Retained on `{prefix}/{model}/actors/{id}`; refreshed on reload and periodically."""
+        self.publish(self.status_topic, json.dumps(self.status()).encode(), 1, True, None)
+        self._rate_from = (time.monotonic(), self.served)
+        self._status_version = self.version
+        self._status_due = time.monotonic() + self.policy.status_every_ms / 1000
+
+    def clear_status(self) -> None:
+        """Remove the retained status (the broker does it for an actor that dies)."""
+        self.publish(self.status_topic, b"", 1, True, None)
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _gather(self) -> list[mqtt.MQTTMessage]:
+    def _compile(self, model: keras.Model) -> Forward:
+        forward = Forward(model, self.cfg.sample_shape)
+        for size in self.buckets:
+            forward(np.zeros((size, *self.cfg.sample_shape), np.float32))
+        return forward
+
+    def _gather(self, idle_s: float) -> list[_Pending] | None:
+        """Valid requests for one pass; None when none arrived for `idle_s`."""
         try:
-            messages = [self._inbox.get(timeout=0.1)]
+            arrived, msg = self._inbox.get(timeout=idle_s)
         except queue.Empty:
-            return []
-        deadline = time.monotonic() + self.policy.max_wait_ms / 1000
-        while len(messages) < self.policy.max_batch:
-            remaining = deadline - time.monotonic()
+            return None
+        batch: list[_Pending] = []
+        rows = self._admit(arrived, msg, batch)
+        deadline = arrived + self.policy.max_wait_ms / 1000
+        while rows < self.policy.max_batch:
+            remaining = max(0.0, deadline - time.monotonic())
             try:
-                messages.append(
-                    self._inbox.get(timeout=remaining)
-                    if remaining > 0
-                    else self._inbox.get_nowait()
-                )
+                arrived, msg = self._inbox.get(timeout=remaining)
             except queue.Empty:
                 break
-        return messages
+            rows += self._admit(arrived, msg, batch)
+        return batch
 
-    def _format(self, output: np.ndarray) -> float | list[float]:
-        if self.cfg.task == "multiclass":
-            return [float(p) for p in output]
-        return float(output[0])
+    def _admit(self, arrived: float, msg: mqtt.MQTTMessage, batch: list[_Pending]) -> int:
+        """Parse a request into `batch` (returns its rows) or answer it with an error."""
+        props = msg.properties
+        response_topic = getattr(props, "ResponseTopic", None)
+        if response_topic is not None and not _valid_topic(response_topic):
+            response_topic = None
+        correlation = getattr(props, "CorrelationData", None)
+        try:
+            request = self.parser.parse_request(msg.payload)
+        except PayloadError as exc:
+            rid, reply_to = _salvage(msg.payload)
+            topic = response_topic or reply_to or self.names.predictions_topic
+            self._reply_error(topic, correlation, rid, str(exc))
+            return 0
+        topic = response_topic or request.reply_to or self.names.predictions_topic
+        batch.append(_Pending(arrived, request.x, request.batched, request.id, topic, correlation))
+        return len(request.x)
 
-    def _response_topic(self, msg: mqtt.MQTTMessage) -> str | None:
-        return getattr(msg.properties, "ResponseTopic", None) if msg.properties else None
+    def _reply_error(
+        self, topic: str, correlation: bytes | None, rid: str | int | None, reason: str
+    ) -> None:
+        self.errors += 1
+        self._send(topic, correlation, {"id": rid, "error": reason, "model": self.cfg.name})
 
-    def _reply_route(self, msg: mqtt.MQTTMessage) -> tuple[str, bytes | None]:
-        correlation = getattr(msg.properties, "CorrelationData", None) if msg.properties else None
-        return self._response_topic(msg) or self.names.predictions_topic, correlation
-
-    def _reply(self, topic: str, correlation: bytes | None, body: dict) -> None:
-        body["model"] = self.cfg.name
-        self.publish_reply(topic, json.dumps(body).encode(), reply_properties(correlation))
+    def _send(self, topic: str, correlation: bytes | None, body: dict) -> None:
+        try:
+            self.publish(topic, json.dumps(body).encode(), 0, False, reply_properties(correlation))
+        except ValueError as exc:  # paho refuses the payload size
+            log.warning("reply to %s not sent: %s", topic, exc)
         self.served += 1
 
-    def _warm_up(self) -> None:
-        for bucket in self.buckets:
-            self.model.predict_on_batch(np.zeros((bucket, *self.cfg.sample_shape), np.float32))
+    def _maybe_publish_status(self) -> None:
+        if self.version != self._status_version or time.monotonic() >= self._status_due:
+            self.publish_status()
+
+
+def _valid_topic(topic: object) -> bool:
+    """A topic a reply may be published to (no wildcards)."""
+    if not isinstance(topic, str):
+        return False
+    return 0 < len(topic) <= 512 and "#" not in topic and "+" not in topic
 
 
 def _salvage(raw: bytes) -> tuple[str | int | None, str | None]:
@@ -286,5 +344,4 @@ def _salvage(raw: bytes) -> tuple[str | int | None, str | None]:
     except (ValueError, AttributeError, UnicodeDecodeError):
         return None, None
     rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
-    valid_topic = isinstance(reply_to, str) and reply_to and not set(reply_to) & set("#+")
-    return rid, reply_to if valid_topic else None
+    return rid, reply_to if _valid_topic(reply_to) else None

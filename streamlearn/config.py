@@ -35,6 +35,18 @@ class IngestConfig(_Frozen):
     max_pending_messages: int = Field(
         1000, ge=1, description="messages received but not yet in Redis (MQTT receive maximum)"
     )
+    dedup_window_s: int = Field(
+        300,
+        ge=0,
+        description="a sample id seen again within this many seconds is dropped (0: off); "
+        "Redis keeps a key of ~100 bytes per id for this long",
+    )
+    max_backlog_samples: int = Field(
+        100_000,
+        ge=1,
+        description="above this many samples not yet acknowledged by the learner, ingest "
+        "stops acknowledging (the broker holds the messages) until it drains",
+    )
 
 
 class LearnerConfig(_Frozen):
@@ -49,9 +61,33 @@ class LearnerConfig(_Frozen):
     publish_every_ms: float = Field(250, gt=0)
     keep_versions: int = Field(5, ge=1, description="weights versions kept in Redis")
     status_every_ms: float = Field(1000, gt=0, le=2000)
+    prefetch_batches: int = Field(
+        2, ge=0, description="micro-batches read ahead by a background thread; 0: none"
+    )
+    checkpoint_dir: str | None = Field(
+        None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
+    )
+    checkpoint_every_s: float = Field(10, gt=0, description="seconds between checkpoints")
+    checkpoint_every_samples: int = Field(
+        50_000,
+        ge=1,
+        description="or sooner, after this many samples: entries are acknowledged at each "
+        "checkpoint, so keep it below ingest.max_backlog_samples",
+    )
+    clip_norm: float | None = Field(
+        None, gt=0, description="clip gradients to this global norm (built-in architectures)"
+    )
+    distribute: Literal["none", "mirrored"] = Field(
+        "none", description="mirrored: data-parallel with tf.distribute.MirroredStrategy"
+    )
+    devices: tuple[str, ...] = Field(
+        (), description="devices to mirror over, e.g. ['/gpu:0', '/gpu:1']; default: all GPUs"
+    )
 
     @model_validator(mode="after")
     def _check_buckets(self) -> LearnerConfig:
+        if self.devices and self.distribute != "mirrored":
+            raise ValueError(f"devices need distribute = 'mirrored', got {list(self.devices)}")
         if self.buckets is not None:
             if not self.buckets or any(b < 1 for b in self.buckets):
                 raise ValueError(f"buckets must be positive sizes, got {list(self.buckets)}")
@@ -80,6 +116,9 @@ class ActorConfig(_Frozen):
     max_batch: int = Field(64, ge=1, description="rows per forward pass, at most")
     max_wait_ms: float = Field(2, ge=0, description="wait for more requests once one arrived")
     reload_check_ms: float = Field(1000, gt=0, description="fallback poll for a new version")
+    status_every_ms: float = Field(
+        2000, gt=0, description="retained per-actor status (version, weights age) refresh"
+    )
 
 
 Task = Literal["regression", "binary", "multiclass"]
@@ -166,6 +205,9 @@ class Settings(BaseSettings):
     key_prefix: str = Field("sl", pattern=r"^[^{}\s]+$")
     share_group: str = Field("streamlearn", pattern=r"^[^/#+]+$")
     instance: str | None = Field(None, description="stable per-process id (client ids)")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
+    )
 
     @property
     def mqtt(self) -> str:

@@ -123,15 +123,21 @@ def redis_server(
     return ServerProcess("redis", argv, port, wd)
 
 
+# `user root`: started as root, mosquitto would switch to the `mosquitto` user, which can
+# neither write a private persistence directory (sessions and queues are then lost on a
+# restart) nor keep the parent-death signal (so it outlives a killed parent). Started as
+# anyone else, the line does nothing.
 MOSQUITTO_CONF = """\
 listener {port} 127.0.0.1
 allow_anonymous true
+user root
 persistence {persistence}
 persistence_location {workdir}/
 max_inflight_messages 1000
 max_queued_messages 1000000
 max_queued_bytes 0
 max_packet_size 2097152
+set_tcp_nodelay true
 """
 
 

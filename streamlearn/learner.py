@@ -1,88 +1,67 @@
 """The learner: drains micro-batches from the sample stream into `train_on_batch`.
 
-Each step pads the drained samples to a fixed bucket size with zero sample weights (so the
-compiled step never retraces), reads the loss the step computed *before* its update
-(test-then-train), acknowledges the entries it used, and publishes versioned weights every
-`publish_every_steps` steps or `publish_every_ms`, whichever comes first.
+- Shapes: batches are padded to a few bucket sizes (`batching`), each traced once at start,
+  so no step retraces afterwards; `models.TrainProbe` counts traces to show it.
+- Test-then-train: the loss and metric `train_on_batch` returns are computed on the batch
+  with the weights from before its update; their running means go into the status.
+- Guards: a step whose loss, weights or optimizer state is non-finite is undone (restore
+  the last good snapshot, replay the good batches since) and its batch dead-lettered.
+- Durability: entries are acknowledged once the state that learned them is durable (a
+  checkpoint when `checkpoint_dir` is set, else a published version). A restart resumes
+  from that state and trains again on what is still pending, so no sample is lost.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
+import keras
 import numpy as np
 
 from streamlearn import codec, models
+from streamlearn.batching import Batch, Drainer, Prefetcher, bucket_sizes
+from streamlearn.checkpoint import CheckpointDir
 from streamlearn.config import ModelConfig
 from streamlearn.errors import WeightsError
-from streamlearn.payloads import Rejection, Samples
-from streamlearn.queue import Entry, SampleQueue
+from streamlearn.payloads import Rejection
+from streamlearn.queue import SampleQueue
 from streamlearn.weights import WeightsStore
 
 log = logging.getLogger(__name__)
 
 StatusSink = Callable[[dict[str, object]], None]
-
-
-@dataclass
-class Batch:
-    """Samples for one step and the stream entries it completes."""
-
-    x: np.ndarray
-    y: np.ndarray
-    done: list[bytes]
-
-    def __len__(self) -> int:
-        return len(self.y)
+_REPLAY_MAX = 200  # steps between rollback snapshots: bounds the batches kept and replayed
+_TRIM_EVERY_S = 1.0
 
 
 @dataclass
 class LearnerState:
+    """Counters that a checkpoint saves and the status reports."""
+
     step: int = 0
     version: int = 0
     samples_seen: int = 0
     online_loss: float | None = None
     online_metric: float | None = None
     rollbacks: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
+    dead_lettered: int = 0  # samples of undone steps
 
-
-class _Carry:
-    """Entries read but not yet fully trained on; an entry may span two steps."""
-
-    def __init__(self) -> None:
-        self._items: deque[list] = deque()  # [entry_id, samples, offset]
-        self.available = 0
-
-    def add(self, entries: list[Entry]) -> None:
-        for e in entries:
-            self._items.append([e.id, e.samples, 0])
-            self.available += len(e.samples)
-
-    def take(self, limit: int) -> Batch:
-        xs, ys, done = [], [], []
-        while self._items and limit > 0:
-            item = self._items[0]
-            eid, samples, offset = item
-            end = min(len(samples), offset + limit)
-            xs.append(samples.x[offset:end])
-            ys.append(samples.y[offset:end])
-            limit -= end - offset
-            self.available -= end - offset
-            if end == len(samples):
-                done.append(eid)
-                self._items.popleft()
-            else:
-                item[2] = end
-        return Batch(np.concatenate(xs), np.concatenate(ys), done)
+    @classmethod
+    def from_json(cls, doc: dict) -> LearnerState:
+        """Counters saved in a checkpoint; ValueError or TypeError when one is not a number."""
+        counts = ("step", "version", "samples_seen", "rollbacks", "dead_lettered")
+        means = ("online_loss", "online_metric")
+        return cls(
+            **{k: int(doc.get(k, 0)) for k in counts},
+            **{k: None if doc.get(k) is None else float(doc[k]) for k in means},
+        )
 
 
 class Learner:
@@ -99,128 +78,175 @@ class Learner:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg = cfg
-        self.policy = cfg.learner
+        self.policy = policy = cfg.learner
         self.queue = sample_queue
         self.store = store
         self.consumer = consumer
         self.status_sink = status
         self.clock = clock
-        self.model = models.build_model(cfg)
+        self.strategy = models.distribution(policy)
+        self.replicas = self.strategy.num_replicas_in_sync if self.strategy else 1
+        self.model = models.build_model(cfg, self.strategy)
+        self.probe = models.TrainProbe(self.model, self.replicas)
         self.spec = models.spec(self.model)
-        self.buckets = cfg.learner.bucket_sizes()
-        self.state = LearnerState()
         self._variables = models.training_variables(self.model)
-        self._carry = _Carry()
-        self._good: list[np.ndarray] = self._snapshot()
-        self._last_publish = self._last_status = clock()
-        self._steps_since_publish = 0
+        self._names = models.training_names(self.model)
+        self.buckets = bucket_sizes(policy.bucket_sizes(), policy.max_batch, self.replicas)
+        self.state = LearnerState()
+        durable_s = (
+            policy.checkpoint_every_s if policy.checkpoint_dir else policy.publish_every_ms / 1000
+        )
+        self.drainer = Drainer(
+            sample_queue,
+            consumer,
+            policy,
+            self.buckets,
+            () if cfg.task == "multiclass" else (1,),
+            stale_after_ms=int(max(30.0, 3 * durable_s) * 1000),
+            deadletter=self._deadletter,
+        )
+        depth = policy.prefetch_batches
+        self.prefetcher = Prefetcher(self.drainer.drain, depth) if depth else None
+        self.checkpoints = (
+            CheckpointDir(Path(policy.checkpoint_dir) / cfg.name) if policy.checkpoint_dir else None
+        )
+        self.metric_name: str | None = None
+        self._good = self._snapshot()  # last known-good variables, the rollback point
+        self._since_good: list[Batch] = []  # good steps since, replayed after a rollback
+        self._unacked: list[bytes] = []  # entries done since the last durable point
+        self._warm_traces = 0
+        self._steps_since_publish = self._samples_since_checkpoint = 0
+        self._last_publish = self._last_status = self._last_checkpoint = clock()
+        self._last_trim = -math.inf
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
-        """Join the consumer group and resume: latest weights, then entries left pending."""
+        """Resume (checkpoint, else latest weights), take pending entries, trace every bucket."""
         self.queue.ensure_group()
-        self.state.version = self.store.latest_version()
-        found = self.store.fetch(self.state.version)
-        if found is not None:
-            try:
-                arrays, meta = codec.decode(found[1])
-                codec.check_fits(arrays, self.spec)
-                models.set_arrays(self.model, arrays)
-                self.state.step = int(meta.get("step", 0))
-                self.state.samples_seen = int(meta.get("samples_seen", 0))
-                self._good = self._snapshot()
-                log.info("resumed from weights version %d", self.state.version)
-            except (WeightsError, ValueError) as exc:
-                log.warning("latest weights v%d unusable, starting fresh: %s", found[0], exc)
-        self._carry.add(self.queue.pending(self.consumer))
-        self._carry.add(self.queue.claim_stale(self.consumer, min_idle_ms=30_000))
+        source = self._resume_checkpoint() or self._resume_published() or "fresh weights"
+        self.state.version = max(self.state.version, self.store.latest_version())
+        self._good, self._since_good = self._snapshot(), []
+        pending = self.drainer.resume()
+        self.warm_up()
+        log.info(
+            "learner %s: %s, step %d, %d entries pending, devices %s, %d traces for buckets %s",
+            self.cfg.name,
+            source,
+            self.state.step,
+            pending,
+            keras.distribution.list_devices(),
+            self._warm_traces,
+            list(self.buckets),
+        )
 
-    def run(self, stop: threading.Event | None = None, max_steps: int | None = None) -> int:
-        """Train until `stop` is set or `max_steps` steps ran; returns the number of steps."""
+    def warm_up(self) -> None:
+        """Trace the step once per bucket with zero sample weights, then undo its effects."""
+        before = self._snapshot()
+        for size in self.buckets:
+            x = np.zeros((size, *self.cfg.sample_shape), np.float32)
+            y = np.zeros((size,) if self.cfg.task == "multiclass" else (size, 1), np.float32)
+            if self.replicas > 1 and size == self.buckets[0]:
+                # Keras builds the compiled loss and metrics from a plain (undivided) batch.
+                self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
+            logs = self._fit(x, y, np.zeros(size, np.float32))
+        models.restore(self._variables, before)
+        self.metric_name = next((k for k in logs if k not in ("loss", models.FINITE)), None)
+        self._warm_traces = self.probe.traces
+
+    def run(
+        self, stop: threading.Event | None = None, max_steps: int | None = None, *, burst=False
+    ) -> int:
+        """Train until `stop` is set, `max_steps` batches ran or, with `burst`, the stream
+        has nothing more; returns the number of batches.
+
+        On the way out it publishes and checkpoints what it learned; batches read ahead but
+        not trained stay pending (and are trained by the next `run` or the next process).
+        """
         stop = stop or threading.Event()
         steps = 0
-        while not stop.is_set() and (max_steps is None or steps < max_steps):
-            batch = self.drain()
-            if batch is not None:
-                self.train_step(batch)
-                self.queue.ack(batch.done)
-                steps += 1
-            self._maybe_publish()
+        if self.prefetcher:
+            self.prefetcher.start()
+        try:
+            while not stop.is_set() and (max_steps is None or steps < max_steps):
+                if self.prefetcher:
+                    batch = self.prefetcher.get(0.1)
+                else:
+                    batch = self.drainer.drain(idle_block_ms=100)
+                if batch is not None:
+                    self.train_step(batch)
+                    steps += 1
+                elif burst and (self.prefetcher is None or self.prefetcher.idle.is_set()):
+                    break
+                self._tick()
+        finally:
+            if self.prefetcher:
+                self.prefetcher.stop()
         if self._steps_since_publish:
             self.publish()
+        if self.checkpoints and (self._samples_since_checkpoint or self._unacked):
+            self.checkpoint()
+        elif self.checkpoints is None and self._unacked:
+            self._made_durable()  # dead letters only
         return steps
 
     # -- the work ------------------------------------------------------------------------
 
-    def drain(self, idle_block_ms: int = 100) -> Batch | None:
-        """Up to `max_batch` samples: block for the first, then wait `max_wait_ms` for more."""
-        limit = self.policy.max_batch
-        if self._carry.available == 0:
-            self._carry.add(self.queue.read(self.consumer, limit, idle_block_ms))
-            if self._carry.available == 0:
-                return None
-        deadline = self.clock() + self.policy.max_wait_ms / 1000
-        while self._carry.available < limit:
-            wait_ms = int((deadline - self.clock()) * 1000)
-            entries = self.queue.read(
-                self.consumer, limit - self._carry.available, wait_ms if wait_ms >= 1 else None
-            )
-            self._carry.add(entries)
-            if not entries and wait_ms < 1:
-                break
-        return self._carry.take(limit)
-
     def train_step(self, batch: Batch) -> None:
-        """One padded step; a non-finite loss rolls back and dead-letters the batch."""
-        n = len(batch)
-        bucket = self.buckets[bisect.bisect_left(self.buckets, n)] if n <= self.buckets[-1] else n
-        x = np.zeros((bucket, *batch.x.shape[1:]), np.float32)
-        x[:n] = batch.x
-        y = np.zeros((bucket,) if self.cfg.task == "multiclass" else (bucket, 1), np.float32)
-        y[:n] = batch.y.reshape(n, *y.shape[1:])
-        # Weights bucket/n make the batch mean over real samples exact and padding inert.
-        w = np.zeros(bucket, np.float32)
-        w[:n] = bucket / n
-        logs = self.model.train_on_batch(x, y, sample_weight=w, return_dict=True)
-        loss = float(logs["loss"])
-        if not math.isfinite(loss):
-            self._rollback(batch, f"non-finite loss {loss} at step {self.state.step + 1}")
+        """One step, scored before it learns; a non-finite outcome undoes it."""
+        self._unacked += batch.done  # acknowledged at the next durable point, either way
+        if not batch.n:  # only unusable entries, dead-lettered when read
             return
-        metric = next((float(v) for k, v in logs.items() if k != "loss"), None)
+        logs = self._fit(batch.x, batch.y, batch.w)
+        loss = float(logs["loss"])
+        if not self._finite(logs):
+            what = "loss" if not math.isfinite(loss) else "weights or optimizer state"
+            self._undo(batch, f"non-finite {what} at step {self.state.step + 1} (loss {loss})")
+            return
         s = self.state
         s.step += 1
-        s.samples_seen += n
+        s.samples_seen += batch.n
         self._steps_since_publish += 1
-        decay = 1.0 if s.online_loss is None else 1 - 0.995**n
-        s.online_loss = (
-            loss if s.online_loss is None else s.online_loss + decay * (loss - s.online_loss)
-        )
-        if metric is not None:
-            prev = s.online_metric
-            s.online_metric = metric if prev is None else prev + decay * (metric - prev)
+        self._samples_since_checkpoint += batch.n
+        rate = 1.0 if s.online_loss is None else 1 - 0.995**batch.n
+        s.online_loss = _ema(s.online_loss, loss, rate)
+        if self.metric_name is not None:
+            s.online_metric = _ema(s.online_metric, float(logs[self.metric_name]), rate)
+        self._since_good.append(batch)
+        if len(self._since_good) >= _REPLAY_MAX:
+            self._mark_good()
 
     def publish(self) -> None:
-        """Publish the current weights as a new version, unless any is non-finite."""
+        """Publish the current weights as a new version; non-finite weights never leave."""
         arrays = models.get_arrays(self.model)
         try:
             codec.check_fits(arrays, self.spec)
         except WeightsError as exc:
-            self._rollback(None, f"refused to publish: {exc}")
+            self._back_to_good(f"refused to publish: {exc}")
             return
         s = self.state
         s.version = max(s.version, self.store.latest_version()) + 1
-        meta = {
-            "model": self.cfg.name,
-            "version": str(s.version),
-            "step": str(s.step),
-            "samples_seen": str(s.samples_seen),
-        }
+        meta = {"model": self.cfg.name, "version": str(s.version), "step": str(s.step)}
+        meta["samples_seen"] = str(s.samples_seen)
         self.store.publish(s.version, codec.encode(arrays, meta))
-        self._good = self._snapshot()
         self._steps_since_publish = 0
         self._last_publish = self.clock()
-        self.queue.trim()
+        if self.checkpoints is None:
+            self._made_durable()
+
+    def checkpoint(self) -> None:
+        """Save every training variable and the counters, then acknowledge what they cover."""
+        if self.checkpoints is None or not self._mark_good():
+            return
+        arrays = dict(zip(self._names, self._good, strict=True))
+        try:
+            self.checkpoints.save(arrays, {**asdict(self.state), "model": self.cfg.name})
+        except OSError as exc:  # entries stay pending; the next interval tries again
+            log.error("checkpoint to %s failed: %s", self.checkpoints.path, exc)
+        else:
+            self._samples_since_checkpoint = 0
+            self._made_durable()
+        self._last_checkpoint = self.clock()
 
     def status(self) -> dict[str, object]:
         s = self.state
@@ -231,40 +257,152 @@ class Learner:
             "samples_seen": s.samples_seen,
             "online_loss": s.online_loss,
             "online_metric": s.online_metric,
-            "metric": self._metric_name(),
+            "metric": self.metric_name,
             "rollbacks": s.rollbacks,
+            "dead_lettered": s.dead_lettered,
+            "traces": self.probe.traces,
+            "retraces": self.probe.traces - self._warm_traces,
             "updated_at": time.time(),
+        }
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
+        s = self.state
+        return {
+            "steps_total": s.step,
+            "samples_total": s.samples_seen,
+            "rollbacks_total": s.rollbacks,
+            "dead_lettered_samples_total": s.dead_lettered,
+            "traces_total": self.probe.traces,
+            "retraces_total": self.probe.traces - self._warm_traces,  # after warm-up: 0
+            "version": s.version,
+            "online_loss": s.online_loss,
+            "online_metric": s.online_metric,
+            "unacknowledged_entries": len(self._unacked),
         }
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _maybe_publish(self) -> None:
+    def _fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
+        if self.replicas > 1:
+            x, y, w = (models.split_per_replica(self.strategy, a) for a in (x, y, w))
+        return self.model.train_on_batch(x, y, sample_weight=w, return_dict=True)
+
+    def _finite(self, logs: dict[str, float]) -> bool:
+        if not math.isfinite(logs["loss"]):
+            return False
+        flag = logs.get(models.FINITE)
+        return flag >= 1.0 if flag is not None else models.all_finite(self._snapshot())
+
+    def _tick(self) -> None:
         now = self.clock()
-        due_ms = (now - self._last_publish) * 1000 >= self.policy.publish_every_ms
         if self._steps_since_publish and (
-            self._steps_since_publish >= self.policy.publish_every_steps or due_ms
+            self._steps_since_publish >= self.policy.publish_every_steps
+            or (now - self._last_publish) * 1000 >= self.policy.publish_every_ms
         ):
             self.publish()
+        if self.checkpoints is None:
+            if self._unacked and not self._steps_since_publish:
+                self._made_durable()  # only dead letters since the last publish
+        elif (self._samples_since_checkpoint or self._unacked) and (
+            now - self._last_checkpoint >= self.policy.checkpoint_every_s
+            or self._samples_since_checkpoint >= self.policy.checkpoint_every_samples
+        ):
+            self.checkpoint()
         if self.status_sink and (now - self._last_status) * 1000 >= self.policy.status_every_ms:
             self._last_status = now
             self.status_sink(self.status())
 
+    def _made_durable(self) -> None:
+        self.queue.ack(self._unacked)
+        self._unacked = []
+        if self.clock() - self._last_trim >= _TRIM_EVERY_S:
+            self._last_trim = self.clock()
+            self.queue.trim()
+
     def _snapshot(self) -> list[np.ndarray]:
         return models.snapshot(self._variables)
 
-    def _rollback(self, batch: Batch | None, reason: str) -> None:
-        log.warning("rolling back to the last good weights: %s", reason)
+    def _mark_good(self) -> bool:
+        """Make the current variables the rollback point; False (and undone) if not finite."""
+        values = self._snapshot()
+        if not models.all_finite(values):
+            self._back_to_good("non-finite variables")
+            return False
+        self._good, self._since_good = values, []
+        return True
+
+    def _back_to_good(self, reason: str) -> None:
+        """Past the per-step checks (a bug if it happens): no culprit to name, no replay."""
+        log.error("%s at step %d; back to the last good snapshot", reason, self.state.step)
         models.restore(self._variables, self._good)
+        self._since_good = []
         self.state.rollbacks += 1
-        if batch is not None:
-            detail = {"entries": [e.decode() for e in batch.done], "samples": len(batch)}
-            self.queue.write([], [("learner", Rejection(reason, json.dumps(detail).encode()))])
 
-    def _metric_name(self) -> str | None:
-        names = [m.name for m in self.model.metrics if m.name not in ("loss", "compile_metrics")]
-        return names[0] if names else None
+    def _undo(self, batch: Batch, reason: str) -> None:
+        """Back to the variables before `batch`: the last good snapshot plus a replay."""
+        log.warning("undoing a step and dead-lettering its %d samples: %s", batch.n, reason)
+        models.restore(self._variables, self._good)
+        for i, good in enumerate(self._since_good):
+            if not self._finite(self._fit(good.x, good.y, good.w)):  # replays are deterministic
+                log.error("replay diverged at %d of %d", i, len(self._since_good))
+                self._mark_good()
+                break
+        self.state.rollbacks += 1
+        self.state.dead_lettered += batch.n
+        detail = {
+            "entries": [e.decode() for e in batch.entries],
+            "x": batch.x[: min(batch.n, 8)].tolist(),  # the dead letter keeps ~1 KiB anyway
+            "y": batch.y[: min(batch.n, 8)].reshape(-1).tolist(),
+        }
+        self._deadletter(reason, json.dumps(detail).encode())
+
+    def _deadletter(self, reason: str, payload: bytes) -> None:
+        limits = self.cfg.ingest
+        rejected = [("learner", Rejection(reason, payload))]
+        self.queue.write(
+            [],
+            rejected,
+            deadletter_maxlen=limits.deadletter_maxlen,
+            deadletter_payload_bytes=limits.deadletter_payload_bytes,
+        )
+
+    def _resume_checkpoint(self) -> str | None:
+        if self.checkpoints is None:
+            return None
+        try:
+            found = self.checkpoints.load()
+            if found is None:
+                return None
+            codec.check_fits(found.arrays, models.training_spec(self.model))
+            state = LearnerState.from_json(found.state)
+        except (WeightsError, TypeError, ValueError) as exc:
+            log.warning(
+                "checkpoint %s unusable, not resuming from it: %s", self.checkpoints.path, exc
+            )
+            return None
+        values, lr = dict(found.arrays), "optimizer/learning_rate"
+        if lr in values:  # the configured learning rate wins over the saved one
+            values[lr] = models.snapshot([self._variables[self._names.index(lr)]])[0]
+        models.restore(self._variables, [values[k] for k in self._names])
+        self.state = state
+        return f"resumed from checkpoint {self.checkpoints.path}"
+
+    def _resume_published(self) -> str | None:
+        found = self.store.fetch(self.store.latest_version())
+        if found is None:
+            return None
+        try:
+            arrays, meta = codec.decode(found[1])
+            codec.check_fits(arrays, self.spec)
+            step, seen = int(meta.get("step", 0)), int(meta.get("samples_seen", 0))
+        except (WeightsError, ValueError) as exc:
+            log.warning("latest weights v%d unusable, starting fresh: %s", found[0], exc)
+            return None
+        models.set_arrays(self.model, arrays)
+        self.state.step, self.state.samples_seen = step, seen
+        return f"resumed from published weights v{found[0]}"
 
 
-def samples_batch(samples: Samples) -> Batch:
-    """A batch of in-memory samples (benchmarks and tests)."""
-    return Batch(samples.x, samples.y, [])
+def _ema(prev: float | None, value: float, rate: float) -> float:
+    return value if prev is None else prev + rate * (value - prev)

@@ -1,20 +1,21 @@
 """Keras models from config, and moving their weights in and out as named arrays.
 
 Only the public `keras` API is used, so the same code runs on the TensorFlow, JAX or
-PyTorch backend.
+PyTorch backend (data-parallel training through `tf.distribute` is TensorFlow's own).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from streamlearn.config import ModelConfig  # noqa: E402
+from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
 from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
 
 _HEADS = {
@@ -24,9 +25,27 @@ _HEADS = {
 }
 
 
-def build_model(cfg: ModelConfig) -> keras.Model:
-    """A compiled model for `cfg`, with stable layer names so weights match across processes."""
+def build_model(cfg: ModelConfig, strategy: Any = None) -> keras.Model:
+    """A compiled model for `cfg`, with stable layer names so weights match across processes.
+
+    With a `tf.distribute` strategy, its variables (optimizer's included) are mirrored.
+    """
+    if strategy is None:
+        return _build(cfg)
+    with strategy.scope():
+        model = _build(cfg)
+        training_variables(model)
+        return model
+
+
+def _build(cfg: ModelConfig) -> keras.Model:
     if cfg.factory:
+        if cfg.learner.clip_norm is not None:
+            raise ConfigError(
+                f"models.{cfg.name}.learner.clip_norm: applies to built-in architectures; "
+                f"set global_clipnorm on the optimizer {cfg.factory} returns, got "
+                f"{cfg.learner.clip_norm}"
+            )
         return _from_factory(cfg)
     activation, loss, metric = _HEADS[cfg.task]
     inputs = keras.Input(shape=cfg.sample_shape, name="x")
@@ -42,8 +61,75 @@ def build_model(cfg: ModelConfig) -> keras.Model:
     outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(h)
     model = keras.Model(inputs, outputs, name=cfg.name)
     optimizer = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}[cfg.optimizer]
-    model.compile(optimizer=optimizer(cfg.learning_rate), loss=loss, weighted_metrics=[metric])
+    opt = optimizer(cfg.learning_rate, global_clipnorm=cfg.learner.clip_norm)
+    model.compile(optimizer=opt, loss=loss, weighted_metrics=[metric])
     return model
+
+
+def distribution(cfg: LearnerConfig) -> Any:
+    """The `tf.distribute.MirroredStrategy` the learner trains under, or None (one device)."""
+    if cfg.distribute == "none":
+        return None
+    if keras.backend.backend() != "tensorflow":
+        raise ConfigError(
+            f"learner.distribute: 'mirrored' needs the tensorflow backend, "
+            f"got {keras.backend.backend()!r}"
+        )
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(list(cfg.devices) or None)
+
+
+def split_per_replica(strategy: Any, array: np.ndarray) -> Any:
+    """Replica r gets rows r, r+N, r+2N..., so real rows spread evenly over the padding."""
+    n = strategy.num_replicas_in_sync
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: array[ctx.replica_id_in_sync_group :: n]
+    )
+
+
+FINITE = "finite"
+
+
+class TrainProbe:
+    """Counts traces of the model's train step and adds a `finite` flag to its logs.
+
+    Python code in a compiled step runs only while it is traced, so `traces` is a true
+    count of (re)traces; under eager execution every step counts. The flag (1.0 when every
+    weight and optimizer variable is finite after the update) is computed inside the step,
+    so checking it costs no copy to the host; a backend whose train step does not return
+    a dict of logs (JAX) gets no flag, and the learner then checks on the host.
+    """
+
+    def __init__(self, model: keras.Model, replicas: int = 1) -> None:
+        self.calls = 0
+        self.replicas = replicas  # a mirrored step is traced once per replica
+        inner = model.train_step
+
+        def train_step(*args: Any) -> Any:
+            self.calls += 1
+            logs = inner(*args)
+            if not isinstance(logs, dict):
+                return logs
+            flat = [  # one isfinite over everything: fewer ops than one per variable
+                keras.ops.reshape(keras.ops.cast(v, "float32"), (-1,))
+                for v in [*model.trainable_variables, *model.optimizer.variables]
+                if keras.backend.is_float_dtype(v.dtype)
+            ]
+            ok = keras.ops.all(keras.ops.isfinite(keras.ops.concatenate(flat)))
+            return {**logs, FINITE: keras.ops.cast(ok, "float32")}
+
+        model.train_step = train_step
+        if getattr(model, "train_function", None) is not None:
+            model.make_train_function(force=True)
+
+    @property
+    def traces(self) -> int:
+        return self.calls // self.replicas
+
+
+def all_finite(values: list[np.ndarray]) -> bool:
+    return all(np.all(np.isfinite(v)) for v in values if np.issubdtype(v.dtype, np.floating))
 
 
 def _from_factory(cfg: ModelConfig) -> keras.Model:
@@ -86,6 +172,28 @@ def training_variables(model: keras.Model) -> list[keras.Variable]:
     if not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     return list(model.weights) + list(model.optimizer.variables)
+
+
+def training_names(model: keras.Model) -> list[str]:
+    """Stable names of `training_variables`: weight paths, then `optimizer/NAME`.
+
+    An optimizer's own paths carry a per-process counter (`adam_7/iteration`), so they
+    would not match between two learners in one process.
+    """
+    n = len(model.weights)
+    return [
+        v.path if i < n else "optimizer/" + v.path.split("/", 1)[-1]
+        for i, v in enumerate(training_variables(model))
+    ]
+
+
+def training_spec(model: keras.Model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """`spec` of every training variable by `training_names`, for checkpoints."""
+    variables, names = training_variables(model), training_names(model)
+    found = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in zip(names, variables, strict=True)}
+    if len(found) != len(variables):
+        raise WeightsError(f"training variables of the model have duplicate names: {names}")
+    return found
 
 
 def snapshot(variables: list[keras.Variable]) -> list[np.ndarray]:

@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from streamlearn.config import ModelConfig
 from streamlearn.errors import PayloadError
 
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+_F32_MAX = float(np.finfo(np.float32).max)
+# A number that stays finite as float32: what the fast path accepts without numpy checks.
+_F32 = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-_F32_MAX, le=_F32_MAX)]
 SampleId = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
 RequestId = Annotated[str, Field(strict=True, max_length=256)] | Annotated[int, Field(strict=True)]
 Topic = Annotated[str, Field(strict=True, min_length=1, max_length=512, pattern=r"^[^#+]+$")]
@@ -108,14 +111,55 @@ def _decode(raw: bytes, limit: int) -> dict[str, Any]:
     return doc
 
 
-class PayloadParser:
-    """Validates payloads against one model's input shape and task."""
+def _fast_schema(model: ModelConfig) -> tuple[TypeAdapter[Any], type]:
+    """One-pass JSON validation (in Rust) of the common, fully valid sample payloads.
 
-    def __init__(self, model: ModelConfig) -> None:
+    Stricter than the reference path (fixed row lengths, float32 range, targets in range),
+    so whatever it accepts, the reference path accepts with the same values; anything it
+    refuses takes the reference path, which decides and gives the reason.
+    """
+    row: Any = _F32
+    for size in reversed(model.sample_shape):
+        row = Annotated[list[row], Field(min_length=size, max_length=size)]
+    if model.task == "binary":
+        target: Any = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)]
+    elif model.task == "multiclass":
+        target = Annotated[int, Field(strict=True, ge=0, lt=model.classes or 0)]
+    else:
+        target = _F32
+    limit = model.ingest.max_samples_per_message
+    strict = ConfigDict(extra="forbid", strict=True, frozen=True)
+    one = create_model(
+        "_FastSample", __config__=strict, x=(row, ...), y=(target, ...), id=(SampleId | None, None)
+    )
+    many = create_model(
+        "_FastColumnar",
+        __config__=strict,
+        x=(Annotated[list[row], Field(min_length=1, max_length=limit)], ...),
+        y=(Annotated[list[target], Field(min_length=1, max_length=limit)], ...),
+        ids=(list[SampleId] | None, None),
+    )
+    items = create_model(
+        "_FastList",
+        __config__=strict,
+        samples=(Annotated[list[one], Field(min_length=1, max_length=limit)], ...),
+    )
+    return TypeAdapter(Annotated[one | many | items, Field(union_mode="left_to_right")]), items
+
+
+class PayloadParser:
+    """Validates payloads against one model's input shape and task.
+
+    `fast=False` turns off the one-pass path for the common valid payloads, leaving the
+    reference path alone (the property tests compare the two).
+    """
+
+    def __init__(self, model: ModelConfig, fast: bool = True) -> None:
         self.model = model
         self.shape = model.sample_shape
         self._one = _nested(len(self.shape))
         self._many = _nested(len(self.shape) + 1)
+        self._fast, self._fast_list = _fast_schema(model) if fast else (None, None)
 
     # -- samples -------------------------------------------------------------------------
 
@@ -125,6 +169,10 @@ class PayloadParser:
         A `{"samples": [...]}` list is judged item by item, so one bad sample does not
         hold back the good ones beside it; a single or columnar payload is judged whole.
         """
+        if self._fast is not None and len(raw) <= self.model.ingest.max_payload_bytes:
+            samples = self._parse_fast(raw)
+            if samples is not None:
+                return samples, []
         try:
             doc = _decode(raw, self.model.ingest.max_payload_bytes)
             if "samples" in doc:
@@ -132,6 +180,29 @@ class PayloadParser:
             return self._parse_record(doc), []
         except PayloadError as exc:
             return None, [Rejection(str(exc), raw)]
+
+    def _parse_fast(self, raw: bytes) -> Samples | None:
+        assert self._fast is not None
+        try:
+            doc = self._fast.validate_json(raw)
+        except ValidationError:
+            return None
+        if type(doc) is self._fast_list:
+            rows = [s.x for s in doc.samples]
+            y = [s.y for s in doc.samples]
+            ids = [s.id for s in doc.samples]
+            ids = None if all(i is None for i in ids) else ids
+        elif isinstance(doc.y, list):
+            rows, y, ids = doc.x, doc.y, doc.ids
+            if len(y) != len(rows) or (ids is not None and len(ids) != len(y)):
+                return None
+        else:
+            rows, y, ids = [doc.x], [doc.y], None if doc.id is None else [doc.id]
+        return Samples(
+            np.array(rows, dtype=np.float32),
+            np.array(y, dtype=np.float32),
+            None if ids is None else tuple(ids),
+        )
 
     def _parse_list(self, doc: dict[str, Any]) -> tuple[Samples | None, list[Rejection]]:
         try:

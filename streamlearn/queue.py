@@ -11,10 +11,12 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import redis
 
+from streamlearn.appends import Appended, Appender
 from streamlearn.names import Names
 from streamlearn.payloads import Rejection, Samples
 
@@ -23,10 +25,15 @@ GROUP = "learners"
 
 @dataclass(frozen=True)
 class Entry:
-    """One stream entry: its id and the samples it carries."""
+    """One stream entry: its id and the samples it carries.
+
+    `error` says why an entry holds no usable samples (undecodable, or deleted while
+    pending): the learner dead-letters and acknowledges it instead of training on it.
+    """
 
     id: bytes
     samples: Samples
+    error: str | None = None
 
 
 def pack(samples: Samples) -> dict[str, bytes | int]:
@@ -59,21 +66,43 @@ class SampleQueue:
 
     # -- producer (ingest) ---------------------------------------------------------------
 
+    @cached_property
+    def appender(self) -> Appender:
+        return Appender(self.redis, self.names, self.sample_shape)
+
     def write(
         self,
         accepted: Iterable[Samples],
         rejected: Iterable[tuple[str, Rejection]] = (),
         *,
+        dedup_window_s: int = 0,
         deadletter_maxlen: int = 10_000,
         deadletter_payload_bytes: int = 1024,
-    ) -> None:
-        """Add accepted samples and dead letters in one round trip (XADD pipelined)."""
+        backlog: bool = False,
+    ) -> Appended:
+        """Append accepted samples (one entry each) and dead letters in one round trip.
+
+        Samples whose `id` was appended within `dedup_window_s` seconds are dropped, in the
+        same atomic step as the append (`streamlearn.appends`); `backlog` also measures the
+        samples the learners have not acknowledged yet.
+        """
+        accepted = list(accepted)
         pipe = self.redis.pipeline(transaction=False)
-        for samples in accepted:
-            pipe.xadd(self.key, pack(samples))
+        calls = self.appender.append(pipe, accepted, dedup_window_s)
         for source, rejection in rejected:
             self._deadletter(pipe, source, rejection, deadletter_maxlen, deadletter_payload_bytes)
-        pipe.execute()
+        if backlog:
+            self.appender.backlog(pipe)
+        try:
+            replies = pipe.execute()
+        except redis.exceptions.NoScriptError:  # no script ran; the dead letters are in
+            self.appender.load()
+            return self.write(accepted, dedup_window_s=dedup_window_s, backlog=backlog)
+        return Appended(
+            added=sum(int(r[0]) for r in replies[:calls]),
+            duplicates=sum(int(r[1]) for r in replies[:calls]),
+            backlog=int(replies[-1]) if backlog else None,
+        )
 
     def _deadletter(
         self, pipe: redis.client.Pipeline, source: str, rej: Rejection, maxlen: int, keep: int
@@ -85,7 +114,7 @@ class SampleQueue:
             "size": len(rej.payload),
             "at": f"{time.time():.3f}",
         }
-        pipe.xadd(self.names.deadletter_key, fields, maxlen=maxlen, approximate=True)
+        pipe.xadd(self.names.deadletter_key, fields, maxlen=maxlen, approximate=False)
 
     def deadletters(self, count: int = 100) -> list[dict[str, str | bytes]]:
         """The most recent dead letters, oldest first (for tools and tests)."""
@@ -110,18 +139,35 @@ class SampleQueue:
         return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
 
     def pending(self, consumer: str, count: int = 1000) -> list[Entry]:
-        """Entries delivered to `consumer` but not acknowledged (to resume after a restart)."""
-        resp = self.redis.xreadgroup(GROUP, consumer, {self.key: "0"}, count=count)
-        return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
+        """All entries delivered to `consumer` but not acknowledged (to resume after a restart).
+
+        Read `count` at a time; an entry deleted while pending comes back with an `error`.
+        """
+        entries: list[Entry] = []
+        after: bytes | str = "0"
+        while True:
+            resp = self.redis.xreadgroup(GROUP, consumer, {self.key: after}, count=count)
+            rows = [row for _, rows in resp or () for row in rows]
+            if not rows:
+                return entries
+            entries += [self._entry(eid, f) for eid, f in rows]
+            after = rows[-1][0]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int = 1000) -> list[Entry]:
-        """Take over entries another (dead) consumer left pending for `min_idle_ms`."""
-        _, rows, _ = self.redis.xautoclaim(self.key, GROUP, consumer, min_idle_ms, "0-0", count)
-        return [self._entry(eid, f) for eid, f in rows if f]
+        """Take over every entry another (dead) consumer left pending for `min_idle_ms`."""
+        entries: list[Entry] = []
+        cursor: bytes | str = "0-0"
+        while True:
+            cursor, rows, *_ = self.redis.xautoclaim(
+                self.key, GROUP, consumer, min_idle_ms, cursor, count
+            )
+            entries += [self._entry(eid, f) for eid, f in rows if f]
+            if cursor in (b"0-0", "0-0"):
+                return entries
 
-    def ack(self, ids: list[bytes]) -> None:
-        if ids:
-            self.redis.xack(self.key, GROUP, *ids)
+    def ack(self, ids: list[bytes], chunk: int = 10_000) -> None:
+        for start in range(0, len(ids), chunk):
+            self.redis.xack(self.key, GROUP, *ids[start : start + chunk])
 
     def trim(self) -> None:
         """Drop entries the group has delivered and acknowledged, never anything else."""
@@ -141,5 +187,11 @@ class SampleQueue:
     def length(self) -> int:
         return self.redis.xlen(self.key)
 
-    def _entry(self, eid: bytes, fields: dict[bytes, bytes]) -> Entry:
-        return Entry(eid, unpack(fields, self.sample_shape))
+    def _entry(self, eid: bytes, fields: dict[bytes, bytes] | None) -> Entry:
+        try:
+            if not fields:
+                raise ValueError("deleted from the stream while pending")
+            return Entry(eid, unpack(fields, self.sample_shape))
+        except (KeyError, ValueError) as exc:  # one bad entry must not stop the learner
+            empty = Samples(np.empty((0, *self.sample_shape), np.float32), np.empty(0, np.float32))
+            return Entry(eid, empty, error=f"unusable stream entry: {exc!r}")

@@ -128,10 +128,16 @@ class RoleProcess:
 
 @pytest.fixture
 def start_role(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., RoleProcess]]:
-    """start_role(role, toml_text, model=None, instance="0") -> a ready RoleProcess."""
+    """start_role(role, toml_text, model=None, instance="0", env=None) -> a ready RoleProcess."""
     started: list[RoleProcess] = []
 
-    def start(role: str, toml: str, model: str | None = None, instance: str = "0") -> RoleProcess:
+    def start(
+        role: str,
+        toml: str,
+        model: str | None = None,
+        instance: str = "0",
+        env: dict[str, str] | None = None,
+    ) -> RoleProcess:
         config = tmp_path / "streamlearn.toml"
         config.write_text(toml)
         argv = [
@@ -145,7 +151,7 @@ def start_role(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Rol
         ]
         if model:
             argv += ["--model", model]
-        proc = RoleProcess(argv, role_env(settings))
+        proc = RoleProcess(argv, {**role_env(settings), **(env or {})})
         started.append(proc)
         proc.wait_for(" ready")
         return proc

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         persistent=True,
         receive_maximum=model.ingest.max_pending_messages,
     )
+    client.on_pre_connect = ingest.on_pre_connect
     log.info("ingest for %s ready on %s", model.name, names.samples_topic)
     try:
         ingest.run(stop)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from streamlearn import mqtt
+from streamlearn import metrics, mqtt
 from streamlearn.learner import Learner
 from streamlearn.queue import SampleQueue
 from streamlearn.weights import WeightsStore
@@ -31,7 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         status=publish_status,
     )
     stop = _runtime.stop_on_signals()
-    learner.start()
+    learner.start()  # resumes, then traces every batch bucket once
+    port = metrics.expose("learner", model.name, learner.metrics, settings.metrics_port)
+    if port is not None:
+        log.info("metrics on port %d", port)
     log.info("learner for %s ready at version %d", model.name, learner.state.version)
     try:
         learner.run(stop)

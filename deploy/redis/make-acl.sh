@@ -19,7 +19,10 @@
 #            nevertheless all (+@all ~* &*): Redis replays the AOF at start-up as the default
 #            user and re-checks ACLs at each EXEC, so a default user without rights would
 #            drop every MULTI/EXEC from the AOF (the weights updates) on a restart.
-#   ingest   XADD (and XLEN, XINFO) on sl:*:samples and sl:*:deadletter.
+#   ingest   XADD (and XLEN, XINFO) on sl:*:samples and sl:*:deadletter, through its Lua
+#            scripts (EVALSHA; scripts run with the caller's rights): de-duplication sets
+#            and the appended-samples counter under sl:*:ingest:*, and the backlog it reads
+#            (XINFO, XPENDING, XRANGE) for back-pressure. No read of weights, no consumer group.
 #   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
 #            XPENDING, XTRIM, XGROUP CREATE), XADDs dead letters, SET/GET/DEL of
 #            sl:*:weights* (MULTI/EXEC), PUBLISH on channel sl:*:weights; plus EXISTS/XLEN
@@ -63,7 +66,7 @@ tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
-    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter -@all $conn +xadd +xlen +xinfo"
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish"
     echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* &sl:*:weights -@all $conn +get +subscribe +unsubscribe"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then

@@ -1,0 +1,296 @@
+"""Ingest throughput against a raw paho subscriber on the same broker, in one run.
+
+    .venv/bin/python -m bench.ingest [--messages 30000] [--batched 3000] [--rounds 3]
+
+Starts its own mosquitto (the embedded config) and redis-server. A raw paho subscriber
+(QoS 1, auto-acknowledged, doing nothing with the message) and one real ingest process
+(`python -m workers.ingest`: validation, de-duplication by id, append to Redis, PUBACK
+after) take turns, round after round, at the same stream from the same publisher
+processes (`live`); a rate is messages over the time from the first to the last one
+received (raw) or appended to the stream (ingest). `backlog` has the subscriber drain
+what the broker queued while it was away: its capacity, with no publisher beside it.
+
+Everything shares the machine's cores, and other work on it moves both sides alike, so a
+ratio is taken between the rounds of one pair and the median over pairs is reported.
+No learner runs, so back-pressure is set out of the way (max_backlog_samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import paho.mqtt.client as paho
+import redis
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from bench._report import report
+from streamlearn import embedded
+
+ROOT = Path(__file__).resolve().parents[1]
+INPUTS = 9
+TOML = """
+[models.{model}]
+inputs = {inputs}
+task = "binary"
+
+[models.{model}.ingest]
+max_backlog_samples = 100_000_000
+"""
+
+
+def payloads(publisher: int, count: int, per_message: int) -> list[bytes]:
+    """Distinct samples with ids; floats at full precision, as devices send them."""
+    rng = np.random.default_rng(publisher)
+    out = []
+    for i in range(count):
+        x = rng.standard_normal((per_message, INPUTS)).tolist()
+        y = rng.integers(0, 2, per_message).tolist()
+        if per_message == 1:
+            out.append(json.dumps({"x": x[0], "y": y[0], "id": f"p{publisher}-{i}"}).encode())
+        else:
+            ids = [f"p{publisher}-{i}-{j}" for j in range(per_message)]
+            out.append(json.dumps({"x": x, "y": y, "ids": ids}).encode())
+    return out
+
+
+def publish(port: int, topic: str, publisher: int, count: int, per_message: int) -> None:
+    """One device process: QoS 1 as fast as the broker acknowledges."""
+    data = payloads(publisher, count, per_message)
+    client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+    client.max_inflight_messages_set(1000)
+    client.max_queued_messages_set(0)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    infos = [client.publish(topic, p, qos=1) for p in data]
+    for info in infos:
+        info.wait_for_publish(120)
+    client.disconnect()
+    client.loop_stop()
+
+
+def publishers(port: int, topic: str, messages: int, count: int, per_message: int) -> None:
+    procs = [
+        mp.Process(target=publish, args=(port, topic, k, messages // count, per_message))
+        for k in range(count)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+
+
+def raw_subscriber(
+    port: int, topic: str, expect: int, ready: mp.Event, go: mp.Event, out: mp.Queue
+) -> None:
+    """The baseline: a paho subscriber that receives, counts and auto-acknowledges."""
+    seen = [0, 0.0, 0.0]
+    done, subscribed = threading.Event(), threading.Event()
+
+    def on_message(_c: object, _u: object, _m: object) -> None:
+        now = time.perf_counter()
+        seen[0] += 1
+        if seen[0] == 1:
+            seen[1] = now
+        if seen[0] == expect:
+            seen[2] = now
+            done.set()
+
+    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=topic, protocol=paho.MQTTv5)
+    client.on_message = on_message
+    client.on_subscribe = lambda *_: subscribed.set()
+    client.on_connect = lambda c, *_: c.subscribe(f"$share/bench/{topic}", qos=1)
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 600
+    client.connect("127.0.0.1", port, clean_start=False, properties=props)
+    client.loop_start()
+    subscribed.wait(30)
+    if not go.is_set():  # backlog: go away while the broker queues, then come back
+        client.disconnect()
+        client.loop_stop()
+        ready.set()
+        go.wait(300)
+        cpu = sum(os.times()[:2])
+        client.reconnect()
+        client.loop_start()
+    else:
+        cpu = sum(os.times()[:2])
+        ready.set()
+    done.wait(300)
+    cpu = sum(os.times()[:2]) - cpu
+    client.disconnect()
+    client.loop_stop()
+    out.put((seen[0], seen[2] - seen[1], cpu))
+
+
+class IngestProcess:
+    """`python -m workers.ingest` on the bench's servers, with its CPU time read from /proc."""
+
+    def __init__(self, mqtt_port: int, redis_port: int, model: str) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="sl-bench-ingest-"))
+        config = self.workdir / "streamlearn.toml"
+        config.write_text(TOML.format(model=model, inputs=INPUTS))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
+        env |= {
+            "STREAMLEARN_MQTT_URL": f"mqtt://127.0.0.1:{mqtt_port}",
+            "STREAMLEARN_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "STREAMLEARN_TOPIC_PREFIX": "bench",
+            "STREAMLEARN_SHARE_GROUP": "bench",
+        }
+        self.argv = [sys.executable, "-m", "workers.ingest", "--config", str(config)]
+        self.env = env
+
+    def start(self) -> IngestProcess:
+        self.proc = subprocess.Popen(
+            [*self.argv, "--instance", "bench"],
+            env=self.env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=embedded.die_with_parent,
+        )
+        self.lines: list[str] = []
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            self.lines.append(line)
+            if " ready" in line:
+                break
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+        self.cpu_at_start = self.cpu_s()
+        return self
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def redis_cpu_s(store: redis.Redis) -> float:
+    info = store.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def run_raw(port: int, tag: str, messages: int, pubs: int, per: int, mode: str) -> dict:
+    topic = f"bench/{tag}/samples"
+    ready, go, out = mp.Event(), mp.Event(), mp.Queue()
+    if mode == "live":
+        go.set()
+    sub = mp.Process(target=raw_subscriber, args=(port, topic, messages, ready, go, out))
+    sub.start()
+    ready.wait(30)
+    publishers(port, topic, messages, pubs, per)
+    go.set()
+    got, seconds, cpu = out.get(timeout=300)
+    sub.join()
+    return row(mode, "raw paho subscriber", per, got, seconds, cpu, None)
+
+
+def run_ingest(
+    mqtt_port: int, store: redis.Redis, tag: str, messages: int, pubs: int, per: int, mode: str
+) -> dict:
+    port = store.connection_pool.connection_kwargs["port"]
+    worker = IngestProcess(mqtt_port, port, tag).start()
+    if mode == "backlog":  # its session queues at the broker while it is away
+        worker.stop()
+        publishers(mqtt_port, f"bench/{tag}/samples", messages, pubs, per)
+        worker.start()
+    redis_cpu = redis_cpu_s(store)
+    if mode == "live":
+        publishers(mqtt_port, f"bench/{tag}/samples", messages, pubs, per)
+    deadline = time.monotonic() + 300
+    while int(store.get(f"sl:{{{tag}}}:ingest:count") or 0) < messages // pubs * pubs * per:
+        if time.monotonic() > deadline or worker.proc.poll() is not None:
+            raise SystemExit("ingest did not finish:\n" + "".join(worker.lines[-30:]))
+        time.sleep(0.02)
+    cpu = worker.cpu_s() - worker.cpu_at_start
+    redis_cpu = redis_cpu_s(store) - redis_cpu
+    worker.stop()
+    key = f"sl:{{{tag}}}:samples"
+    first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
+    seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
+    return row(mode, "ingest process", per, store.xlen(key), seconds, cpu, redis_cpu)
+
+
+def row(
+    mode: str,
+    who: str,
+    per: int,
+    messages: int,
+    seconds: float,
+    cpu: float,
+    redis_cpu: float | None,
+) -> dict:
+    return {
+        "mode": mode,
+        "subscriber": who,
+        "samples/msg": per,
+        "messages": messages,
+        "seconds": seconds,
+        "msgs/s": messages / seconds,
+        "samples/s": messages * per / seconds,
+        "cpu us/msg": cpu / messages * 1e6,
+        "redis cpu us/msg": None if redis_cpu is None else redis_cpu / messages * 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="bench.ingest")
+    parser.add_argument("--messages", type=int, default=30_000, help="single-sample messages")
+    parser.add_argument("--batched", type=int, default=3_000, help="100-sample messages")
+    parser.add_argument("--publishers", type=int, default=3, help="publishing processes")
+    parser.add_argument("--rounds", type=int, default=3, help="raw/ingest pairs per case")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()
+    cases = [("live", 1, args.messages, args.rounds), ("live", 100, args.batched, args.rounds)]
+    cases.append(("backlog", 1, args.messages, 1))
+    rows, ratios = [], {}
+    with embedded.mosquitto() as broker, embedded.redis_server() as server:
+        store = redis.Redis(port=server.port)
+        for mode, per, messages, rounds in cases:
+            for r in range(rounds):
+                tag = f"{mode}{per}r{r}"
+                raw = run_raw(broker.port, f"raw{tag}", messages, args.publishers, per, mode)
+                ours = run_ingest(broker.port, store, tag, messages, args.publishers, per, mode)
+                ours["vs raw"] = ours["msgs/s"] / raw["msgs/s"]
+                ratios.setdefault((mode, per), []).append(ours)
+                rows += [raw | {"round": r}, ours | {"round": r}]
+                print(
+                    f"{mode} {per}/msg round {r}: raw {raw['msgs/s']:,.0f} msgs/s, "
+                    f"ingest {ours['msgs/s']:,.0f} msgs/s",
+                    flush=True,
+                )
+    single = statistics.median(o["vs raw"] for o in ratios[("live", 1)])
+    batched = statistics.median(o["samples/s"] for o in ratios[("live", 100)])
+    checks = {
+        f"live single-sample messages: ingest >= 85% of the raw subscriber's rate "
+        f"(median of pairs {single:.0%})": single >= 0.85,
+        f"live 100 samples/message: one ingest process >= 100,000 samples/s "
+        f"(median {batched:,.0f})": batched >= 100_000,
+    }
+    report(
+        "ingest",
+        rows,
+        checks,
+        publishers=args.publishers,
+        loadavg_before=load,
+        loadavg_after=os.getloadavg(),
+    )
+
+
+if __name__ == "__main__":
+    main()

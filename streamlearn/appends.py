@@ -1,0 +1,229 @@
+"""Exactly-once appends to a samples stream, and the backlog its learners have not done.
+
+A redelivered MQTT message must not add its samples twice, and a crash must never leave
+an id marked as seen without its samples in the stream. So a run of messages is checked
+against the ids seen recently, appended (one entry per message) and its new ids recorded,
+all in one Lua script call: Redis runs it atomically, and it reaches the AOF and replicas
+as one transaction. Every key it touches is passed in KEYS and carries the model's hash
+tag (`sl:{model}:...`), so it also runs on a Redis Cluster.
+
+Seen ids live in sets, one per `window` seconds of the ingest hosts' clocks: a run checks
+the previous, current and next set (tolerating clock skew below the window), adds to the
+current one and UNLINKs the one before the previous (freed in the background, however
+large). An id is so remembered for at least `window` and at most twice that.
+
+Each entry also records `c`, the running total of samples appended (kept in
+`sl:{model}:ingest:count`), so the unprocessed samples are `count - c + n` of the oldest
+entry the learners' group has not acknowledged: one cheap script call, whatever the backlog.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from streamlearn.names import Names
+from streamlearn.payloads import Samples
+
+GROUP = "learners"
+# Samples per script call: a call blocks Redis while it runs, so keep each to a few ms.
+CHUNK_SAMPLES = 2000
+
+# KEYS: stream, counter; with de-duplication also the seen sets of windows b-2 .. b+1.
+# ARGV: window (s; 0: no de-duplication), bytes per x row, layout ("n" or "n:L" per message,
+# L: length of its ids field), then back to back for all messages: x rows (float32), y
+# (float32), ids fields (JSON lists); and one JSON-encoded id (or null) per line for each
+# sample that has an ids field.
+_APPEND = """#!lua
+local stream, counter = KEYS[1], KEYS[2]
+local window, xrow = tonumber(ARGV[1]), tonumber(ARGV[2])
+local x, y, idsblob = ARGV[4], ARGV[5], ARGV[6]
+local frags, named, known = {}, {}, {}
+local dedup = false
+if window > 0 then
+  for f in string.gmatch(ARGV[7], '[^\\n]+') do
+    frags[#frags + 1] = f
+    if f ~= 'null' then named[#named + 1] = f end
+  end
+end
+if #named > 0 then
+  for b = 4, 6 do
+    if redis.call('EXISTS', KEYS[b]) == 1 then
+      for i, hit in ipairs(redis.call('SMISMEMBER', KEYS[b], unpack(named))) do
+        if hit == 1 then
+          known[named[i]], dedup = true, true
+        end
+      end
+    end
+  end
+  -- fewer added than named: an id repeats within this run
+  if redis.call('SADD', KEYS[5], unpack(named)) < #named then dedup = true end
+  redis.call('EXPIRE', KEYS[5], 3 * window)
+  redis.call('UNLINK', KEYS[3])
+end
+local total = tonumber(redis.call('GET', counter) or '0')
+local at, ia, fo, added, dups = 0, 1, 0, 0, 0
+for count, len in string.gmatch(ARGV[3], '(%d+):?(%d*)') do
+  local n = tonumber(count)
+  local ex = string.sub(x, at * xrow + 1, (at + n) * xrow)
+  local ey = string.sub(y, at * 4 + 1, (at + n) * 4)
+  local ids, keep = nil, n
+  if len ~= '' then
+    ids = string.sub(idsblob, ia, ia + tonumber(len) - 1)
+    ia = ia + tonumber(len)
+    if dedup then
+      local kept, parts = {}, {}
+      for i = 1, n do
+        local f = frags[fo + i]
+        if f == 'null' or not known[f] then
+          kept[#kept + 1], parts[#parts + 1] = i, f
+          known[f] = f ~= 'null'
+        end
+      end
+      keep = #kept
+      if keep > 0 and keep < n then
+        local xs, ys = {}, {}
+        for j, i in ipairs(kept) do
+          xs[j] = string.sub(ex, (i - 1) * xrow + 1, i * xrow)
+          ys[j] = string.sub(ey, (i - 1) * 4 + 1, i * 4)
+        end
+        ex, ey, ids = table.concat(xs), table.concat(ys), '[' .. table.concat(parts, ',') .. ']'
+      end
+    end
+    fo = fo + n
+  end
+  at = at + n
+  if keep > 0 then
+    total = total + keep
+    if ids then
+      redis.call('XADD', stream, '*', 'n', keep, 'x', ex, 'y', ey, 'ids', ids, 'c', total)
+    else
+      redis.call('XADD', stream, '*', 'n', keep, 'x', ex, 'y', ey, 'c', total)
+    end
+  end
+  added, dups = added + keep, dups + n - keep
+end
+redis.call('SET', counter, total)
+return {added, dups}
+"""
+
+# KEYS: stream, counter. ARGV: group. Returns the samples not yet acknowledged by the group.
+_BACKLOG = """#!lua flags=no-writes
+local stream, counter, group = KEYS[1], KEYS[2], ARGV[1]
+if redis.call('XLEN', stream) == 0 then return 0 end
+local from = '-'
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local info = {}
+  for i = 1, #g, 2 do info[g[i]] = g[i + 1] end
+  if info['name'] == group then
+    if info['pending'] > 0 then
+      from = redis.call('XPENDING', stream, group)[2]
+    else
+      from = '(' .. info['last-delivered-id']
+    end
+  end
+end
+local first = redis.call('XRANGE', stream, from, '+', 'COUNT', 1)[1]
+if not first then return 0 end
+local f = {}
+for i = 1, #first[2], 2 do f[first[2][i]] = first[2][i + 1] end
+if not f['c'] then return redis.call('XLEN', stream) end
+return tonumber(redis.call('GET', counter) or '0') - tonumber(f['c']) + tonumber(f['n'])
+"""
+
+_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What one write did: samples added, samples dropped as already seen, and the backlog
+    (unacknowledged samples) right after, when it was asked for."""
+
+    added: int = 0
+    duplicates: int = 0
+    backlog: int | None = None
+
+
+class Appender:
+    """Queues exactly-once appends and backlog checks on a pipeline (one round trip)."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        names: Names,
+        sample_shape: tuple[int, ...],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.names = names
+        self.stream = names.samples_key
+        self.counter = names.key("ingest:count")
+        self.row_bytes = 4 * int(np.prod(sample_shape))
+        self.clock = clock
+        self._append = client.register_script(_APPEND)
+        self._backlog = client.register_script(_BACKLOG)
+
+    def append(
+        self, pipe: redis.client.Pipeline, accepted: Iterable[Samples], window_s: int
+    ) -> int:
+        """Queue the appends of `accepted` (one entry each); returns the script calls queued.
+
+        Samples whose id was appended within the last `window_s` seconds (up to twice
+        that) are dropped; 0 turns de-duplication off.
+        """
+        keys = [self.stream, self.counter]
+        if window_s:
+            now = int(self.clock() // window_s)
+            keys += [self.names.key(f"ingest:seen:{now + d}") for d in (-2, -1, 0, 1)]
+        calls, run, size = 0, [], 0
+        for samples in accepted:
+            if run and size + len(samples) > CHUNK_SAMPLES:
+                pipe.evalsha(self._append.sha, len(keys), *keys, *self._args(run, window_s))
+                calls, run, size = calls + 1, [], 0
+            run.append(samples)
+            size += len(samples)
+        if run:
+            pipe.evalsha(self._append.sha, len(keys), *keys, *self._args(run, window_s))
+            calls += 1
+        return calls
+
+    def backlog(self, pipe: redis.client.Pipeline | None = None) -> int | None:
+        """Samples in the stream the learners have not acknowledged (queued when `pipe`)."""
+        if pipe is not None:
+            pipe.evalsha(self._backlog.sha, 2, self.stream, self.counter, GROUP)
+            return None
+        return int(self._backlog(keys=[self.stream, self.counter], args=[GROUP]))
+
+    def load(self) -> None:
+        """Load the scripts into Redis (after a restart emptied its script cache).
+
+        Pipelines send EVALSHA alone: checking for the scripts first would cost a round
+        trip per write.
+        """
+        for script in (self._append, self._backlog):
+            script.registered_client.script_load(script.script)
+
+    def _args(self, run: list[Samples], window_s: int) -> list[bytes | str | int]:
+        layout, fields, frags = [], [], []
+        for samples in run:
+            if samples.ids is None:
+                layout.append(str(len(samples)))
+                continue
+            mine = ["null" if i is None else _quote(i) for i in samples.ids]
+            fields.append(f"[{','.join(mine)}]")
+            layout.append(f"{len(samples)}:{len(fields[-1])}")
+            if window_s:
+                frags += mine
+        return [
+            window_s,
+            self.row_bytes,
+            ",".join(layout),
+            np.concatenate([s.x for s in run]).astype(np.float32, copy=False).tobytes(),
+            np.concatenate([s.y for s in run]).astype(np.float32, copy=False).tobytes(),
+            "".join(fields),
+            "\n".join(frags),
+        ]

@@ -1,0 +1,270 @@
+"""Micro-batches from the sample stream: drain, pad to a bucket, read ahead in a thread.
+
+A drain takes everything available up to `max_batch` samples, waiting at most
+`max_wait_ms` for more once one arrived. The batch is padded to the smallest bucket that
+holds it: padding rows get sample weight 0 and real rows bucket/n, so the weighted mean a
+Keras loss takes is the exact mean over the real samples, and a compiled step only ever
+sees a few shapes. A `Prefetcher` drains in a background thread, so reading and decoding
+the next batch overlaps the current step. Nothing here acknowledges an entry: the learner
+does, once the state that learned it is durable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamlearn.config import LearnerConfig
+from streamlearn.errors import StreamlearnError
+from streamlearn.payloads import Samples
+from streamlearn.queue import Entry, SampleQueue
+
+_READ_BATCHES = 4
+
+
+@dataclass
+class Batch:
+    """One padded step: the first `n` rows are real; `done` are the entries it completes."""
+
+    x: np.ndarray
+    y: np.ndarray
+    w: np.ndarray
+    n: int
+    done: list[bytes] = field(default_factory=list)
+    entries: list[bytes] = field(default_factory=list)  # every entry with a row here
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def padded(
+    xs: Iterable[np.ndarray], ys: Iterable[np.ndarray], buckets: tuple[int, ...], y_tail: tuple
+) -> Batch:
+    """Copy the parts into one batch of the smallest bucket that holds them."""
+    xs, ys = list(xs), list(ys)
+    n = sum(len(y) for y in ys)
+    size = buckets[min(bisect.bisect_left(buckets, n), len(buckets) - 1)]
+    size = max(size, n)
+    x = np.zeros((size, *xs[0].shape[1:]), np.float32)
+    y = np.zeros((size, *y_tail), np.float32)
+    x[:n] = xs[0] if len(xs) == 1 else np.concatenate(xs)
+    y.reshape(size)[:n] = ys[0] if len(ys) == 1 else np.concatenate(ys)
+    w = np.zeros(size, np.float32)
+    w[:n] = size / n
+    return Batch(x, y, w, n)
+
+
+def bucket_sizes(sizes: tuple[int, ...], max_batch: int, replicas: int = 1) -> tuple[int, ...]:
+    """The sizes a drained batch can be padded to, each a multiple of the replica count."""
+    used = [b for b in sizes if b < max_batch] + [min(b for b in sizes if b >= max_batch)]
+    return tuple(sorted({-(-b // replicas) * replicas for b in used}))
+
+
+def samples_batch(samples: Samples, buckets: tuple[int, ...], multiclass: bool = False) -> Batch:
+    """A padded batch of in-memory samples (benchmarks and tests)."""
+    return padded([samples.x], [samples.y], buckets, () if multiclass else (1,))
+
+
+@dataclass
+class _Chunk:
+    """The entries of one read, their samples concatenated (cheap for many small entries)."""
+
+    ids: list[bytes]
+    ends: np.ndarray  # entry i holds rows ends[i-1]:ends[i]
+    x: np.ndarray
+    y: np.ndarray
+    at: int = 0  # rows taken so far
+    first: int = 0  # first entry not yet done
+
+
+class _Carry:
+    """Samples read but not yet trained on; an entry may span two batches."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[_Chunk] = deque()
+        self.available = 0
+        self.skipped: list[bytes] = []  # unusable entries, already dead-lettered
+
+    def add(self, entries: list[Entry]) -> None:
+        if not entries:
+            return
+        ends = np.cumsum([len(e.samples.y) for e in entries])
+        x = np.concatenate([e.samples.x for e in entries])
+        y = np.concatenate([e.samples.y for e in entries])
+        self._chunks.append(_Chunk([e.id for e in entries], ends, x, y))
+        self.available += int(ends[-1])
+
+    def take(self, limit: int) -> tuple[list[np.ndarray], list[np.ndarray], list, list]:
+        """Up to `limit` rows, the entries they complete and every entry they touch."""
+        xs, ys, done, touched = [], [], self.skipped, []
+        self.skipped = []
+        while self._chunks:
+            c = self._chunks[0]
+            stop = min(int(c.ends[-1]), c.at + limit)
+            if stop > c.at:
+                xs.append(c.x[c.at : stop])
+                ys.append(c.y[c.at : stop])
+                last = int(np.searchsorted(c.ends, stop - 1, side="right"))  # holds row stop-1
+                touched += c.ids[c.first : last + 1]
+            finished = int(np.searchsorted(c.ends, stop, side="right"))
+            done += c.ids[c.first : finished]
+            limit -= stop - c.at
+            self.available -= stop - c.at
+            c.at, c.first = stop, finished
+            if c.first < len(c.ids):
+                break  # `limit` reached inside this chunk
+            self._chunks.popleft()
+        return xs, ys, done, touched
+
+
+class Drainer:
+    """Turns the stream into padded batches for one consumer of the `learners` group."""
+
+    def __init__(
+        self,
+        sample_queue: SampleQueue,
+        consumer: str,
+        policy: LearnerConfig,
+        buckets: tuple[int, ...],
+        y_tail: tuple,
+        *,
+        stale_after_ms: int = 30_000,
+        deadletter: Callable[[str, bytes], None] | None = None,
+    ) -> None:
+        self.queue = sample_queue
+        self.consumer = consumer
+        self.policy = policy
+        self.buckets = buckets
+        self.y_tail = y_tail
+        self.stale_after_ms = stale_after_ms
+        self.deadletter = deadletter or (lambda reason, payload: None)
+        self._carry = _Carry()
+        self._per_entry = 1.0  # running mean of samples per entry, to size reads
+        self._next_claim = time.monotonic() + stale_after_ms / 2000
+
+    def resume(self) -> int:
+        """Take back this consumer's pending entries and stale ones of dead consumers."""
+        entries = self.queue.pending(self.consumer)
+        entries += self.queue.claim_stale(self.consumer, self.stale_after_ms)
+        self._accept(entries)
+        return len(entries)
+
+    def drain(self, idle_block_ms: int = 100) -> Batch | None:
+        """Up to `max_batch` samples: block for the first, then wait `max_wait_ms` for more."""
+        limit = self.policy.max_batch
+        if time.monotonic() >= self._next_claim:
+            self._next_claim = time.monotonic() + self.stale_after_ms / 2000
+            self._accept(self.queue.claim_stale(self.consumer, self.stale_after_ms))
+        if self._carry.available == 0:
+            self._read(limit, idle_block_ms)
+            if self._carry.available == 0:
+                return self._take(0) if self._carry.skipped else None
+        deadline = time.monotonic() + self.policy.max_wait_ms / 1000
+        while self._carry.available < limit:
+            wait_ms = int((deadline - time.monotonic()) * 1000)
+            got = self._read(limit - self._carry.available, wait_ms if wait_ms >= 1 else None)
+            if not got and wait_ms < 1:
+                break
+        return self._take(limit)
+
+    def _read(self, samples: int, block_ms: int | None) -> int:
+        # Reads of a few batches at once spread the cost of a round trip.
+        want = max(samples, _READ_BATCHES * self.policy.max_batch)
+        count = max(1, math.ceil(want / self._per_entry))
+        entries = self.queue.read(self.consumer, count, block_ms)
+        if entries:
+            got = sum(len(e.samples.y) for e in entries) / len(entries)
+            self._per_entry = max(1.0, 0.8 * self._per_entry + 0.2 * got)
+        self._accept(entries)
+        return len(entries)
+
+    def _accept(self, entries: list[Entry]) -> None:
+        good = [e for e in entries if e.error is None and len(e.samples.x) == len(e.samples.y)]
+        if len(good) < len(entries):
+            for e in entries:
+                if e.error is not None or len(e.samples.x) != len(e.samples.y):
+                    reason = e.error or f"entry has {len(e.samples.x)} x rows, {len(e.samples.y)} y"
+                    self.deadletter(reason, json.dumps({"entries": [e.id.decode()]}).encode())
+                    self._carry.skipped.append(e.id)
+        self._carry.add(good)
+
+    def _take(self, limit: int) -> Batch:
+        xs, ys, done, touched = self._carry.take(limit)
+        if not xs:
+            empty = np.zeros((0,), np.float32)
+            return Batch(empty, empty, empty, 0, done, [])
+        batch = padded(xs, ys, self.buckets, self.y_tail)
+        batch.done, batch.entries = done, touched
+        return batch
+
+
+class Prefetcher:
+    """Runs `drain` in a background thread, up to `depth` batches ahead of the consumer.
+
+    `stop()` joins the thread; batches it drained but nobody took stay for the next
+    `start()`, so no entry it read is forgotten (they stay pending in Redis until trained).
+    """
+
+    def __init__(self, drain: Callable[[], Batch | None], depth: int) -> None:
+        self._drain = drain
+        self.depth = depth
+        self._ready: deque[Batch] = deque()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.idle = threading.Event()  # set while the last drain found nothing
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="prefetch", daemon=True)
+        self._thread.start()
+
+    def get(self, timeout_s: float) -> Batch | None:
+        """The next batch, or None when none came within `timeout_s`."""
+        with self._cond:
+            if not self._ready and self._error is None:
+                self._cond.wait(timeout_s)
+            if self._ready:
+                batch = self._ready.popleft()
+                self._cond.notify_all()
+                return batch
+            if self._error is not None:
+                raise StreamlearnError(f"prefetch thread failed: {self._error!r}") from self._error
+            return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = self._drain()
+                if batch is None:
+                    self.idle.set()
+                    continue
+                self.idle.clear()
+                with self._cond:
+                    while len(self._ready) >= self.depth and not self._stop.is_set():
+                        self._cond.wait(0.1)
+                    self._ready.append(batch)  # kept even when stopping: it is pending
+                    self._cond.notify_all()
+        except Exception as exc:  # surfaces in the consumer's thread, at its next get()
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
