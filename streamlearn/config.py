@@ -77,6 +77,9 @@ class LearnerConfig(_Frozen):
     clip_norm: float | None = Field(
         None, gt=0, description="clip gradients to this global norm (built-in architectures)"
     )
+    tensorboard_dir: str | None = Field(
+        None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
+    )
     distribute: Literal["none", "mirrored"] = Field(
         "none", description="mirrored: data-parallel with tf.distribute.MirroredStrategy"
     )

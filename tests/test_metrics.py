@@ -81,3 +81,41 @@ def test_workers_expose_moving_counters(start_role, client_for, settings):
     actor = scrape(ports["actor"])
     assert metric(actor, "streamlearn_actor_request_latency_seconds_count") >= 5
     assert metric(actor, "streamlearn_actor_weights_age_seconds") >= 0
+
+
+def test_learner_writes_tensorboard_curves(start_role, settings, tmp_path):
+    logdir = tmp_path / "tb"
+    toml = TOML + f'\n[models.p.learner]\ntensorboard_dir = "{logdir}"\nstatus_every_ms = 200\n'
+    start_role("learner", toml)
+    start_role("ingest", toml)
+    device = plain_paho(settings)
+    topic = f"{settings.topic_prefix}/p/samples"
+    infos = [
+        device.publish(topic, f'{{"x": [{i % 5}, 1], "y": {i % 2}}}', qos=1) for i in range(100)
+    ]
+    for info in infos:
+        info.wait_for_publish(10)
+    device.disconnect()
+
+    def curves() -> dict[str, list[tuple[int, float]]]:
+        import tensorflow as tf
+        from tensorflow.core.util import event_pb2
+        from tensorflow.python.lib.io import tf_record
+
+        found: dict[str, list[tuple[int, float]]] = {}
+        for path in (logdir / "p").glob("events.out.tfevents.*"):
+            for record in tf_record.tf_record_iterator(str(path)):
+                event = event_pb2.Event.FromString(record)
+                for value in event.summary.value:
+                    number = float(tf.make_ndarray(value.tensor))
+                    found.setdefault(value.tag, []).append((event.step, number))
+        return found
+
+    eventually(
+        lambda: any(step == 100 for step, _ in curves().get("version", [])),
+        30,
+        "a point at 100 samples",
+    )
+    found = curves()
+    assert {"online_loss", "online_metric", "version"} <= set(found)
+    assert max(v for _, v in found["version"]) >= 1

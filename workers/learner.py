@@ -8,6 +8,7 @@ import logging
 from streamlearn import metrics, mqtt
 from streamlearn.learner import Learner
 from streamlearn.queue import SampleQueue
+from streamlearn.tensorboard import Rate, ScalarLog
 from streamlearn.weights import WeightsStore
 from workers import _runtime
 
@@ -20,8 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     redis = _runtime.redis_client(settings)
     client = mqtt.connect(settings.mqtt, client_id, ca_file=settings.mqtt_ca_file)
 
+    rate = Rate()
+    curves = (
+        ScalarLog(model.learner.tensorboard_dir, model.name)
+        if model.learner.tensorboard_dir
+        else None
+    )
+
     def publish_status(status: dict[str, object]) -> None:
+        status["samples_per_s"] = rate.update(int(status["samples_seen"]))
         client.publish(names.status_topic, json.dumps(status), qos=1, retain=True)
+        if curves is not None:
+            curves.write(status)
 
     learner = Learner(
         model,
