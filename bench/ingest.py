@@ -1,6 +1,6 @@
 """Ingest throughput against a raw paho subscriber on the same broker, in one run.
 
-    .venv/bin/python -m bench.ingest [--messages 30000] [--batched 3000] [--rounds 3]
+    .venv/bin/python -m bench.ingest [--messages 30000] [--batched 3000] [--rounds 5]
 
 Starts its own mosquitto (the embedded config) and redis-server. A raw paho subscriber
 (QoS 1, auto-acknowledged, doing nothing with the message) and one real ingest process
@@ -138,9 +138,8 @@ def raw_subscriber(
 class IngestProcess:
     """`python -m workers.ingest` on the bench's servers, with its CPU time read from /proc."""
 
-    def __init__(self, mqtt_port: int, redis_port: int, model: str) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="sl-bench-ingest-"))
-        config = self.workdir / "streamlearn.toml"
+    def __init__(self, mqtt_port: int, redis_port: int, model: str, workdir: Path) -> None:
+        config = workdir / f"{model}.toml"
         config.write_text(TOML.format(model=model, inputs=INPUTS))
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
         env |= {
@@ -201,10 +200,17 @@ def run_raw(port: int, tag: str, messages: int, pubs: int, per: int, mode: str) 
 
 
 def run_ingest(
-    mqtt_port: int, store: redis.Redis, tag: str, messages: int, pubs: int, per: int, mode: str
+    mqtt_port: int,
+    store: redis.Redis,
+    tag: str,
+    messages: int,
+    pubs: int,
+    per: int,
+    mode: str,
+    workdir: Path,
 ) -> dict:
     port = store.connection_pool.connection_kwargs["port"]
-    worker = IngestProcess(mqtt_port, port, tag).start()
+    worker = IngestProcess(mqtt_port, port, tag, workdir).start()
     if mode == "backlog":  # its session queues at the broker while it is away
         worker.stop()
         publishers(mqtt_port, f"bench/{tag}/samples", messages, pubs, per)
@@ -253,19 +259,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=30_000, help="single-sample messages")
     parser.add_argument("--batched", type=int, default=3_000, help="100-sample messages")
     parser.add_argument("--publishers", type=int, default=3, help="publishing processes")
-    parser.add_argument("--rounds", type=int, default=3, help="raw/ingest pairs per case")
+    parser.add_argument("--rounds", type=int, default=5, help="raw/ingest pairs per case")
     args = parser.parse_args(argv)
     load = os.getloadavg()
     cases = [("live", 1, args.messages, args.rounds), ("live", 100, args.batched, args.rounds)]
     cases.append(("backlog", 1, args.messages, 1))
     rows, ratios = [], {}
-    with embedded.mosquitto() as broker, embedded.redis_server() as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="sl-bench-ingest-") as tmp,
+        embedded.mosquitto(workdir=Path(tmp, "mqtt")) as broker,
+        embedded.redis_server(workdir=Path(tmp, "redis")) as server,
+    ):
         store = redis.Redis(port=server.port)
         for mode, per, messages, rounds in cases:
             for r in range(rounds):
                 tag = f"{mode}{per}r{r}"
                 raw = run_raw(broker.port, f"raw{tag}", messages, args.publishers, per, mode)
-                ours = run_ingest(broker.port, store, tag, messages, args.publishers, per, mode)
+                ours = run_ingest(
+                    broker.port, store, tag, messages, args.publishers, per, mode, Path(tmp)
+                )
                 ours["vs raw"] = ours["msgs/s"] / raw["msgs/s"]
                 ratios.setdefault((mode, per), []).append(ours)
                 rows += [raw | {"round": r}, ours | {"round": r}]

@@ -53,7 +53,8 @@ if window > 0 then
 end
 if #named > 0 then
   for b = 4, 6 do
-    if redis.call('EXISTS', KEYS[b]) == 1 then
+    -- EXPIRE says whether the set exists (0: nothing to check) and keeps it while checked
+    if redis.call('EXPIRE', KEYS[b], 3 * window) == 1 then
       for i, hit in ipairs(redis.call('SMISMEMBER', KEYS[b], unpack(named))) do
         if hit == 1 then
           known[named[i]], dedup = true, true

@@ -1,10 +1,10 @@
 """Ingest: MQTT sample messages -> validated, packed stream entries in Redis.
 
-paho's network thread only enqueues; the loop here validates a run of messages, appends
-them to Redis in one round trip and only then acknowledges them to the broker, so a crash
-at any point leaves unacknowledged messages with the broker, never a lost sample. A
-redelivered message adds nothing twice: sample ids are de-duplicated in the same atomic
-step as the append (`streamlearn.appends`).
+paho's network thread only enqueues (and sends the PUBACKs queued for it); the loop here
+validates a run of messages, appends them to Redis in one round trip and only then lets
+them be acknowledged, so a crash at any point leaves unacknowledged messages with the
+broker, never a lost sample. A redelivered message adds nothing twice: sample ids are
+de-duplicated in the same atomic step as the append (`streamlearn.appends`).
 
 Back-pressure: while more samples than `max_backlog_samples` wait for the learner, the
 loop stops taking messages. Unacknowledged messages fill the client's receive maximum, and
@@ -98,6 +98,21 @@ class Ingest:
         self._acks: deque[Delivery] = deque()  # in Redis, to acknowledge
         self._backoff = ExponentialBackoff(cap=2.0, base=0.05)
 
+    def metrics(self) -> dict[str, float | int | None]:
+        """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
+        c = self.counters
+        return {
+            "messages_total": c.messages,
+            "samples_total": c.samples,
+            "duplicate_samples_total": c.duplicates,
+            "deadletters_total": c.rejected,
+            "redis_errors_total": c.redis_errors,
+            "back_pressure_pauses_total": c.pauses,
+            "backlog_samples": self.backlog,
+            "holding": int(self._holding),
+            "inbox_messages": len(self._inbox),
+        }
+
     # -- paho callbacks (network thread): hand over and return at once ---------------------
 
     def on_message(self, client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
@@ -181,6 +196,7 @@ class Ingest:
                 self._measured(measured)
         if not self._holding:
             return False
+        self._ack_now()
         stop.wait(self.poll_s)
         return True
 
@@ -201,7 +217,7 @@ class Ingest:
         self.backlog, self._measured_at = backlog, self.clock()
 
     def _process(self, batch: list[Delivery], stop: threading.Event) -> bool:
-        """Validate, append, then acknowledge; False when stopped before Redis took it."""
+        """Validate and append, then queue the PUBACKs; False if stopped before Redis took it."""
         accepted: list[Samples] = []
         rejected: list[tuple[str, Rejection]] = []
         for _, _, msg in batch:

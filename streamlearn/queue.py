@@ -36,18 +36,9 @@ class Entry:
     error: str | None = None
 
 
-def pack(samples: Samples) -> dict[str, bytes | int]:
-    fields: dict[str, bytes | int] = {
-        "n": len(samples),
-        "x": samples.x.astype(np.float32, copy=False).tobytes(),
-        "y": samples.y.astype(np.float32, copy=False).tobytes(),
-    }
-    if samples.ids is not None:
-        fields["ids"] = json.dumps(samples.ids).encode()
-    return fields
-
-
 def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples:
+    """An entry as `streamlearn.appends` writes it: `n` samples, `x` and `y` as float32
+    bytes, `ids` a JSON list when the samples have ids, `c` the running sample count."""
     n = int(fields[b"n"])
     x = np.frombuffer(fields[b"x"], dtype=np.float32).reshape((n, *sample_shape))
     y = np.frombuffer(fields[b"y"], dtype=np.float32)

@@ -11,9 +11,10 @@ import numpy as np
 
 from streamlearn.appends import CHUNK_SAMPLES
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
+from streamlearn.payloads import Rejection, Samples
 from streamlearn.queue import SampleQueue, unpack
 from tests.conftest import eventually, plain_paho
+from tests.test_deploy import acl_redis, redis_as  # noqa: F401 (acl_redis: a fixture)
 
 TOML = """
 [models.m]
@@ -240,3 +241,19 @@ def test_back_pressure_holds_samples_at_the_broker_until_the_learner_catches_up(
         got += [i for e in batch for i in e.samples.ids or ()]
     assert sorted(got) == sorted(sent)
     assert "back-pressure off" in worker.output
+
+
+def test_the_deploy_acl_lets_ingest_append_once_and_measure(request):
+    """Ingest's scripts run with its least-privilege Redis user (deploy/redis/make-acl.sh)."""
+    server = request.getfixturevalue("acl_redis")
+    queue = SampleQueue(redis_as(server, "ingest"), Names("acl"), (3,))
+    written = queue.write(
+        [_samples(["a", "b"]), _samples(["b", None])],
+        [("t", Rejection("bad", b"x"))],
+        dedup_window_s=60,
+        backlog=True,
+    )
+    again = queue.write([_samples(["a", "c"])], dedup_window_s=60)
+    assert (written.added, written.duplicates, written.backlog) == (3, 1, 3)
+    assert (again.added, again.duplicates) == (1, 1)
+    assert queue.appender.backlog() == 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from streamlearn import mqtt
+from streamlearn import metrics, mqtt
 from streamlearn.ingest import Ingest
 from streamlearn.payloads import PayloadParser
 from streamlearn.queue import SampleQueue
@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         receive_maximum=model.ingest.max_pending_messages,
     )
     client.on_pre_connect = ingest.on_pre_connect
+    port = metrics.expose("ingest", model.name, ingest.metrics, settings.metrics_port)
+    if port is not None:
+        log.info("metrics on port %d", port)
     log.info("ingest for %s ready on %s", model.name, names.samples_topic)
     try:
         ingest.run(stop)
