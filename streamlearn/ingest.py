@@ -19,7 +19,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import paho.mqtt.client as mqtt
@@ -61,6 +61,7 @@ class IngestCounters:
     samples: int = 0
     duplicates: int = 0
     rejected: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
     redis_errors: int = 0
     pauses: int = 0
 
@@ -105,7 +106,7 @@ class Ingest:
             "messages_total": c.messages,
             "samples_total": c.samples,
             "duplicate_samples_total": c.duplicates,
-            "deadletters_total": c.rejected,
+            "deadletters_total": dict(c.rejected_by_reason),
             "redis_errors_total": c.redis_errors,
             "back_pressure_pauses_total": c.pauses,
             "backlog_samples": self.backlog,
@@ -239,6 +240,9 @@ class Ingest:
         c.samples += written.added
         c.duplicates += written.duplicates
         c.rejected += len(rejected)
+        for _, rejection in rejected:
+            kind = reason_kind(rejection.reason)
+            c.rejected_by_reason[kind] = c.rejected_by_reason.get(kind, 0) + 1
         return True
 
     def _measure_due(self, adding: int) -> bool:
@@ -282,3 +286,26 @@ class Ingest:
                 log.warning("redis unavailable (%s); retry %d in %.2f s", exc, failures, delay)
                 if stop.wait(delay):
                     return None
+
+
+_REASON_KINDS = (
+    ("invalid JSON", "invalid_json"),
+    ("exceeds max_payload_bytes", "oversize"),
+    ("exceed max_samples_per_message", "too_many_samples"),
+    ("finite", "non_finite"),
+    ("float32 range", "non_finite"),
+    ("shape", "wrong_shape"),
+    ("different lengths", "wrong_shape"),
+    ("Extra inputs", "unknown_field"),
+    ("valid number", "wrong_type"),
+    ("valid string", "wrong_type"),
+    ("valid list", "wrong_type"),
+    ("JSON object", "wrong_type"),
+    ("y must", "bad_target"),
+    ("Field required", "missing_field"),
+)
+
+
+def reason_kind(reason: str) -> str:
+    """A dead-letter reason's kind: a label with few values, for metrics."""
+    return next((kind for text, kind in _REASON_KINDS if text in reason), "other")

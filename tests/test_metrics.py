@@ -57,6 +57,8 @@ def test_workers_expose_moving_counters(start_role, client_for, settings):
     ingest = scrape(ports["ingest"])
     assert metric(ingest, "streamlearn_ingest_messages_total") == 52
     assert metric(ingest, "streamlearn_ingest_deadletters_total") == 2
+    assert metric(ingest, "streamlearn_ingest_deadletters_total", reason="invalid_json") == 1
+    assert metric(ingest, "streamlearn_ingest_deadletters_total", reason="wrong_shape") == 1
 
     eventually(
         lambda: metric(scrape(ports["learner"]), "streamlearn_learner_samples_total") == 50,

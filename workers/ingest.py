@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         receive_maximum=model.ingest.max_pending_messages,
     )
     client.on_pre_connect = ingest.on_pre_connect
-    port = metrics.expose("ingest", model.name, ingest.metrics, settings.metrics_port)
+    port = metrics.expose(
+        "ingest", model.name, ingest.metrics, settings.metrics_port, {"deadletters_total": "reason"}
+    )
     if port is not None:
         log.info("metrics on port %d", port)
     log.info("ingest for %s ready on %s", model.name, names.samples_topic)
