@@ -7,6 +7,7 @@ import logging
 
 from streamlearn import metrics, mqtt
 from streamlearn.learner import Learner
+from streamlearn.monitor import queue_figures
 from streamlearn.queue import SampleQueue
 from streamlearn.tensorboard import Rate, ScalarLog
 from streamlearn.weights import WeightsStore
@@ -43,7 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     stop = _runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
-    port = metrics.expose("learner", model.name, learner.metrics, settings.metrics_port)
+
+    def snapshot() -> dict[str, object]:
+        """The learner's counters plus its stream's length, pending and dead letters."""
+        return {**learner.metrics(), **queue_figures(redis, names)}
+
+    port = metrics.expose("learner", model.name, snapshot, settings.metrics_port)
     if port is not None:
         log.info("metrics on port %d", port)
     log.info("learner for %s ready at version %d", model.name, learner.state.version)
