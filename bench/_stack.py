@@ -3,55 +3,21 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 from bench.loadgen import LoadClient
 from streamlearn import embedded
+from streamlearn.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class Proc:
+class Proc(embedded.WatchedProcess):
     """A child process whose output is collected, as the test fixtures do."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=embedded.die_with_parent,
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-
-    def wait_for(self, text: str, timeout_s: float = 90) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if any(text in line for line in self.lines):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"{text!r} not seen; output:\n" + "\n".join(self.lines[-30:]))
-
-    def stop(self, kill: bool = False) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill() if kill else self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        super().__init__(argv, env, cwd=ROOT)
 
 
 class Stack:
@@ -63,16 +29,15 @@ class Stack:
         self.workdir = workdir
 
     def env(self, prefix: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
-        env.update(
-            STREAMLEARN_MQTT_URL=f"mqtt://{self.host}:{self.mqtt_port}",
-            STREAMLEARN_REDIS_URL=self.redis_url,
-            STREAMLEARN_TOPIC_PREFIX=prefix,
-            STREAMLEARN_KEY_PREFIX=prefix,
-            STREAMLEARN_SHARE_GROUP=prefix,
-            PYTHONUNBUFFERED="1",
+        settings = Settings(
+            mqtt_url=f"mqtt://{self.host}:{self.mqtt_port}",
+            redis_url=self.redis_url,
+            topic_prefix=prefix,
+            key_prefix=prefix,
+            share_group=prefix,
         )
-        return env
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
+        return {**env, **settings.as_env(), "PYTHONUNBUFFERED": "1"}
 
     def start(self, argv: list[str], prefix: str) -> Proc:
         proc = Proc([sys.executable, "-m", *argv], self.env(prefix))

@@ -212,6 +212,14 @@ class Settings(BaseSettings):
         None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
     )
 
+    def as_env(self) -> dict[str, str]:
+        """The `STREAMLEARN_*` variables that give a child process these settings."""
+        return {
+            f"STREAMLEARN_{name.upper()}": str(value)
+            for name, value in self.model_dump().items()
+            if value is not None
+        }
+
     @property
     def mqtt(self) -> str:
         return self.mqtt_url or "mqtt://localhost:1883"

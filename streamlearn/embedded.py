@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -154,3 +155,58 @@ def mosquitto(
         MOSQUITTO_CONF.format(port=port, workdir=wd, persistence="true" if persistence else "false")
     )
     return ServerProcess("mosquitto", ["mosquitto", "-c", str(conf)], port, wd)
+
+
+class WatchedProcess:
+    """A child process whose output lines are collected: wait for a line, or show the tail."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], cwd: str | os.PathLike[str] | None = None
+    ) -> None:
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=die_with_parent,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(text in line for line in self.lines):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise StreamlearnError(
+            f"{text!r} not seen in {timeout_s} s; output:\n{self.output[-4000:]}"
+        )
+
+    def stop(self, timeout_s: float = 20, kill: bool = False) -> int:
+        if self.proc.poll() is None:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        return self.proc.returncode

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -65,65 +64,14 @@ def redis(settings: Settings) -> Iterator[redis_lib.Redis]:
 
 def role_env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
-    env.update(
-        {
-            "STREAMLEARN_MQTT_URL": settings.mqtt,
-            "STREAMLEARN_REDIS_URL": settings.redis,
-            "STREAMLEARN_TOPIC_PREFIX": settings.topic_prefix,
-            "STREAMLEARN_KEY_PREFIX": settings.key_prefix,
-            "STREAMLEARN_SHARE_GROUP": settings.share_group,
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
+    return {**env, **settings.as_env(), "PYTHONUNBUFFERED": "1"}
 
 
-class RoleProcess:
-    """A worker process (`python -m workers.ROLE`) whose output is collected line by line."""
+class RoleProcess(embedded.WatchedProcess):
+    """A worker process (`python -m workers.ROLE`) run from the repository root."""
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=embedded.die_with_parent,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def wait_for(self, text: str, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(text in line for line in self.lines):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"{text!r} not seen in {timeout_s} s; output:\n{self.output[-4000:]}")
-
-    def stop(self, timeout_s: float = 20) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(5)
-        return self.proc.returncode
+        super().__init__(argv, env, cwd=ROOT)
 
 
 @pytest.fixture
