@@ -14,6 +14,7 @@ from pathlib import Path
 
 from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
 from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.monitor import fmt_number
 from streamlearn.names import Names
 
 ROLES = ("ingest", "learner", "actor")
@@ -300,7 +301,7 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from streamlearn.stack import read_status
+    from streamlearn.monitor import read_status
 
     cfg: AppConfig = load_config(args.config)
     settings = load_settings()
@@ -328,20 +329,16 @@ def format_status(rows: list[dict]) -> str:
         lines.append(
             f"{r['model']:<12} {r['queue_length']:>7} {r['pending']:>7} {r['deadletters']:>6} | "
             f"{r.get('version', r['latest_version']):>7} {r.get('step', 0):>8} "
-            f"{r.get('samples_seen', 0):>10} {_num(rate, 0):>9} {_num(r.get('online_loss')):>8} "
-            f"{_num(r.get('online_metric')):>8}"
+            f"{r.get('samples_seen', 0):>10} {fmt_number(rate, 0):>9} "
+            f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
         )
         for a in r.get("actors", []):
-            age, rps = _num(a.get("weights_age_s"), 1), _num(a.get("requests_per_s"), 1)
+            age, rps = fmt_number(a.get("weights_age_s"), 1), fmt_number(a.get("requests_per_s"), 1)
             lines.append(
                 f"  actor {a['id']:<20} version {a.get('version', '-'):>6}  "
                 f"weights age {age} s  {rps} requests/s"
             )
     return "\n".join(lines)
-
-
-def _num(value: object, digits: int = 4) -> str:
-    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -137,12 +136,3 @@ class Dashboard:
                 pass
 
         return Handler
-
-
-def wait_for_points(dashboard: Dashboard, n: int, timeout_s: float = 30) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if all(len(p) >= n for p in dashboard.data()["models"].values()):
-            return True
-        time.sleep(0.1)
-    return False

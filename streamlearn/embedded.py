@@ -33,6 +33,21 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def end_process(proc: subprocess.Popen, timeout_s: float = 10.0, kill: bool = False) -> None:
+    """SIGTERM (or SIGKILL), wait up to `timeout_s`, then SIGKILL; a no-op if it has exited."""
+    if proc.poll() is not None:
+        return
+    if kill:
+        proc.kill()
+    else:
+        proc.terminate()
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class ServerProcess:
     """A server child process listening on `port`; a context manager."""
 
@@ -74,19 +89,12 @@ class ServerProcess:
         raise StreamlearnError(f"{self.name} did not listen on port {self.port} in {timeout_s} s")
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            end_process(self.proc, timeout_s)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            end_process(self.proc, kill=True)
 
     def __enter__(self) -> ServerProcess:
         return self.start()
@@ -198,15 +206,6 @@ class WatchedProcess:
         )
 
     def stop(self, timeout_s: float = 20, kill: bool = False) -> int:
-        if self.proc.poll() is None:
-            if kill:
-                self.proc.kill()
-            else:
-                self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc, timeout_s, kill)
         self._reader.join(5)
         return self.proc.returncode

@@ -96,3 +96,18 @@ def snapshot(monitor: StatusMonitor, r: redis.Redis) -> list[dict[str, Any]]:
         row["at"] = time.time()
         rows.append(row)
     return rows
+
+
+def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list[dict[str, Any]]:
+    """One-shot `snapshot`: subscribe, let the retained status arrive, read Redis."""
+    monitor = StatusMonitor(cfg, settings)
+    try:
+        time.sleep(wait_s)  # retained messages arrive right after subscribing
+        return snapshot(monitor, redis.Redis.from_url(settings.redis))
+    finally:
+        monitor.close()
+
+
+def fmt_number(value: object, digits: int = 4) -> str:
+    """A figure for the terminal: `-` when unknown."""
+    return f"{value:,.{digits}f}" if isinstance(value, int | float) else "-"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from streamlearn import embedded
 from streamlearn.config import AppConfig, Settings
 from streamlearn.dashboard import Dashboard
-from streamlearn.monitor import StatusMonitor, snapshot
+from streamlearn.monitor import StatusMonitor, fmt_number
 
 log = logging.getLogger(__name__)
 
@@ -196,27 +196,10 @@ class StatusLine:
             rate = (s["samples_seen"] - prev_n) / (now - prev_t) if now > prev_t else 0.0
             _say(
                 f"{name}: {rate:,.0f} samples/s  version {s['version']}  "
-                f"loss {_num(s.get('online_loss'))}  "
-                f"{s.get('metric') or 'metric'} {_num(s.get('online_metric'))}  "
+                f"loss {fmt_number(s.get('online_loss'))}  "
+                f"{s.get('metric') or 'metric'} {fmt_number(s.get('online_metric'))}  "
                 f"samples {s['samples_seen']:,}"
             )
-
-
-def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list[dict]:
-    """Per model: its retained learner status plus the queue figures from Redis."""
-    import redis
-
-    monitor = StatusMonitor(cfg, settings)
-    try:
-        time.sleep(wait_s)  # retained messages arrive right after subscribing
-        store = redis.Redis.from_url(settings.redis)
-        return snapshot(monitor, store)
-    finally:
-        monitor.close()
-
-
-def _num(value: object) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else "-"
 
 
 def _open_dashboard(cfg: AppConfig, settings: Settings, port: int) -> Dashboard:

@@ -6,12 +6,13 @@ import re
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from streamlearn.config import parse_config
-from streamlearn.dashboard import Dashboard, wait_for_points
+from streamlearn.dashboard import Dashboard
 from tests.conftest import ROOT
 
 TOML = """
@@ -30,6 +31,15 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--hide-scrollbars",
 ]
+
+
+def wait_for_points(dashboard: Dashboard, n: int, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(len(p) >= n for p in dashboard.data()["models"].values()):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def chromium(tmp_path: Path, *args: str) -> str:
