@@ -25,7 +25,7 @@ import numpy as np
 from streamlearn.config import LearnerConfig
 from streamlearn.errors import StreamlearnError
 from streamlearn.payloads import Samples
-from streamlearn.queue import Entry, SampleQueue
+from streamlearn.queue import Packed, SampleQueue
 
 _READ_BATCHES = 4
 
@@ -75,12 +75,9 @@ def samples_batch(samples: Samples, buckets: tuple[int, ...], multiclass: bool =
 
 @dataclass
 class _Chunk:
-    """The entries of one read, their samples concatenated (cheap for many small entries)."""
+    """The usable entries of one read (`Packed`) and how far the batches took them."""
 
-    ids: list[bytes]
-    ends: np.ndarray  # entry i holds rows ends[i-1]:ends[i]
-    x: np.ndarray
-    y: np.ndarray
+    packed: Packed
     at: int = 0  # rows taken so far
     first: int = 0  # first entry not yet done
 
@@ -93,14 +90,10 @@ class _Carry:
         self.available = 0
         self.skipped: list[bytes] = []  # unusable entries, already dead-lettered
 
-    def add(self, entries: list[Entry]) -> None:
-        if not entries:
-            return
-        ends = np.cumsum([len(e.samples.y) for e in entries])
-        x = np.concatenate([e.samples.x for e in entries])
-        y = np.concatenate([e.samples.y for e in entries])
-        self._chunks.append(_Chunk([e.id for e in entries], ends, x, y))
-        self.available += int(ends[-1])
+    def add(self, packed: Packed) -> None:
+        if packed.ids:
+            self._chunks.append(_Chunk(packed))
+            self.available += int(packed.ends[-1])
 
     def take(self, limit: int) -> tuple[list[np.ndarray], list[np.ndarray], list, list]:
         """Up to `limit` rows, the entries they complete and every entry they touch."""
@@ -108,18 +101,19 @@ class _Carry:
         self.skipped = []
         while self._chunks:
             c = self._chunks[0]
-            stop = min(int(c.ends[-1]), c.at + limit)
+            p = c.packed
+            stop = min(int(p.ends[-1]), c.at + limit)
             if stop > c.at:
-                xs.append(c.x[c.at : stop])
-                ys.append(c.y[c.at : stop])
-                last = int(np.searchsorted(c.ends, stop - 1, side="right"))  # holds row stop-1
-                touched += c.ids[c.first : last + 1]
-            finished = int(np.searchsorted(c.ends, stop, side="right"))
-            done += c.ids[c.first : finished]
+                xs.append(p.x[c.at : stop])
+                ys.append(p.y[c.at : stop])
+                last = int(np.searchsorted(p.ends, stop - 1, side="right"))  # holds row stop-1
+                touched += p.ids[c.first : last + 1]
+            finished = int(np.searchsorted(p.ends, stop, side="right"))
+            done += p.ids[c.first : finished]
             limit -= stop - c.at
             self.available -= stop - c.at
             c.at, c.first = stop, finished
-            if c.first < len(c.ids):
+            if c.first < len(p.ids):
                 break  # `limit` reached inside this chunk
             self._chunks.popleft()
         return xs, ys, done, touched
@@ -154,7 +148,7 @@ class Drainer:
         """Take back this consumer's pending entries and stale ones of dead consumers."""
         entries = self.queue.pending(self.consumer)
         entries += self.queue.claim_stale(self.consumer, self.stale_after_ms)
-        self._accept(entries)
+        self._accept(Packed.of(entries, self.queue.sample_shape))
         return len(entries)
 
     def drain(self, idle_block_ms: int = 100) -> Batch | None:
@@ -162,7 +156,8 @@ class Drainer:
         limit = self.policy.max_batch
         if time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.stale_after_ms / 2000
-            self._accept(self.queue.claim_stale(self.consumer, self.stale_after_ms))
+            stale = self.queue.claim_stale(self.consumer, self.stale_after_ms)
+            self._accept(Packed.of(stale, self.queue.sample_shape))
         if self._carry.available == 0:
             self._read(limit, idle_block_ms)
             if self._carry.available == 0:
@@ -179,22 +174,18 @@ class Drainer:
         # Reads of a few batches at once spread the cost of a round trip.
         want = max(samples, _READ_BATCHES * self.policy.max_batch)
         count = max(1, math.ceil(want / self._per_entry))
-        entries = self.queue.read(self.consumer, count, block_ms)
-        if entries:
-            got = sum(len(e.samples.y) for e in entries) / len(entries)
+        packed = self.queue.read_packed(self.consumer, count, block_ms)
+        if packed.ids:
+            got = int(packed.ends[-1]) / len(packed.ids)
             self._per_entry = max(1.0, 0.8 * self._per_entry + 0.2 * got)
-        self._accept(entries)
-        return len(entries)
+        self._accept(packed)
+        return len(packed)
 
-    def _accept(self, entries: list[Entry]) -> None:
-        good = [e for e in entries if e.error is None and len(e.samples.x) == len(e.samples.y)]
-        if len(good) < len(entries):
-            for e in entries:
-                if e.error is not None or len(e.samples.x) != len(e.samples.y):
-                    reason = e.error or f"entry has {len(e.samples.x)} x rows, {len(e.samples.y)} y"
-                    self.deadletter(reason, json.dumps({"entries": [e.id.decode()]}).encode())
-                    self._carry.skipped.append(e.id)
-        self._carry.add(good)
+    def _accept(self, packed: Packed) -> None:
+        for eid, reason in packed.unusable:
+            self.deadletter(reason, json.dumps({"entries": [eid.decode()]}).encode())
+            self._carry.skipped.append(eid)
+        self._carry.add(packed)
 
     def _take(self, limit: int) -> Batch:
         xs, ys, done, touched = self._carry.take(limit)

@@ -30,8 +30,13 @@ class SnapshotCollector(Collector):
     `labels` names the extra label of dict-valued entries (default "kind").
     """
 
-    def __init__(self, role: str, model: str, snapshot: Callable[[], Snapshot],
-                 labels: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        role: str,
+        model: str,
+        snapshot: Callable[[], Snapshot],
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self.prefix = f"streamlearn_{role}_"
         self.model = model
         self.snapshot = snapshot
@@ -60,8 +65,13 @@ class SnapshotCollector(Collector):
             yield family
 
 
-def expose(role: str, model: str, snapshot: Callable[[], Snapshot], port: int | None,
-           labels: Mapping[str, str] | None = None) -> int | None:
+def expose(
+    role: str,
+    model: str,
+    snapshot: Callable[[], Snapshot],
+    port: int | None,
+    labels: Mapping[str, str] | None = None,
+) -> int | None:
     """Register the role's collector and serve /metrics on `port` (0: any free port).
 
     Returns the port served, or None when `port` is None (metrics off).

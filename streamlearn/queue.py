@@ -22,6 +22,55 @@ from streamlearn.payloads import Rejection, Samples
 
 GROUP = "learners"
 
+# KEYS: stream. ARGV: group, consumer, count, bytes per x row. New entries for `consumer`,
+# packed inside Redis so that a read of a thousand one-sample entries costs Python a few
+# strings instead of a few per entry: the entry ids joined by commas, each usable entry's
+# sample count as a little-endian uint32, its x and y bytes concatenated, and the id and
+# reason of each unusable entry. XREADGROUP never blocks inside a script.
+_READ_PACKED = """#!lua
+local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
+                       'STREAMS', KEYS[1], '>')
+if not got then return {} end
+local xrow = tonumber(ARGV[4])
+local ids, ns, xs, ys, bad = {}, {}, {}, {}, {}
+for _, entry in ipairs(got[1][2]) do
+  local f, n, x, y = entry[2], nil, nil, nil
+  if f[1] == 'n' and f[3] == 'x' and f[5] == 'y' then  -- the order appends.py writes
+    n, x, y = tonumber(f[2]), f[4], f[6]
+  else
+    for i = 1, #f, 2 do
+      local k = f[i]
+      if k == 'n' then n = tonumber(f[i + 1])
+      elseif k == 'x' then x = f[i + 1]
+      elseif k == 'y' then y = f[i + 1] end
+    end
+  end
+  if n and x and y and #x == n * xrow and #y == 4 * n then
+    ids[#ids + 1], ns[#ns + 1] = entry[1], struct.pack('<I4', n)
+    xs[#xs + 1], ys[#ys + 1] = x, y
+  else
+    bad[#bad + 1] = entry[1]
+    bad[#bad + 1] = 'unusable stream entry: fields n, x, y missing or of inconsistent sizes'
+  end
+end
+return {table.concat(ids, ','), table.concat(ns), table.concat(xs), table.concat(ys), bad}
+"""
+
+# KEYS: stream. ARGV: group, entry ids joined by commas. XACK from one string: packing
+# thousands of ids as separate arguments costs Python more than the step that trained them.
+_ACK = """#!lua
+local acked, ids = 0, {}
+for id in string.gmatch(ARGV[2], '[^,]+') do
+  ids[#ids + 1] = id
+  if #ids == 1000 then
+    acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
+    ids = {}
+  end
+end
+if #ids > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids)) end
+return acked
+"""
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -36,6 +85,45 @@ class Entry:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Packed:
+    """Entries of one read, their samples concatenated: entry i holds rows
+    `ends[i-1]:ends[i]`. `unusable` are (id, reason) of entries with no usable samples."""
+
+    ids: list[bytes]
+    ends: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    unusable: list[tuple[bytes, str]]
+
+    def __len__(self) -> int:
+        return len(self.ids) + len(self.unusable)
+
+    @classmethod
+    def of(cls, entries: list[Entry], sample_shape: tuple[int, ...]) -> Packed:
+        good = [e for e in entries if e.error is None and len(e.samples.x) == len(e.samples.y)]
+        unusable = [
+            (e.id, e.error or f"entry has {len(e.samples.x)} x rows, {len(e.samples.y)} y")
+            for e in entries
+            if e.error is not None or len(e.samples.x) != len(e.samples.y)
+        ]
+        if not good:
+            return cls.empty(sample_shape, unusable)
+        return cls(
+            [e.id for e in good],
+            np.cumsum([len(e.samples.y) for e in good]),
+            np.concatenate([e.samples.x for e in good]),
+            np.concatenate([e.samples.y for e in good]),
+            unusable,
+        )
+
+    @classmethod
+    def empty(cls, sample_shape: tuple[int, ...], unusable: list | None = None) -> Packed:
+        nothing = np.zeros(0, np.int64)
+        x = np.zeros((0, *sample_shape), np.float32)
+        return cls([], nothing, x, np.zeros(0, np.float32), unusable or [])
+
+
 def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples:
     """An entry as `streamlearn.appends` writes it: `n` samples, `x` and `y` as float32
     bytes, `ids` a JSON list when the samples have ids, `c` the running sample count."""
@@ -44,6 +132,12 @@ def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples
     y = np.frombuffer(fields[b"y"], dtype=np.float32)
     ids = tuple(json.loads(fields[b"ids"])) if b"ids" in fields else None
     return Samples(x, y, ids)
+
+
+@dataclass(frozen=True)
+class _Scripts:
+    read: redis.commands.core.Script
+    ack: redis.commands.core.Script
 
 
 class SampleQueue:
@@ -129,6 +223,45 @@ class SampleQueue:
         resp = self.redis.xreadgroup(GROUP, consumer, {self.key: ">"}, count=count, block=block_ms)
         return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
 
+    def read_packed(self, consumer: str, count: int, block_ms: int | None) -> Packed:
+        """Like `read`, for the learner: up to `count` entries packed by a script in Redis
+        (`_READ_PACKED`); when there are none, waits up to `block_ms` for the first."""
+        packed = self._read_packed(consumer, count)
+        if len(packed) or block_ms is None:
+            return packed
+        first = Packed.of(self.read(consumer, 1, block_ms), self.sample_shape)
+        if not len(first) or count == 1:
+            return first
+        rest = self._read_packed(consumer, count - 1)
+        return Packed(
+            first.ids + rest.ids,
+            np.concatenate([first.ends, rest.ends + (first.ends[-1] if len(first.ends) else 0)]),
+            np.concatenate([first.x, rest.x]),
+            np.concatenate([first.y, rest.y]),
+            first.unusable + rest.unusable,
+        )
+
+    def _read_packed(self, consumer: str, count: int) -> Packed:
+        row = 4 * int(np.prod(self.sample_shape))
+        got = self._scripts.read(keys=[self.key], args=[GROUP, consumer, count, row])
+        if not got:
+            return Packed.empty(self.sample_shape)
+        ids, counts, x, y, bad = got
+        unusable = [(bad[i], bad[i + 1].decode()) for i in range(0, len(bad), 2)]
+        if not ids:
+            return Packed.empty(self.sample_shape, unusable)
+        return Packed(
+            ids.split(b","),
+            np.cumsum(np.frombuffer(counts, "<u4"), dtype=np.int64),
+            np.frombuffer(x, np.float32).reshape((-1, *self.sample_shape)),
+            np.frombuffer(y, np.float32),
+            unusable,
+        )
+
+    @cached_property
+    def _scripts(self) -> _Scripts:
+        return _Scripts(self.redis.register_script(_READ_PACKED), self.redis.register_script(_ACK))
+
     def pending(self, consumer: str, count: int = 1000) -> list[Entry]:
         """All entries delivered to `consumer` but not acknowledged (to resume after a restart).
 
@@ -156,9 +289,10 @@ class SampleQueue:
             if cursor in (b"0-0", "0-0"):
                 return entries
 
-    def ack(self, ids: list[bytes], chunk: int = 10_000) -> None:
+    def ack(self, ids: list[bytes], chunk: int = 20_000) -> None:
         for start in range(0, len(ids), chunk):
-            self.redis.xack(self.key, GROUP, *ids[start : start + chunk])
+            joined = b",".join(ids[start : start + chunk])
+            self._scripts.ack(keys=[self.key], args=[GROUP, joined])
 
     def trim(self) -> None:
         """Drop entries the group has delivered and acknowledged, never anything else."""
