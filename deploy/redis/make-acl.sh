@@ -24,7 +24,8 @@
 #            and the appended-samples counter under sl:*:ingest:*, and the backlog it reads
 #            (XINFO, XPENDING, XRANGE) for back-pressure. No read of weights, no consumer group.
 #   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
-#            XPENDING, XTRIM, XGROUP CREATE), XADDs dead letters, SET/GET/DEL of
+#            XPENDING, XTRIM, XGROUP CREATE; reads and acks through Lua scripts, so
+#            EVALSHA too), XADDs dead letters, SET/GET/DEL of
 #            sl:*:weights* (MULTI/EXEC), PUBLISH on channel sl:*:weights; plus EXISTS/XLEN
 #            so `streamlearn status` works with its credentials.
 #   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights.
@@ -67,7 +68,7 @@ trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish +evalsha +eval +script|load"
     echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* &sl:*:weights -@all $conn +get +subscribe +unsubscribe"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
