@@ -103,7 +103,8 @@ class Ingest:
         self.counters = IngestCounters()
         model = parser.model
         if windows is None and model.window is not None:
-            windows = WindowStore(sample_queue.redis, sample_queue.names, model.window, model.inputs)
+            redis_client, names = sample_queue.redis, sample_queue.names
+            windows = WindowStore(redis_client, names, model.window, model.inputs)
         self.windows = windows
         self.backlog: int | None = None  # unacknowledged samples, as last measured
         self._holding = False

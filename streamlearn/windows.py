@@ -179,9 +179,7 @@ class WindowStore:
 
     # -- actors --------------------------------------------------------------------------
 
-    def recent(
-        self, requests: Sequence[tuple[str, float | None]], count: int
-    ) -> list[np.ndarray]:
+    def recent(self, requests: Sequence[tuple[str, float | None]], count: int) -> list[np.ndarray]:
         """For each (key, seq): its newest `count` observations before `seq` (all, when None),
         oldest first, as (n <= count, inputs) float32; one pipelined round trip for all."""
         if count == 0:
