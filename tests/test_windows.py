@@ -9,6 +9,7 @@ import uuid
 
 import numpy as np
 import pytest
+import redis as redis_lib
 
 from streamlearn import codec, mqtt
 from streamlearn.names import Names
@@ -16,6 +17,7 @@ from streamlearn.payloads import Observations
 from streamlearn.queue import SampleQueue
 from streamlearn.windows import WindowStore
 from tests.conftest import Client, eventually
+from tests.test_deploy import acl_redis, redis_as  # noqa: F401 (acl_redis: a fixture)
 
 W = 3  # window of the store tests
 TTL_S = 600
@@ -270,3 +272,16 @@ def request_all(client: Client, bodies: list[dict]) -> list[dict]:
         json.loads(client.wait(lambda m, c=c: m.properties.CorrelationData == c).payload)
         for c in correlations
     ]
+
+
+def test_the_deploy_acl_lets_ingest_build_windows_and_actors_read_them(request):
+    """With the least-privilege users of deploy/redis/make-acl.sh."""
+    server = request.getfixturevalue("acl_redis")
+    ingest = WindowStore(redis_as(server, "ingest"), Names("acl"), W, 1)
+    rows = [("a", s, s, 1.0) for s in range(4)]
+    assert ingest.append([observations(*rows)], TTL_S).added == 2
+    assert ingest.append([observations(*rows)], TTL_S).duplicates == 4
+    actor = WindowStore(redis_as(server, "actor"), Names("acl"), W, 1)
+    assert actor.recent([("a", 3)], W - 1)[0][:, 0].tolist() == [1, 2]
+    with pytest.raises(redis_lib.exceptions.NoPermissionError):
+        actor.append([observations(("a", 9, 9, 1.0))], TTL_S)
