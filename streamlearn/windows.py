@@ -20,7 +20,7 @@ Ingest appends a run of observations with one Lua script call (atomic, like
 The training samples of a call go to the samples stream as one entry, in exactly the format
 `streamlearn.appends` writes (`n`, `x`, `y`, `c`), keeping the running count consistent.
 
-Actors read the newest observations of the keys in a batch in one pipelined round trip
+Actors read the newest observations of the keys in a batch in one read-only script call
 (`WindowStore.recent`) to complete key-only prediction requests.
 """
 
@@ -86,6 +86,22 @@ end
 return {added, dups, late, short}
 """
 
+# KEYS: the window set of each request (repeats allowed). ARGV: count, then each request's
+# upper bound (exclusive "(seq", or "+inf"). Returns, per request, its newest `count`
+# members below the bound, oldest first, back to back in one string: one reply per
+# request keeps the client's parsing small.
+_RECENT = """#!lua flags=no-writes
+local count = tonumber(ARGV[1])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local rows = redis.call('ZREVRANGEBYSCORE', key, ARGV[i + 1], '-inf', 'LIMIT', 0, count)
+  local steps = {}
+  for j = #rows, 1, -1 do steps[#steps + 1] = rows[j] end
+  out[i] = table.concat(steps)
+end
+return out
+"""
+
 
 @dataclass(frozen=True)
 class WindowsAppended:
@@ -119,6 +135,9 @@ class WindowStore:
         self.stream = names.samples_key
         self.counter = names.key("ingest:count")
         self._append = client.register_script(_APPEND)
+        self._recent = client.register_script(_RECENT)
+        # A stored observation: its seq, then its x (the seq keeps equal x at two seqs apart).
+        self._member = np.dtype([("seq", "<f8"), ("x", "<f4", (inputs,))])
 
     def key(self, device: str) -> str:
         """The sorted set of `device`'s observations.
@@ -160,7 +179,7 @@ class WindowStore:
         keys = obs.keys[part]
         slots = {k: i for i, k in enumerate(dict.fromkeys(keys), start=3)}
         seq = obs.seq[part]
-        members = np.empty(len(keys), dtype=[("seq", "<f8"), ("x", "<f4", (self.inputs,))])
+        members = np.empty(len(keys), dtype=self._member)
         members["seq"], members["x"] = seq, obs.x[part]
         y = obs.y[part]
         args = [
@@ -181,17 +200,15 @@ class WindowStore:
 
     def recent(self, requests: Sequence[tuple[str, float | None]], count: int) -> list[np.ndarray]:
         """For each (key, seq): its newest `count` observations before `seq` (all, when None),
-        oldest first, as (n <= count, inputs) float32; one pipelined round trip for all."""
-        if count == 0:
+        oldest first, as (n <= count, inputs) float32; one script call for all."""
+        if count == 0 or not requests:
             return [np.empty((0, self.inputs), np.float32) for _ in requests]
-        pipe = self.redis.pipeline(transaction=False)
-        for device, seq in requests:
-            top = "+inf" if seq is None else f"({float(seq)!r}"
-            pipe.zrevrangebyscore(self.key(device), top, "-inf", start=0, num=count)
-        return [self._steps(members[::-1]) for members in pipe.execute()]
-
-    def _steps(self, members: list[bytes]) -> np.ndarray:
-        if not members:
-            return np.empty((0, self.inputs), np.float32)
-        x = [np.frombuffer(m, "<f4", offset=8) for m in members]
-        return np.stack(x).astype(np.float32, copy=False)
+        keys = [self.key(device) for device, _ in requests]
+        tops = ["+inf" if seq is None else f"({float(seq)!r}" for _, seq in requests]
+        # EVALSHA_RO: read-only key permissions suffice (an actor's Redis user has no more).
+        try:
+            replies = self.redis.evalsha_ro(self._recent.sha, len(keys), *keys, count, *tops)
+        except redis.exceptions.NoScriptError:  # a restarted Redis lost it
+            self.redis.script_load(self._recent.script)
+            replies = self.redis.evalsha_ro(self._recent.sha, len(keys), *keys, count, *tops)
+        return [np.frombuffer(r, dtype=self._member)["x"].astype(np.float32) for r in replies]

@@ -285,3 +285,11 @@ def test_the_deploy_acl_lets_ingest_build_windows_and_actors_read_them(request):
     assert actor.recent([("a", 3)], W - 1)[0][:, 0].tolist() == [1, 2]
     with pytest.raises(redis_lib.exceptions.NoPermissionError):
         actor.append([observations(("a", 9, 9, 1.0))], TTL_S)
+
+
+def test_scripts_are_loaded_again_after_redis_lost_them(store):
+    store.append([observations(("a", 1, 1, None))], TTL_S)
+    store.redis.script_flush()  # as after a restart of Redis
+    assert store.append([observations(("a", 2, 2, None))], TTL_S).duplicates == 0
+    store.redis.script_flush()
+    assert store.recent([("a", None)], 2)[0][:, 0].tolist() == [1, 2]
