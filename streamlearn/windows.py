@@ -165,9 +165,9 @@ class WindowStore:
             return WindowsAppended()
         try:
             replies = pipe.execute()
-        except redis.exceptions.NoScriptError:  # a restarted Redis lost it; nothing ran
-            self._append.registered_client.script_load(self._append.script)
-            return self.append(observations, ttl_s)
+        except redis.exceptions.NoScriptError:  # a restarted Redis lost it: load, go again
+            self.redis.script_load(self._append.script)
+            return self.append(observations, ttl_s)  # whatever did run is skipped now
         total = WindowsAppended()
         for reply in replies:
             total += WindowsAppended(*(int(v) for v in reply))
