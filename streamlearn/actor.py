@@ -6,6 +6,10 @@ compiled forward pass and answered one reply per request with the version used. 
 `WeightsReloader` stages new versions in the background; the serving loop swaps them in
 between batches, so a reload never fails, drops or delays a request.
 
+A key-only request (models with a window) brings only the newest step; the earlier ones
+are its key's stored observations (`streamlearn.windows`), read for all such requests of a
+batch in one pipelined round trip before the forward pass.
+
 Replies go out with QoS 0: a reply is useful only while its client waits, and a lost one
 is that client's timeout and retry, as with HTTP. QoS 1 costs a broker acknowledgement per
 reply and, behind paho's 20-message in-flight window, caps the reply rate.
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 import keras
 import numpy as np
 import paho.mqtt.client as mqtt
+import redis
 from paho.mqtt.properties import Properties
 
 from streamlearn import models
@@ -35,6 +40,7 @@ from streamlearn.names import Names
 from streamlearn.payloads import PayloadParser
 from streamlearn.reloader import WeightsReloader
 from streamlearn.weights import WeightsStore
+from streamlearn.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +89,21 @@ class Forward:
 @dataclass(slots=True)
 class _Pending:
     arrived: float  # time.monotonic() when paho handed it over
-    x: np.ndarray
+    x: np.ndarray  # keyed: the newest step only, until `_complete_windows`
     batched: bool
     id: str | int | None
     topic: str
     correlation: bytes | None
+    key: str | None = None
+    seq: float | None = None
 
 
 class Actor:
-    """Answers one model's prediction requests; `status()` says what it serves."""
+    """Answers one model's prediction requests; `status()` says what it serves.
+
+    For a model with a window, key-only requests read `windows` (by default a
+    `WindowStore` on the weights store's Redis).
+    """
 
     def __init__(
         self,
@@ -100,6 +112,7 @@ class Actor:
         names: Names,
         publish: Publish,
         actor_id: str = "actor",
+        windows: WindowStore | None = None,
     ) -> None:
         self.cfg = cfg
         self.policy = cfg.actor
@@ -113,6 +126,9 @@ class Actor:
         self._forward = {id(m): self._compile(m) for m in (serving, spare)}
         self.model = serving
         self.reloader = WeightsReloader(store, spare, self.policy.reload_check_ms)
+        if windows is None and cfg.window is not None:
+            windows = WindowStore(store.redis, names, cfg.window, cfg.inputs)
+        self.windows = windows
         self.version = 0
         self.loaded_at: float | None = None
         self.served = 0
@@ -184,6 +200,9 @@ class Actor:
             for p in batch:
                 self._reply_error(p.topic, p.correlation, p.id, reason)
             return
+        batch = self._complete_windows(batch)
+        if not batch:
+            return
         x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
         y = self.predict(x)
         self.batches += 1
@@ -201,6 +220,40 @@ class Actor:
                 self.observe_latency(done - p.arrived)
         if self.observe_batch is not None:
             self.observe_batch(len(x))
+
+    def _complete_windows(self, batch: list[_Pending]) -> list[_Pending]:
+        """Give key-only requests their windows: the key's newest `window - 1` stored
+        observations (before the request's seq, when given), then the request's own step.
+
+        One round trip for the whole batch. A request whose key has too few observations
+        gets an error reply naming the key and how many are known, and leaves the batch.
+        """
+        keyed = [p for p in batch if p.key is not None]
+        if not keyed:
+            return batch
+        assert self.windows is not None and self.cfg.window is not None
+        need = self.cfg.window - 1
+        try:
+            earlier = self.windows.recent([(p.key, p.seq) for p in keyed], need)
+        except redis.RedisError as exc:
+            log.warning("stored observations unavailable: %s", exc)
+            for p in keyed:
+                reason = f"key {p.key!r}: stored observations unavailable ({exc})"
+                self._reply_error(p.topic, p.correlation, p.id, reason)
+            return [p for p in batch if p.key is None]
+        answered: set[int] = set()
+        for p, steps in zip(keyed, earlier, strict=True):
+            if len(steps) < need:
+                before = "" if p.seq is None else f" before seq {_number(p.seq)}"
+                reason = (
+                    f"key {p.key!r}: {len(steps)} of the {need} earlier observations "
+                    f"a window needs are known{before}"
+                )
+                self._reply_error(p.topic, p.correlation, p.id, reason)
+                answered.add(id(p))
+            else:
+                p.x = np.concatenate([steps, p.x])[None]
+        return [p for p in batch if id(p) not in answered]
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Forward pass over any number of rows, in padded bucket-sized chunks."""
@@ -308,7 +361,18 @@ class Actor:
             self._reply_error(topic, correlation, rid, str(exc))
             return 0
         topic = response_topic or request.reply_to or self.names.predictions_topic
-        batch.append(_Pending(arrived, request.x, request.batched, request.id, topic, correlation))
+        batch.append(
+            _Pending(
+                arrived,
+                request.x,
+                request.batched,
+                request.id,
+                topic,
+                correlation,
+                request.key,
+                request.seq,
+            )
+        )
         return len(request.x)
 
     def _reply_error(
@@ -327,6 +391,11 @@ class Actor:
     def _maybe_publish_status(self) -> None:
         if self.version != self._status_version or time.monotonic() >= self._status_due:
             self.publish_status()
+
+
+def _number(value: float) -> int | float:
+    """A seq as the client wrote it: 17, not 17.0."""
+    return int(value) if value.is_integer() else value
 
 
 def _valid_topic(topic: object) -> bool:

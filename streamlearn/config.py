@@ -47,6 +47,12 @@ class IngestConfig(_Frozen):
         description="above this many samples not yet acknowledged by the learner, ingest "
         "stops acknowledging (the broker holds the messages) until it drains",
     )
+    window_ttl_s: int = Field(
+        86_400,
+        ge=1,
+        description="a device's stored observations (keyed samples) expire after this many "
+        "seconds without a new one",
+    )
 
 
 class LearnerConfig(_Frozen):
@@ -125,19 +131,21 @@ class ActorConfig(_Frozen):
 
 
 Task = Literal["regression", "binary", "multiclass"]
-Architecture = Literal["linear", "mlp", "lstm"]
+Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
+# Architectures whose x is a window of `window` steps of `inputs` features.
+SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
 
 
 class ModelConfig(_Frozen):
     """One model: its architecture and the policies of the roles that serve it."""
 
     name: str = Field(pattern=_NAME_PATTERN)
-    inputs: int = Field(ge=1, description="length of x (features per step for lstm)")
+    inputs: int = Field(ge=1, description="length of x (features per step with a window)")
     task: Task = "regression"
     classes: int | None = Field(None, ge=2, description="number of classes (multiclass)")
     architecture: Architecture = "mlp"
     hidden: tuple[int, ...] = (64, 64)
-    window: int | None = Field(None, ge=1, description="steps per sample (lstm)")
+    window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0)
     optimizer: Literal["adam", "sgd"] = "adam"
     factory: str | None = Field(
@@ -153,8 +161,8 @@ class ModelConfig(_Frozen):
             raise ValueError("task 'multiclass' needs classes = N")
         if self.task != "multiclass" and self.classes is not None:
             raise ValueError(f"classes is only for task 'multiclass', got task {self.task!r}")
-        if self.architecture == "lstm" and self.window is None:
-            raise ValueError("architecture 'lstm' needs window = W")
+        if self.architecture in SEQUENCE_ARCHITECTURES and self.window is None:
+            raise ValueError(f"architecture {self.architecture!r} needs window = W")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
         return self

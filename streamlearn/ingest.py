@@ -6,6 +6,10 @@ them be acknowledged, so a crash at any point leaves unacknowledged messages wit
 broker, never a lost sample. A redelivered message adds nothing twice: sample ids are
 de-duplicated in the same atomic step as the append (`streamlearn.appends`).
 
+Keyed observations (models with a window) take the same path: they go to their keys'
+windows in Redis (`streamlearn.windows`, exactly once by key and seq) before the message is
+acknowledged, and every full window with a target becomes a training sample.
+
 Back-pressure: while more samples than `max_backlog_samples` wait for the learner, the
 loop stops taking messages. Unacknowledged messages fill the client's receive maximum, and
 the broker then holds the rest in the persistent session until the loop resumes.
@@ -35,8 +39,9 @@ from redis.exceptions import (
 
 from streamlearn.appends import Appended
 from streamlearn.config import IngestConfig
-from streamlearn.payloads import PayloadParser, Rejection, Samples
+from streamlearn.payloads import Observations, PayloadParser, Rejection, Samples
 from streamlearn.queue import SampleQueue
+from streamlearn.windows import WindowsAppended, WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +69,25 @@ class IngestCounters:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     redis_errors: int = 0
     pauses: int = 0
+    observations: int = 0  # keyed observations stored in their windows
+    duplicate_observations: int = 0
+    late_observations: int = 0  # older than everything their key keeps
+    short_windows: int = 0  # had a target, but fewer than `window` observations known
 
 
 class Ingest:
-    """Moves sample messages from an MQTT subscription into a `SampleQueue`."""
+    """Moves sample messages from an MQTT subscription into a `SampleQueue`.
+
+    For a model with a window, keyed observations go to `windows` (by default a
+    `WindowStore` on the queue's Redis).
+    """
 
     def __init__(
         self,
         parser: PayloadParser,
         sample_queue: SampleQueue,
         cfg: IngestConfig,
+        windows: WindowStore | None = None,
         max_run: int = 500,
         linger_s: float = 0.005,
         poll_s: float = 0.2,
@@ -87,6 +101,11 @@ class Ingest:
         self.poll_s = poll_s
         self.clock = clock
         self.counters = IngestCounters()
+        model = parser.model
+        if windows is None and model.window is not None:
+            redis_client, names = sample_queue.redis, sample_queue.names
+            windows = WindowStore(redis_client, names, model.window, model.inputs)
+        self.windows = windows
         self.backlog: int | None = None  # unacknowledged samples, as last measured
         self._holding = False
         self._measured_at = -math.inf
@@ -109,6 +128,10 @@ class Ingest:
             "deadletters_total": dict(c.rejected_by_reason),
             "redis_errors_total": c.redis_errors,
             "back_pressure_pauses_total": c.pauses,
+            "observations_total": c.observations,
+            "duplicate_observations_total": c.duplicate_observations,
+            "late_observations_total": c.late_observations,
+            "short_window_observations_total": c.short_windows,
             "backlog_samples": self.backlog,
             "holding": int(self._holding),
             "inbox_messages": len(self._inbox),
@@ -220,25 +243,34 @@ class Ingest:
     def _process(self, batch: list[Delivery], stop: threading.Event) -> bool:
         """Validate and append, then queue the PUBACKs; False if stopped before Redis took it."""
         accepted: list[Samples] = []
+        observed: list[Observations] = []
         rejected: list[tuple[str, Rejection]] = []
         for _, _, msg in batch:
-            samples, rejections = self.parser.parse_samples(msg.payload)
-            if samples is not None:
-                accepted.append(samples)
-            if rejections:
-                rejected.extend((msg.topic, r) for r in rejections)
-        measure = self._measure_due(sum(len(a) for a in accepted))
-        written = self._retry(lambda: self._write(accepted, rejected, measure), stop)
-        if written is None:
+            parsed = self.parser.parse_message(msg.payload)
+            if parsed.samples is not None:
+                accepted.append(parsed.samples)
+            if parsed.observations is not None:
+                observed.append(parsed.observations)
+            if parsed.rejections:
+                rejected.extend((msg.topic, r) for r in parsed.rejections)
+        measure = self._measure_due(sum(map(len, accepted)) + sum(map(len, observed)))
+        result = self._retry(lambda: self._write(accepted, observed, rejected, measure), stop)
+        if result is None:
             log.warning("stopping: %d messages left unacknowledged for redelivery", len(batch))
             return False
         self._acks.extend(batch)
+        written, windowed = result
         if written.backlog is not None:
             self._measured(written.backlog)
         c = self.counters
         c.messages += len(batch)
-        c.samples += written.added
+        c.samples += written.added + windowed.added
         c.duplicates += written.duplicates
+        skipped = windowed.duplicates + windowed.late
+        c.observations += sum(map(len, observed)) - skipped
+        c.duplicate_observations += windowed.duplicates
+        c.late_observations += windowed.late
+        c.short_windows += windowed.short
         c.rejected += len(rejected)
         for _, rejection in rejected:
             kind = reason_kind(rejection.reason)
@@ -258,6 +290,23 @@ class Ingest:
         return True
 
     def _write(
+        self,
+        accepted: list[Samples],
+        observed: list[Observations],
+        rejected: list[tuple[str, Rejection]],
+        measure: bool,
+    ) -> tuple[Appended, WindowsAppended]:
+        """Observations first, so the backlog measured with the samples counts them too.
+
+        Retried whole after a failure: observations already added are then skipped.
+        """
+        windowed = WindowsAppended()
+        if observed:
+            assert self.windows is not None  # only a model with a window accepts them
+            windowed = self.windows.append(observed, self.cfg.window_ttl_s)
+        return self._write_samples(accepted, rejected, measure), windowed
+
+    def _write_samples(
         self, accepted: list[Samples], rejected: list[tuple[str, Rejection]], measure: bool
     ) -> Appended:
         return self.queue.write(
@@ -302,6 +351,7 @@ _REASON_KINDS = (
     ("valid list", "wrong_type"),
     ("JSON object", "wrong_type"),
     ("y must", "bad_target"),
+    ("need a model with a window", "no_window"),
     ("Field required", "missing_field"),
 )
 

@@ -55,6 +55,8 @@ def _build(cfg: ModelConfig) -> keras.Model:
         for i, units in enumerate(rest):
             h = keras.layers.LSTM(units, return_sequences=True, name=f"lstm_{i}")(h)
         h = keras.layers.LSTM(last, name=f"lstm_{len(rest)}")(h)
+    elif cfg.architecture == "conv1d":
+        h = _conv1d(h, cfg)
     elif cfg.architecture == "mlp":
         for i, units in enumerate(cfg.hidden):
             h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
@@ -64,6 +66,21 @@ def _build(cfg: ModelConfig) -> keras.Model:
     opt = optimizer(cfg.learning_rate, global_clipnorm=cfg.learner.clip_norm)
     model.compile(optimizer=opt, loss=loss, weighted_metrics=[metric])
     return model
+
+
+def _conv1d(h: Any, cfg: ModelConfig) -> Any:
+    """A causal convolution over the window, flattened, then dense layers.
+
+    Flatten rather than pooling keeps where in the window a pattern sits (a lag is a
+    position), which pooling would average away; the windows are short, so it stays small.
+    """
+    first, *rest = cfg.hidden
+    kernel = min(3, cfg.window or 1)
+    h = keras.layers.Conv1D(first, kernel, padding="causal", activation="relu", name="conv_0")(h)
+    h = keras.layers.Flatten(name="flatten")(h)
+    for i, units in enumerate(rest or [first]):
+        h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
+    return h
 
 
 def distribution(cfg: LearnerConfig) -> Any:

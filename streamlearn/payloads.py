@@ -2,13 +2,18 @@
 
 Pure functions of bytes: no I/O, no Keras, so ingest stays light. Anything invalid raises
 `PayloadError` whose message is the reason a user sees (dead letter or error reply).
+
+A model with a `window` also takes keyed observations: `{"key": .., "seq": .., "x": [F
+numbers], "y"?: ..}`, one step of one device's sequence, from which the service builds
+that device's windows itself (`streamlearn.windows`); and key-only prediction requests
+`{"key": .., "x": [F numbers], "seq"?: ..}` whose earlier steps come from the same store.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
@@ -23,6 +28,12 @@ _F32 = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-_F32_MAX, le
 SampleId = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
 RequestId = Annotated[str, Field(strict=True, max_length=256)] | Annotated[int, Field(strict=True)]
 Topic = Annotated[str, Field(strict=True, min_length=1, max_length=512, pattern=r"^[^#+]+$")]
+# A device's key names a Redis key: short, no whitespace or control characters.
+WindowKey = Annotated[
+    str, Field(strict=True, min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")
+]
+# Sequence numbers or unix timestamps; Redis scores are doubles, exact up to 2**53.
+Seq = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**53), le=2**53)]
 
 
 class _Strict(BaseModel):
@@ -45,10 +56,22 @@ class _SampleList(_Strict):
     samples: list[Any] = Field(min_length=1)
 
 
+class _Observation(_Strict):
+    key: WindowKey
+    seq: Seq
+    x: list[Any]
+    y: Finite | None = None
+
+
 class _Request(_Strict):
     x: list[Any] = Field(min_length=1)
     id: RequestId | None = None
     reply_to: Topic | None = None
+
+
+class _KeyedRequest(_Request):
+    key: WindowKey
+    seq: Seq | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,21 @@ class Samples:
 
 
 @dataclass(frozen=True)
+class Observations:
+    """Accepted keyed observations, in arrival order: `keys[i]` saw `x[i]` (inputs,) at
+    `seq[i]`; `y[i]` is NaN for an observation without a target (it only extends its
+    key's window). `seq` is float64, `x` and `y` float32."""
+
+    keys: tuple[str, ...]
+    seq: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@dataclass(frozen=True)
 class Rejection:
     """One rejected part of a message and why."""
 
@@ -71,14 +109,28 @@ class Rejection:
     payload: bytes
 
 
+class Parsed(NamedTuple):
+    """What a samples message holds: whole samples, keyed observations, rejected parts."""
+
+    samples: Samples | None
+    observations: Observations | None
+    rejections: list[Rejection]
+
+
 @dataclass(frozen=True)
 class Request:
-    """A valid prediction request: `x` is (n, *sample_shape); `batched` says reply with a list."""
+    """A valid prediction request: `x` is (n, *sample_shape); `batched` says reply with a list.
+
+    A keyed request (`key` set) has only the newest step, `x` (1, inputs): the earlier
+    steps of its window are the key's stored observations (before `seq`, when given).
+    """
 
     x: np.ndarray
     batched: bool
     id: str | int | None = None
     reply_to: str | None = None
+    key: str | None = None
+    seq: float | None = None
 
 
 def _nested(depth: int) -> TypeAdapter[Any]:
@@ -158,12 +210,13 @@ class PayloadParser:
         self.model = model
         self.shape = model.sample_shape
         self._one = _nested(len(self.shape))
+        self._one_step = _nested(1)
         self._many = _nested(len(self.shape) + 1)
         self._fast, self._fast_list = _fast_schema(model) if fast else (None, None)
 
     # -- samples -------------------------------------------------------------------------
 
-    def parse_samples(self, raw: bytes) -> tuple[Samples | None, list[Rejection]]:
+    def parse_message(self, raw: bytes) -> Parsed:
         """Split a samples message into what is accepted and what is rejected.
 
         A `{"samples": [...]}` list is judged item by item, so one bad sample does not
@@ -172,14 +225,23 @@ class PayloadParser:
         if self._fast is not None and len(raw) <= self.model.ingest.max_payload_bytes:
             samples = self._parse_fast(raw)
             if samples is not None:
-                return samples, []
+                return Parsed(samples, None, [])
         try:
             doc = _decode(raw, self.model.ingest.max_payload_bytes)
             if "samples" in doc:
                 return self._parse_list(doc)
-            return self._parse_record(doc), []
+            item = self._parse_item(doc)
         except PayloadError as exc:
-            return None, [Rejection(str(exc), raw)]
+            return Parsed(None, None, [Rejection(str(exc), raw)])
+        if isinstance(item, Observations):
+            return Parsed(None, item, [])
+        return Parsed(item, None, [])
+
+    def parse_samples(self, raw: bytes) -> tuple[Samples | None, list[Rejection]]:
+        """`parse_message` for whole samples: what a model without a window takes (keyed
+        observations are left out; such a model rejects them)."""
+        parsed = self.parse_message(raw)
+        return parsed.samples, parsed.rejections
 
     def _parse_fast(self, raw: bytes) -> Samples | None:
         assert self._fast is not None
@@ -204,22 +266,61 @@ class PayloadParser:
             None if ids is None else tuple(ids),
         )
 
-    def _parse_list(self, doc: dict[str, Any]) -> tuple[Samples | None, list[Rejection]]:
+    def _parse_list(self, doc: dict[str, Any]) -> Parsed:
         try:
             items = _SampleList.model_validate(doc).samples
         except ValidationError as exc:
             raise PayloadError(_reason(exc)) from None
         self._check_count(len(items))
         good: list[Samples] = []
+        seen: list[Observations] = []
         bad: list[Rejection] = []
         for i, item in enumerate(items):
             try:
                 if not isinstance(item, dict) or isinstance(item.get("y"), list):
                     raise PayloadError("must be one sample object {x, y, id?}")
-                good.append(self._parse_record(item))
+                parsed = self._parse_item(item)
             except PayloadError as exc:
                 bad.append(Rejection(f"samples.{i}: {exc}", json.dumps(item).encode()))
-        return concat(good), bad
+                continue
+            (seen if isinstance(parsed, Observations) else good).append(parsed)
+        return Parsed(concat(good), concat_observations(seen), bad)
+
+    def _parse_item(self, doc: dict[str, Any]) -> Samples | Observations:
+        if "key" not in doc:
+            return self._parse_record(doc)
+        if self.model.window is None:
+            raise PayloadError(
+                f"key: keyed observations need a model with a window, "
+                f"model {self.model.name!r} has none"
+            )
+        return self._parse_observation(doc)
+
+    def _parse_observation(self, doc: dict[str, Any]) -> Observations:
+        try:
+            rec = _Observation.model_validate(doc)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc)) from None
+        x = self._step(rec.x)
+        y = np.full(1, np.nan, np.float32) if rec.y is None else self._check_targets([rec.y])
+        return Observations((rec.key,), np.array([rec.seq], np.float64), x, y)
+
+    def _step(self, raw_x: list[Any]) -> np.ndarray:
+        """One step of a window, `inputs` numbers, as a (1, inputs) float32 array."""
+        try:
+            x = self._one_step.validate_python(raw_x)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc, "x")) from None
+        if len(x) != self.model.inputs:
+            raise PayloadError(
+                f"x of a keyed observation must have shape [{self.model.inputs}] "
+                f"(one step), got [{len(x)}]"
+            )
+        with np.errstate(over="ignore"):
+            arr = np.asarray([x], dtype=np.float32)
+        if not np.all(np.isfinite(arr)):
+            raise PayloadError("x: value out of float32 range")
+        return arr
 
     def _parse_record(self, doc: dict[str, Any]) -> Samples:
         columnar = isinstance(doc.get("y"), list)
@@ -281,6 +382,8 @@ class PayloadParser:
     def parse_request(self, raw: bytes) -> Request:
         """Validate a prediction request; one sample or a batch of rows."""
         doc = _decode(raw, self.model.ingest.max_payload_bytes)
+        if "key" in doc:
+            return self._parse_keyed_request(doc)
         try:
             req = _Request.model_validate(doc)
         except ValidationError as exc:
@@ -292,12 +395,39 @@ class PayloadParser:
             raise PayloadError(_reason(exc, "x")) from None
         return Request(self._to_array(x, batched), batched, req.id, req.reply_to)
 
+    def _parse_keyed_request(self, doc: dict[str, Any]) -> Request:
+        if self.model.window is None:
+            raise PayloadError(
+                f"key: key-only requests need a model with a window, "
+                f"model {self.model.name!r} has none"
+            )
+        try:
+            req = _KeyedRequest.model_validate(doc)
+        except ValidationError as exc:
+            raise PayloadError(_reason(exc)) from None
+        x = self._step(req.x)
+        return Request(x, False, req.id, req.reply_to, key=req.key, seq=req.seq)
+
 
 def _depth(value: Any) -> int:
     depth = 0
     while isinstance(value, list) and value:
         depth, value = depth + 1, value[0]
     return depth
+
+
+def concat_observations(parts: list[Observations]) -> Observations | None:
+    """Join accepted observations into one, in order; None when there are none."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return Observations(
+        tuple(k for p in parts for k in p.keys),
+        np.concatenate([p.seq for p in parts]),
+        np.concatenate([p.x for p in parts]),
+        np.concatenate([p.y for p in parts]),
+    )
 
 
 def concat(parts: list[Samples]) -> Samples | None:

@@ -224,9 +224,19 @@ def test_multiclass_needs_classes_and_only_multiclass_takes_them():
     )
 
 
-def test_lstm_needs_window():
-    assert config_error('[models.demo]\ninputs = 9\narchitecture = "lstm"\n') == (
-        "config: models.demo: architecture 'lstm' needs window = W"
+@pytest.mark.parametrize("architecture", ["lstm", "conv1d"])
+def test_sequence_architectures_need_window(architecture):
+    toml = f'[models.demo]\ninputs = 9\narchitecture = "{architecture}"\n'
+    assert config_error(toml) == (
+        f"config: models.demo: architecture '{architecture}' needs window = W"
+    )
+
+
+def test_window_ttl_must_be_positive():
+    toml = '[models.demo]\ninputs = 1\nwindow = 4\narchitecture = "lstm"\n'
+    toml += "[ingest]\nwindow_ttl_s = 0\n"
+    assert config_error(toml) == (
+        "config: models.demo.ingest.window_ttl_s: Input should be greater than or equal to 1, got 0"
     )
 
 

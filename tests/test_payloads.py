@@ -123,6 +123,80 @@ def test_lstm_rejects_flat_x_and_wrong_window():
     assert reject(LSTM, {"x": [[1, 2, 3]] * 3, "y": 0}) == "x must have shape [3, 2], got [3, 3]"
 
 
+# -- keyed observations (models with a window) ----------------------------------------------
+
+
+def test_keyed_observations_are_one_step_each_with_an_optional_target():
+    raw = dumps(
+        {
+            "samples": [
+                {"key": "dev-1", "seq": 17, "x": [1, 2], "y": 0.5},
+                {"x": [[1, 2]] * 3, "y": 1},  # a whole window beside them still works
+                {"key": "dev-2", "seq": 1.7e9, "x": [3, 4]},
+            ]
+        }
+    )
+    samples, observations, rejections = LSTM.parse_message(raw)
+    assert rejections == [] and samples is not None and samples.x.shape == (1, 3, 2)
+    assert observations is not None and observations.keys == ("dev-1", "dev-2")
+    assert observations.seq.dtype == np.float64 and observations.seq.tolist() == [17, 1.7e9]
+    np.testing.assert_array_equal(observations.x, [[1, 2], [3, 4]])
+    assert observations.y[0] == 0.5 and np.isnan(observations.y[1])  # no target: NaN
+    single = LSTM.parse_message(dumps({"key": "d", "seq": 0, "x": [1, 2]}))
+    assert single.samples is None and single.observations.keys == ("d",)
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        ({"seq": 1, "key": "", "x": [1, 2]}, "key: String should have at least 1 character"),
+        ({"seq": 1, "key": "a b", "x": [1, 2]}, "key: String should match pattern"),
+        ({"seq": 1, "key": "k" * 129, "x": [1, 2]}, "key: String should have at most 128"),
+        ({"seq": 1, "key": 7, "x": [1, 2]}, "key: Input should be a valid string"),
+        ({"key": "a", "x": [1, 2]}, "seq: Field required"),
+        ({"key": "a", "seq": "3", "x": [1, 2]}, "seq: Input should be a valid number"),
+        ({"key": "a", "seq": 2.0**60, "x": [1, 2]}, "seq: Input should be less than or equal"),
+        ({"key": "a", "seq": 1, "x": [1, 2, 3]}, "x of a keyed observation must have shape [2]"),
+        ({"key": "a", "seq": 1, "x": [[1, 2]] * 3}, "x.0: Input should be a valid number"),
+        ({"key": "a", "seq": 1, "x": [1, 2], "y": "1"}, "y: Input should be a valid number"),
+        ({"key": "a", "seq": 1, "x": [1, 2], "id": "i"}, "id: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_keyed_observations_are_rejected_alone(item, reason):
+    good = {"key": "a", "seq": 0, "x": [1, 2], "y": 1}
+    samples, observations, rejections = LSTM.parse_message(dumps({"samples": [good, item]}))
+    assert observations is not None and observations.keys == ("a",)
+    assert len(rejections) == 1 and rejections[0].reason.startswith(f"samples.1: {reason}")
+    assert reject(LSTM, item).startswith(reason)
+
+
+def test_non_finite_seq_is_rejected():
+    assert reject(LSTM, b'{"key": "a", "seq": NaN, "x": [1, 2]}').startswith("seq: ")
+
+
+def test_a_model_without_a_window_rejects_keyed_observations():
+    assert reject(REGRESSION, {"key": "a", "seq": 1, "x": [1, 2, 3], "y": 1}) == (
+        "key: keyed observations need a model with a window, model 'm' has none"
+    )
+
+
+def test_binary_targets_of_keyed_observations_are_checked():
+    binary = _parser(inputs=1, task="binary", architecture="conv1d", window=2)
+    assert accept(binary, {"x": [[1], [2]], "y": 1}).x.shape == (1, 2, 1)
+    assert reject(binary, {"key": "a", "seq": 1, "x": [1], "y": 2}).startswith("y must be in")
+
+
+def test_key_only_request_has_the_newest_step_and_optional_seq():
+    req = LSTM.parse_request(b'{"key": "dev-1", "x": [1, 2], "seq": 5, "id": "r"}')
+    assert (req.key, req.seq, req.id, req.batched) == ("dev-1", 5.0, "r", False)
+    np.testing.assert_array_equal(req.x, [[1, 2]])
+    assert LSTM.parse_request(b'{"key": "dev-1", "x": [1, 2]}').seq is None
+    with pytest.raises(PayloadError, match=r"must have shape \[2\] \(one step\)"):
+        LSTM.parse_request(b'{"key": "dev-1", "x": [1, 2, 3]}')
+    with pytest.raises(PayloadError, match="key-only requests need a model with a window"):
+        REGRESSION.parse_request(b'{"key": "dev-1", "x": [1, 2, 3]}')
+
+
 # -- rejected payloads ----------------------------------------------------------------------
 
 

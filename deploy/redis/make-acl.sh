@@ -22,13 +22,17 @@
 #   ingest   XADD (and XLEN, XINFO) on sl:*:samples and sl:*:deadletter, through its Lua
 #            scripts (EVALSHA; scripts run with the caller's rights): de-duplication sets
 #            and the appended-samples counter under sl:*:ingest:*, and the backlog it reads
-#            (XINFO, XPENDING, XRANGE) for back-pressure. No read of weights, no consumer group.
+#            (XINFO, XPENDING, XRANGE) for back-pressure; the per-device windows of keyed
+#            observations under sl:*:window:* (sorted sets, through its Lua script).
+#            No read of weights, no consumer group.
 #   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
 #            XPENDING, XTRIM, XGROUP CREATE; reads and acks through Lua scripts, so
 #            EVALSHA too), XADDs dead letters, SET/GET/DEL of
 #            sl:*:weights* (MULTI/EXEC), PUBLISH on channel sl:*:weights; plus EXISTS/XLEN
 #            so `streamlearn status` works with its credentials.
-#   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights.
+#   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights; read-only
+#            ZREVRANGEBYSCORE of sl:*:window:* (the stored steps of key-only requests), through
+#            its read-only Lua script (EVALSHA_RO, SCRIPT LOAD; it runs with the actor's rights).
 # Every user may PING, HELLO and CLIENT SETNAME (what redis-py sends on connect). CLIENT
 # SETINFO is left out (it exists only from Redis 7.2): redis-py ignores its refusal.
 # The `sl` key prefix is STREAMLEARN_KEY_PREFIX: change the patterns if you change it.
@@ -67,9 +71,9 @@ tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
-    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set"
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* ~sl:*:window:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish +evalsha +eval +script|load"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* &sl:*:weights -@all $conn +get +subscribe +unsubscribe"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* &sl:*:weights -@all $conn +get +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

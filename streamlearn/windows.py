@@ -1,0 +1,214 @@
+"""Per-device windows: keyed observations in, sliding windows out (for training and serving).
+
+A device that sends one observation at a time, tagged with its `key` and a `seq` (sequence
+number or timestamp), gets its windows built here. Each key keeps its newest observations
+in a sorted set `sl:{model}:window:{key}` (score: seq; member: the seq as float64 then x as
+float32, so equal x at two seqs stay two members), inside the model's hash tag.
+
+Ingest appends a run of observations with one Lua script call (atomic, like
+`streamlearn.appends`). For each observation in order, the script:
+
+- skips it when its key already holds that seq (a redelivered message adds nothing twice),
+  or when it is older than everything the key keeps (too late: its window is gone);
+- adds it, trims the key to its newest `2 * window` observations, and refreshes its expiry,
+  so a device that goes quiet leaves nothing behind;
+- when it carries a target `y`, and the key holds at least `window` observations with
+  seq <= its seq, adds one training sample: those `window` observations in seq order, and
+  `y`. Out-of-order arrivals are so windowed by seq, not by arrival. Fewer known: nothing to
+  train on yet (counted, not an error).
+
+The training samples of a call go to the samples stream as one entry, in exactly the format
+`streamlearn.appends` writes (`n`, `x`, `y`, `c`), keeping the running count consistent.
+
+Actors read the newest observations of the keys in a batch in one read-only script call
+(`WindowStore.recent`) to complete key-only prediction requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import redis
+
+from streamlearn.names import Names
+from streamlearn.payloads import Observations
+
+# Observations per script call: a call blocks Redis while it runs, so keep each short.
+CHUNK_OBSERVATIONS = 1000
+
+# KEYS: stream, counter, then the window set of each key in this run.
+# ARGV: window W, observations kept per key, expiry (s), member length (8 + 4 * inputs),
+# the KEYS index of each observation's set (comma-separated), their seqs (exact decimal
+# text, one a line), members back to back, y (float32) back to back, and one flag a
+# character: '1' when the observation has a target.
+_APPEND = """#!lua
+local stream, counter = KEYS[1], KEYS[2]
+local window, keep, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local mlen = tonumber(ARGV[4])
+local members, ys, flags = ARGV[7], ARGV[8], ARGV[9]
+local seqs = {}
+for s in string.gmatch(ARGV[6], '[^\\n]+') do seqs[#seqs + 1] = s end
+local xs, ty = {}, {}
+local i, dups, late, short = 0, 0, 0, 0
+for k in string.gmatch(ARGV[5], '%d+') do
+  i = i + 1
+  local key, seq = KEYS[tonumber(k)], seqs[i]
+  local card = redis.call('ZCARD', key)
+  local lowest = card >= keep and redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+  if redis.call('ZCOUNT', key, seq, seq) > 0 then
+    dups = dups + 1
+  elseif lowest and tonumber(seq) < tonumber(lowest) then
+    late = late + 1
+  else
+    redis.call('ZADD', key, seq, string.sub(members, (i - 1) * mlen + 1, i * mlen))
+    if card + 1 > keep then redis.call('ZREMRANGEBYRANK', key, 0, card - keep) end
+    redis.call('EXPIRE', key, ttl)
+    if string.sub(flags, i, i) == '1' then
+      local newest = redis.call('ZREVRANGEBYSCORE', key, seq, '-inf', 'LIMIT', 0, window)
+      if #newest < window then
+        short = short + 1
+      else
+        for j = window, 1, -1 do xs[#xs + 1] = string.sub(newest[j], 9) end
+        ty[#ty + 1] = string.sub(ys, (i - 1) * 4 + 1, i * 4)
+      end
+    end
+  end
+end
+local added = #ty
+if added > 0 then
+  local total = tonumber(redis.call('GET', counter) or '0') + added
+  redis.call('XADD', stream, '*', 'n', added, 'x', table.concat(xs), 'y', table.concat(ty),
+    'c', total)
+  redis.call('SET', counter, total)
+end
+return {added, dups, late, short}
+"""
+
+# KEYS: the window set of each request (repeats allowed). ARGV: count, then each request's
+# upper bound (exclusive "(seq", or "+inf"). Returns, per request, its newest `count`
+# members below the bound, oldest first, back to back in one string: one reply per
+# request keeps the client's parsing small.
+_RECENT = """#!lua flags=no-writes
+local count = tonumber(ARGV[1])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local rows = redis.call('ZREVRANGEBYSCORE', key, ARGV[i + 1], '-inf', 'LIMIT', 0, count)
+  local steps = {}
+  for j = #rows, 1, -1 do steps[#steps + 1] = rows[j] end
+  out[i] = table.concat(steps)
+end
+return out
+"""
+
+
+@dataclass(frozen=True)
+class WindowsAppended:
+    """What one append did with its observations: training samples `added`; observations
+    skipped as `duplicates` (key and seq already held) or as `late` (older than all the key
+    keeps); observations with a target but `short` of a full window (nothing to train on)."""
+
+    added: int = 0
+    duplicates: int = 0
+    late: int = 0
+    short: int = 0
+
+    def __add__(self, other: WindowsAppended) -> WindowsAppended:
+        return WindowsAppended(
+            self.added + other.added,
+            self.duplicates + other.duplicates,
+            self.late + other.late,
+            self.short + other.short,
+        )
+
+
+class WindowStore:
+    """One model's per-key observation windows in Redis."""
+
+    def __init__(self, client: redis.Redis, names: Names, window: int, inputs: int) -> None:
+        self.redis = client
+        self.names = names
+        self.window = window
+        self.inputs = inputs
+        self.keep = 2 * window  # a little more than a window: tolerates reordering
+        self.stream = names.samples_key
+        self.counter = names.key("ingest:count")
+        self._append = client.register_script(_APPEND)
+        self._recent = client.register_script(_RECENT)
+        # A stored observation: its seq, then its x (the seq keeps equal x at two seqs apart).
+        self._member = np.dtype([("seq", "<f8"), ("x", "<f4", (inputs,))])
+
+    def key(self, device: str) -> str:
+        """The sorted set of `device`'s observations.
+
+        >>> WindowStore(redis.Redis(), Names("m"), 4, 1).key("dev-1")
+        'sl:{m}:window:dev-1'
+        """
+        return self.names.key(f"window:{device}")
+
+    # -- ingest --------------------------------------------------------------------------
+
+    def append(self, observations: Sequence[Observations], ttl_s: int) -> WindowsAppended:
+        """Add observations in order (exactly once by key and seq); train on full windows.
+
+        One round trip, one script call per `CHUNK_OBSERVATIONS`; safe to call again with
+        the same observations after a failure (what was added is then skipped).
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        calls = 0
+        for part in observations:
+            for start in range(0, len(part), CHUNK_OBSERVATIONS):
+                self._queue(pipe, part, slice(start, start + CHUNK_OBSERVATIONS), ttl_s)
+                calls += 1
+        if not calls:
+            return WindowsAppended()
+        try:
+            replies = pipe.execute()
+        except redis.exceptions.NoScriptError:  # a restarted Redis lost it: load, go again
+            self.redis.script_load(self._append.script)
+            return self.append(observations, ttl_s)  # whatever did run is skipped now
+        total = WindowsAppended()
+        for reply in replies:
+            total += WindowsAppended(*(int(v) for v in reply))
+        return total
+
+    def _queue(
+        self, pipe: redis.client.Pipeline, obs: Observations, part: slice, ttl_s: int
+    ) -> None:
+        keys = obs.keys[part]
+        slots = {k: i for i, k in enumerate(dict.fromkeys(keys), start=3)}
+        seq = obs.seq[part]
+        members = np.empty(len(keys), dtype=self._member)
+        members["seq"], members["x"] = seq, obs.x[part]
+        y = obs.y[part]
+        args = [
+            self.window,
+            self.keep,
+            ttl_s,
+            members.dtype.itemsize,
+            ",".join(str(slots[k]) for k in keys),
+            "\n".join(repr(float(s)) for s in seq),
+            members.tobytes(),
+            np.nan_to_num(y).astype("<f4").tobytes(),
+            "".join("0" if np.isnan(v) else "1" for v in y),
+        ]
+        all_keys = [self.stream, self.counter, *(self.key(k) for k in slots)]
+        pipe.evalsha(self._append.sha, len(all_keys), *all_keys, *args)
+
+    # -- actors --------------------------------------------------------------------------
+
+    def recent(self, requests: Sequence[tuple[str, float | None]], count: int) -> list[np.ndarray]:
+        """For each (key, seq): its newest `count` observations before `seq` (all, when None),
+        oldest first, as (n <= count, inputs) float32; one script call for all."""
+        if count == 0 or not requests:
+            return [np.empty((0, self.inputs), np.float32) for _ in requests]
+        keys = [self.key(device) for device, _ in requests]
+        tops = ["+inf" if seq is None else f"({float(seq)!r}" for _, seq in requests]
+        # EVALSHA_RO: read-only key permissions suffice (an actor's Redis user has no more).
+        try:
+            replies = self.redis.evalsha_ro(self._recent.sha, len(keys), *keys, count, *tops)
+        except redis.exceptions.NoScriptError:  # a restarted Redis lost it
+            self.redis.script_load(self._recent.script)
+            replies = self.redis.evalsha_ro(self._recent.sha, len(keys), *keys, count, *tops)
+        return [np.frombuffer(r, dtype=self._member)["x"].astype(np.float32) for r in replies]
