@@ -13,8 +13,9 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def report(name: str, rows: Sequence[dict[str, Any]], checks: dict[str, bool] | None = None,
-           **meta: Any) -> Path:
+def report(
+    name: str, rows: Sequence[dict[str, Any]], checks: dict[str, bool] | None = None, **meta: Any
+) -> Path:
     """Print `rows` as a table, then each named check as PASS/FAIL; write all to JSON.
 
     `checks` are the issue's targets, computed as ratios against a baseline measured in the
@@ -31,10 +32,18 @@ def report(name: str, rows: Sequence[dict[str, Any]], checks: dict[str, bool] | 
         print(f"{'PASS' if ok else 'FAIL'}  {label}")
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    doc = {"benchmark": name, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                       "python": platform.python_version()},
-           **meta, "rows": list(rows), "checks": checks or {}}
+    doc = {
+        "benchmark": name,
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        **meta,
+        "rows": list(rows),
+        "checks": checks or {},
+    }
     path.write_text(json.dumps(doc, indent=2, default=str))
     print(f"wrote {path}")
     return path
