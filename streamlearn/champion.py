@@ -210,14 +210,21 @@ class Contest:
         promotion = Promotion(self.variant, previous, now, on, dict(self.figures))
         moved = self._promote(
             keys=[self.names.champion_key, self.names.promotion_key],
-            args=[previous, self.variant, promotion.to_json(), BASE_VARIANT, now, self.rule.cooldown_s],
+            args=[
+                previous,
+                self.variant,
+                promotion.to_json(),
+                BASE_VARIANT,
+                now,
+                self.rule.cooldown_s,
+            ],
         )
         if not moved:
             return None
         self.champion, self.last_promotion = self.variant, json.loads(promotion.to_json())
         key = f"window_{self.rule.on}"
         log.info(
-            "model %s: variant %s promoted to champion over %s (%s over the last samples: %s vs %s)",
+            "model %s: variant %s promoted to champion over %s (windowed %s: %s vs %s)",
             self.names.model,
             self.variant,
             previous,

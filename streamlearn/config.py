@@ -441,4 +441,5 @@ def _merge_variants(table: dict[str, Any], where: str) -> None:
         if "learner" in vtable:
             if not isinstance(vtable["learner"], dict):
                 raise ConfigError(f"{at}.learner: must be a table, got {vtable['learner']!r}")
-            variants[vname] = {**vtable, "learner": {**table.get("learner", {}), **vtable["learner"]}}
+            learner = {**table.get("learner", {}), **vtable["learner"]}
+            variants[vname] = {**vtable, "learner": learner}

@@ -139,7 +139,9 @@ class SampleQueue:
 
     def read(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
         """New entries for `consumer`; waits up to `block_ms` when none (None: don't wait)."""
-        resp = self.redis.xreadgroup(self.group, consumer, {self.key: ">"}, count=count, block=block_ms)
+        resp = self.redis.xreadgroup(
+            self.group, consumer, {self.key: ">"}, count=count, block=block_ms
+        )
         return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
 
     def pending(self, consumer: str, count: int = 1000) -> list[Entry]:
