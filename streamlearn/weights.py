@@ -95,6 +95,7 @@ class VariantWeights:
         self.names = names.of_variant(variant)
         self.model = names
         self.variant = variant
+        self.main = WeightsStore(client, names, keep)  # the model's: what actors read
         self.keep = keep
         self._publish = client.register_script(_PUBLISH)
 
@@ -131,7 +132,7 @@ class VariantWeights:
             )
         except redis.ResponseError as exc:
             if "version must increase" in str(exc):
-                raise ValueError(str(exc).split(": ", 1)[-1]) from None
+                raise ValueError(str(exc)) from None
             raise
         return bool(champion)
 
@@ -140,5 +141,5 @@ class VariantWeights:
         the model's latest (published before the model had variants)."""
         found = WeightsStore(self.redis, self.names).fetch(version)
         if found is None and version is None and self.variant == BASE_VARIANT:
-            found = WeightsStore(self.redis, self.model).fetch()
+            found = self.main.fetch()
         return found
