@@ -15,10 +15,15 @@ from streamlearn.champion import Contest, Window, beats, current_champion, group
 from streamlearn.config import PromotionConfig, parse_config
 from streamlearn.errors import ConfigError
 from streamlearn.learner import Learner
+from streamlearn.monitor import variant_figures
 from streamlearn.names import Names
 from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
-from streamlearn.weights import VariantWeights
+from streamlearn.weights import VariantWeights, WeightsStore
+from tests import test_deploy
+from tests.test_deploy import redis_as
+
+acl_redis = test_deploy.acl_redis  # fixture: redis-server with deploy/redis's ACL
 
 TOML = """
 [learner]
@@ -331,3 +336,25 @@ def test_a_better_learner_takes_over_and_publishes_the_models_weights(redis, set
     assert figures["fast"]["window_samples"] >= 400
     learners["base"].report()  # it reads the pointer: demoted, it stays quiet
     assert not learners["base"].contest.is_champion
+
+
+# -- under the deploy ACLs -------------------------------------------------------------------
+
+
+def test_variant_learners_work_under_the_learner_acl(acl_redis):
+    """deploy/redis: a variant's learner publishes, reports, promotes and trims with the
+    learner user's rights; the actor user reads the weights and their variant."""
+    learner, actor = redis_as(acl_redis, "learner"), redis_as(acl_redis, "actor")
+    names = Names("acl")
+    rule = PromotionConfig(margin=0.1, window_samples=500, min_samples=200, cooldown_s=0)
+    base, fast = (Contest(learner, names, v, rule) for v in ("base", "fast"))
+    base.tick(entry(1.0))
+    assert fast.tick(entry(0.5)) is not None and current_champion(learner, names) == "fast"
+    VariantWeights(learner, names, "base").publish(1, blob("base", 1))
+    VariantWeights(learner, names, "fast").publish(2, blob("fast", 2))
+    assert variant_of(WeightsStore(actor, names).fetch()) == "fast"
+    queue = SampleQueue(learner, names, (3,), group=group_of("fast"))
+    queue.ensure_group()
+    queue.trim()
+    status_rows = variant_figures(learner, names)
+    assert status_rows["champion"] == "fast" and set(status_rows["variants"]) == {"base", "fast"}

@@ -26,7 +26,10 @@
 #   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
 #            XPENDING, XTRIM, XGROUP CREATE), XADDs dead letters, SET/GET/DEL of
 #            sl:*:weights* (MULTI/EXEC), PUBLISH on channel sl:*:weights; plus EXISTS/XLEN
-#            so `streamlearn status` works with its credentials.
+#            so `streamlearn status` works with its credentials. With variants: their
+#            weights (sl:*:variant:*:weights*, matched by sl:*:weights*) and version lists
+#            (RPUSH/LPOP/LLEN), the champion pointer and last promotion (GET/SET), the
+#            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA).
 #   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights.
 # Every user may PING, HELLO and CLIENT SETNAME (what redis-py sends on connect). CLIENT
 # SETINFO is left out (it exists only from Redis 7.2): redis-py ignores its refusal.
@@ -67,7 +70,7 @@ trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +set +del +unlink +exists +multi +exec +discard +publish"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +mget +set +del +unlink +exists +multi +exec +discard +publish +rpush +lpop +llen +hset +hgetall +evalsha +eval +script|load"
     echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* &sl:*:weights -@all $conn +get +subscribe +unsubscribe"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
