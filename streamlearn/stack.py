@@ -202,6 +202,7 @@ class StatusLine:
                 f"loss {fmt_number(s.get('online_loss'))}  "
                 f"{s.get('metric') or 'metric'} {fmt_number(s.get('online_metric'))}  "
                 f"samples {s['samples_seen']:,}"
+                + (f"  champion {s['champion']}" if s.get("champion") else "")
             )
 
 
