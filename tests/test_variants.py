@@ -358,3 +358,14 @@ def test_variant_learners_work_under_the_learner_acl(acl_redis):
     queue.trim()
     status_rows = variant_figures(learner, names)
     assert status_rows["champion"] == "fast" and set(status_rows["variants"]) == {"base", "fast"}
+
+
+def test_doctests():
+    import doctest
+
+    import streamlearn.champion
+    import streamlearn.config
+
+    for module in (streamlearn.champion, streamlearn.config):
+        failed, attempted = doctest.testmod(module)
+        assert attempted > 0 and failed == 0, module.__name__
