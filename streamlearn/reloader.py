@@ -143,8 +143,8 @@ class WeightsReloader:
             log.warning("weights fetch failed, serving the current version: %s", exc)
 
     def _provide(self, variant: str) -> None:
-        """Make sure a spare model of `variant` exists, building one (not under the lock:
-        the serving loop keeps taking nothing meanwhile, and serving the current weights)."""
+        """Make sure a spare model of `variant` exists, building one outside the lock: the
+        serving loop goes on serving (and taking staged versions) while it is built."""
         with self._lock:
             if self._spares.get(variant):
                 return

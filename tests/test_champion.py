@@ -213,6 +213,7 @@ def test_a_clearly_better_challenger_is_promoted_and_actors_switch_without_a_fai
         assert reply["variant"] == "fast"
         assert np.abs(np.array(reply["y"]) - TRUTH).max() < 0.35, (reply["y"], TRUTH)
         actor.wait_for("built and warmed up a model for variant fast")
+        print(next(line for line in actor.lines if "built and warmed up" in line))
 
         rows = read_status_rows(settings)
         assert rows["champion"] == "fast" and set(rows["variants"]) == {"base", "fast"}
