@@ -219,7 +219,8 @@ def reload_cost(stack: Stack, reloads: int = 30) -> dict:
         actor.reload()
         swap.append((time.perf_counter() - t) * 1e6)
         t = time.perf_counter()
-        models.set_arrays(actor.reloader._spare, shifted)  # what a swap by assignment costs
+        spare = actor.reloader._spares["base"][0]
+        models.set_arrays(spare, shifted)  # what a swap by assignment costs
         assign.append((time.perf_counter() - t) * 1000)
     before = actor.traces()
     for n in range(1, 2 * cfg.actor.max_batch + 3):

@@ -33,7 +33,7 @@ import redis
 from paho.mqtt.properties import Properties
 
 from streamlearn import models
-from streamlearn.config import ModelConfig
+from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.errors import PayloadError
 from streamlearn.mqtt import reply_properties
 from streamlearn.names import Names
@@ -125,7 +125,10 @@ class Actor:
         serving, spare = models.build_model(cfg), models.build_model(cfg)
         self._forward = {id(m): self._compile(m) for m in (serving, spare)}
         self.model = serving
-        self.reloader = WeightsReloader(store, spare, self.policy.reload_check_ms)
+        self.reloader = WeightsReloader(
+            store, spare, self.policy.reload_check_ms, build=self._build_variant
+        )
+        self.variant = BASE_VARIANT  # of the model's variants, the one whose weights serve
         if windows is None and cfg.window is not None:
             windows = WindowStore(store.redis, names, cfg.window, cfg.inputs)
         self.windows = windows
@@ -186,6 +189,7 @@ class Actor:
         staged = self.reloader.take(self.model, block)
         if staged is not None:
             self.model, self.version = staged.model, staged.version
+            self.variant = staged.variant
             self.loaded_at = staged.fetched_at
             self.reloads += 1
             log.debug("serving weights v%d (staged in %.1f ms)", self.version, staged.stage_ms)
@@ -207,12 +211,12 @@ class Actor:
         y = self.predict(x)
         self.batches += 1
         rows = (y if self.cfg.task == "multiclass" else y[:, 0]).tolist()
-        version, name, row = self.version, self.cfg.name, 0
+        version, name, variant, row = self.version, self.cfg.name, self.variant, 0
         for p in batch:
             n = len(p.x)
             out = rows[row : row + n] if p.batched else rows[row]
             row += n
-            body = {"id": p.id, "y": out, "version": version, "model": name}
+            body = {"id": p.id, "y": out, "version": version, "model": name, "variant": variant}
             self._send(p.topic, p.correlation, body)
         if self.observe_latency is not None:
             done = time.monotonic()
@@ -283,6 +287,7 @@ class Actor:
             "actor": self.id,
             "model": self.cfg.name,
             "version": self.version,
+            "variant": self.variant,
             "latest_seen": self.reloader.latest_seen,
             "loaded_at": self.loaded_at,
             "weights_age_s": None if self.loaded_at is None else round(now - self.loaded_at, 3),
@@ -327,6 +332,12 @@ class Actor:
         for size in self.buckets:
             forward(np.zeros((size, *self.cfg.sample_shape), np.float32))
         return forward
+
+    def _build_variant(self, variant: str) -> keras.Model:
+        """A model of one of the model's variants, warmed up to serve (the reload thread)."""
+        model = models.build_model(self.cfg.variant(variant))
+        self._forward[id(model)] = self._compile(model)
+        return model
 
     def _gather(self, idle_s: float) -> list[_Pending] | None:
         """Valid requests for one pass; None when none arrived for `idle_s`."""

@@ -332,6 +332,7 @@ def format_status(rows: list[dict]) -> str:
             f"{r.get('samples_seen', 0):>10} {fmt_number(rate, 0):>9} "
             f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
         )
+        lines += _variant_lines(r)
         for a in r.get("actors", []):
             age, rps = fmt_number(a.get("weights_age_s"), 1), fmt_number(a.get("requests_per_s"), 1)
             lines.append(
@@ -339,6 +340,36 @@ def format_status(rows: list[dict]) -> str:
                 f"weights age {age} s  {rps} requests/s"
             )
     return "\n".join(lines)
+
+
+def _variant_lines(row: dict) -> list[str]:
+    """One line per variant, side by side, the champion marked with `*`."""
+    variants = row.get("variants") or {}
+    if not variants:
+        return []
+    metric = next((v.get("metric") for v in variants.values() if v.get("metric")), None)
+    lines = [
+        f"  {'variant':<14} {'version':>7} {'samples':>10} {'loss':>8} {'metric':>8} | "
+        f"last {'N':>6} {'loss':>8} {metric or 'metric':>8}"
+    ]
+    for name, v in variants.items():
+        mark = "*" if name == row.get("champion") else " "
+        lines.append(
+            f"{mark} {name:<14} {v.get('version', '-'):>7} {v.get('samples_seen', 0):>10} "
+            f"{fmt_number(v.get('online_loss')):>8} {fmt_number(v.get('online_metric')):>8} | "
+            f"     {v.get('window_samples') or 0:>6} {fmt_number(v.get('window_loss')):>8} "
+            f"{fmt_number(v.get('window_metric')):>8}"
+        )
+    last = row.get("promotion")
+    if last:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.get("at", 0)))
+        lines.append(
+            f"  (* champion) last promotion: {last.get('champion')} over "
+            f"{last.get('previous')} on {last.get('on')} at {when}"
+        )
+    else:
+        lines.append("  (* champion) no promotion yet")
+    return lines
 
 
 if __name__ == "__main__":

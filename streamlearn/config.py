@@ -7,6 +7,7 @@ message that names the field and echoes the value.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -130,6 +131,57 @@ class ActorConfig(_Frozen):
     )
 
 
+# -- champion and challengers ---------------------------------------------------------------
+# A model may declare variants that learn from its stream, each in its own learner; the
+# actors serve the champion (`streamlearn.champion`). Kept in one block: other changes to
+# the model's fields should not need to touch it.
+
+BASE_VARIANT = "base"  # the model's own config, as a variant
+# What a variant may change: how it learns. What its samples look like is the stream's.
+VARIANT_FIELDS = ("architecture", "hidden", "learning_rate", "optimizer", "factory", "learner")
+STREAM_FIELDS = ("inputs", "task", "classes", "window")
+
+
+class VariantConfig(_Frozen):
+    """`[models.NAME.variants.VNAME]`: fields that override the model's; unset ones inherit."""
+
+    architecture: str | None = None  # checked as the model's field, once merged
+    hidden: tuple[int, ...] | None = None
+    learning_rate: float | None = Field(None, gt=0)
+    optimizer: Literal["adam", "sgd"] | None = None
+    factory: str | None = Field(None, pattern=r"^[\w.]+:\w+$")
+    learner: LearnerConfig | None = None  # merged over the model's learner table at load
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: v for k in VARIANT_FIELDS if (v := getattr(self, k)) is not None}
+
+
+class PromotionConfig(_Frozen):
+    """`[models.NAME.promotion]`: when a challenger replaces the champion.
+
+    Each learner keeps the mean of its test-then-train loss and metric over its last
+    `window_samples` samples; a challenger whose figure beats the champion's by `margin`
+    (relative) while both windows hold `min_samples` takes over.
+    """
+
+    on: Literal["loss", "metric"] = Field(
+        "metric", description="metric: accuracy (higher is better) or MAE; loss: lower is better"
+    )
+    margin: float = Field(0.05, ge=0, lt=1, description="relative, 0.05: 5% better")
+    window_samples: int = Field(5000, ge=1, description="samples the figures are a mean over")
+    min_samples: int = Field(1000, ge=1, description="samples both windows need to compare")
+    cooldown_s: float = Field(60, ge=0, description="no promotion this soon after the last one")
+
+    @model_validator(mode="after")
+    def _check_window(self) -> PromotionConfig:
+        if self.min_samples > self.window_samples:
+            raise ValueError(
+                f"min_samples must be <= window_samples ({self.window_samples}), "
+                f"got {self.min_samples}"
+            )
+        return self
+
+
 Task = Literal["regression", "binary", "multiclass"]
 Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
 # Architectures whose x is a window of `window` steps of `inputs` features.
@@ -154,6 +206,10 @@ class ModelConfig(_Frozen):
     ingest: IngestConfig = IngestConfig()
     learner: LearnerConfig = LearnerConfig()
     actor: ActorConfig = ActorConfig()
+    variants: dict[str, VariantConfig] = Field(
+        {}, description="challengers learning from the same stream (`base` is the model)"
+    )
+    promotion: PromotionConfig = PromotionConfig()
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelConfig:
@@ -166,6 +222,46 @@ class ModelConfig(_Frozen):
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
         return self
+
+    @model_validator(mode="after")
+    def _check_variants(self) -> ModelConfig:
+        for name in self.variants:
+            if name == BASE_VARIANT or not re.fullmatch(_NAME_PATTERN, name):
+                raise ValueError(
+                    f"variants: {name!r} is not a variant name ({_NAME_PATTERN}, "
+                    f"and {BASE_VARIANT!r} is the model itself)"
+                )
+            try:
+                self.variant(name)
+            except ValidationError as exc:
+                raise ValueError(f"variants.{name}: {_describe(exc)}") from None
+        return self
+
+    def variant(self, name: str) -> ModelConfig:
+        """This model as variant `name` learns it: its overrides merged in (`base`: self).
+
+        The result declares no variants of its own.
+
+        >>> m = ModelConfig(name="m", inputs=2, variants={"big": {"hidden": [128]}})
+        >>> m.variant("big").hidden, m.variant("big").inputs, m.variant("base") is m
+        ((128,), 2, True)
+        """
+        if name == BASE_VARIANT:
+            return self
+        try:
+            overrides = self.variants[name].overrides()
+        except KeyError:
+            raise ConfigError(
+                f"model {self.name!r} has no variant {name!r}; known: {self.variant_names}"
+            ) from None
+        if "factory" in overrides or "architecture" in overrides:
+            overrides.setdefault("factory", None)  # the variant says what it is built from
+        return ModelConfig.model_validate({**self.model_dump(), **overrides, "variants": {}})
+
+    @property
+    def variant_names(self) -> list[str]:
+        """`base` first, then the declared variants."""
+        return [BASE_VARIANT, *self.variants]
 
     @property
     def sample_shape(self) -> tuple[int, ...]:
@@ -283,6 +379,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
             base = data.get(section, {})
             if base or section in table:
                 table[section] = {**base, **table.get(section, {})}
+        _merge_variants(table, f"{source}: models.{name}")
         merged[name] = table
     try:
         return AppConfig(models=merged)
@@ -326,3 +423,31 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
         shown = "" if isinstance(value, dict) else f", got {value!r}"
         parts.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")
     return "; ".join(parts)
+
+
+def _merge_variants(table: dict[str, Any], where: str) -> None:
+    """Check each `variants.VNAME` table names only what a variant may change, and lay its
+    `learner` table over the model's (already merged with the top-level defaults)."""
+    variants = table.get("variants", {})
+    if not isinstance(variants, dict):
+        raise ConfigError(f"{where}.variants: must be a table of variants, got {variants!r}")
+    for vname, vtable in variants.items():
+        at = f"{where}.variants.{vname}"
+        if not isinstance(vtable, dict):
+            raise ConfigError(f"{at}: must be a table, got {vtable!r}")
+        for key, value in vtable.items():
+            if key in STREAM_FIELDS:
+                raise ConfigError(
+                    f"{at}.{key}: a variant learns from the model's stream, so {key} is the "
+                    f"model's (set it in the model's table), got {value!r}"
+                )
+            if key not in VARIANT_FIELDS:
+                raise ConfigError(
+                    f"{at}.{key}: not something a variant can change; it may set "
+                    f"{', '.join(VARIANT_FIELDS)}, got {value!r}"
+                )
+        if "learner" in vtable:
+            if not isinstance(vtable["learner"], dict):
+                raise ConfigError(f"{at}.learner: must be a table, got {vtable['learner']!r}")
+            learner = {**table.get("learner", {}), **vtable["learner"]}
+            variants[vname] = {**vtable, "learner": learner}

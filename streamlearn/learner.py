@@ -9,6 +9,9 @@
 - Durability: entries are acknowledged once the state that learned them is durable (a
   checkpoint when `checkpoint_dir` is set, else a published version). A restart resumes
   from that state and trains again on what is still pending, so no sample is lost.
+- Variants: a learner may be one of several variants of its model (`streamlearn.champion`);
+  its `Contest` reports its figures at each status tick and may promote it, and only the
+  champion's learner publishes the model's status.
 """
 
 from __future__ import annotations
@@ -27,12 +30,13 @@ import numpy as np
 
 from streamlearn import codec, models
 from streamlearn.batching import Batch, Drainer, Prefetcher, bucket_sizes
+from streamlearn.champion import Contest, Window
 from streamlearn.checkpoint import CheckpointDir
-from streamlearn.config import ModelConfig
-from streamlearn.errors import WeightsError
+from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.errors import ConfigError, WeightsError
 from streamlearn.payloads import Rejection
 from streamlearn.queue import SampleQueue
-from streamlearn.weights import WeightsStore
+from streamlearn.weights import VariantWeights, WeightsStore
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +75,20 @@ class Learner:
         self,
         cfg: ModelConfig,
         sample_queue: SampleQueue,
-        store: WeightsStore,
+        store: WeightsStore | VariantWeights,
         *,
         consumer: str = "learner",
         status: StatusSink | None = None,
         clock: Callable[[], float] = time.monotonic,
+        variant: str = BASE_VARIANT,
+        contest: Contest | None = None,
     ) -> None:
+        """`cfg` is the variant's (`ModelConfig.variant`); `contest` its place among the
+        model's variants, None for a model without any."""
         self.cfg = cfg
+        self.variant = variant
+        self.contest = contest
+        self.window = Window(cfg.promotion.window_samples)
         self.policy = policy = cfg.learner
         self.queue = sample_queue
         self.store = store
@@ -107,8 +118,9 @@ class Learner:
         )
         depth = policy.prefetch_batches
         self.prefetcher = Prefetcher(self.drainer.drain, depth) if depth else None
+        where = [cfg.name] if variant == BASE_VARIANT else [cfg.name, "variants", variant]
         self.checkpoints = (
-            CheckpointDir(Path(policy.checkpoint_dir) / cfg.name) if policy.checkpoint_dir else None
+            CheckpointDir(Path(policy.checkpoint_dir, *where)) if policy.checkpoint_dir else None
         )
         self.metric_name: str | None = None
         self._good = self._snapshot()  # last known-good variables, the rollback point
@@ -153,6 +165,11 @@ class Learner:
         models.restore(self._variables, before)
         self.metric_name = next((k for k in logs if k not in ("loss", models.FINITE)), None)
         self._warm_traces = self.probe.traces
+        if self.contest and self.contest.rule.on == "metric" and self.metric_name is None:
+            raise ConfigError(
+                f"models.{self.cfg.name}.promotion.on: 'metric', but variant {self.variant!r} "
+                "compiles no metric; compare on 'loss' or give the model a metric"
+            )
 
     def run(
         self, stop: threading.Event | None = None, max_steps: int | None = None, *, burst=False
@@ -210,8 +227,10 @@ class Learner:
         self._samples_since_checkpoint += batch.n
         rate = 1.0 if s.online_loss is None else 1 - 0.995**batch.n
         s.online_loss = _ema(s.online_loss, loss, rate)
-        if self.metric_name is not None:
-            s.online_metric = _ema(s.online_metric, float(logs[self.metric_name]), rate)
+        metric = None if self.metric_name is None else float(logs[self.metric_name])
+        if metric is not None:
+            s.online_metric = _ema(s.online_metric, metric, rate)
+        self.window.add(batch.n, loss, metric)
         self._since_good.append(batch)
         if len(self._since_good) >= _REPLAY_MAX:
             self._mark_good()
@@ -225,10 +244,16 @@ class Learner:
             self._back_to_good(f"refused to publish: {exc}")
             return
         s = self.state
-        s.version = max(s.version, self.store.latest_version()) + 1
-        meta = {"model": self.cfg.name, "version": str(s.version), "step": str(s.step)}
-        meta["samples_seen"] = str(s.samples_seen)
-        self.store.publish(s.version, codec.encode(arrays, meta))
+        for attempt in range(3):  # a version is taken between two reads only at a promotion
+            s.version = max(s.version, self.store.latest_version()) + 1
+            meta = {"model": self.cfg.name, "version": str(s.version), "step": str(s.step)}
+            meta.update(samples_seen=str(s.samples_seen), variant=self.variant)
+            try:
+                self.store.publish(s.version, codec.encode(arrays, meta))
+                break
+            except ValueError:
+                if attempt == 2:
+                    raise
         self._steps_since_publish = 0
         self._last_publish = self.clock()
         if self.checkpoints is None:
@@ -262,6 +287,8 @@ class Learner:
             "dead_lettered": s.dead_lettered,
             "traces": self.probe.traces,
             "retraces": self.probe.traces - self._warm_traces,
+            "variant": self.variant,
+            **self.window.figures(),
             "updated_at": time.time(),
         }
 
@@ -309,9 +336,26 @@ class Learner:
             or self._samples_since_checkpoint >= self.policy.checkpoint_every_samples
         ):
             self.checkpoint()
-        if self.status_sink and (now - self._last_status) * 1000 >= self.policy.status_every_ms:
+        if (self.status_sink or self.contest) and (
+            now - self._last_status
+        ) * 1000 >= self.policy.status_every_ms:
             self._last_status = now
-            self.status_sink(self.status())
+            self.report()
+
+    def report(self, compete: bool = True) -> None:
+        """Status to the sink; with variants, figures to the contest first (unless not
+        `compete`), and the status only from the champion, which speaks for the model with
+        every variant's figures side by side."""
+        status = self.status()
+        if self.contest is not None:
+            if compete and self.contest.tick(status) is not None:
+                self.publish()  # the actors get the new champion's weights now
+                status = self.status()
+            status.update(self.contest.view())
+            if not self.contest.is_champion:
+                return
+        if self.status_sink:
+            self.status_sink(status)
 
     def _made_durable(self) -> None:
         self.queue.ack(self._unacked)
@@ -394,6 +438,8 @@ class Learner:
             return None
         try:
             arrays, meta = codec.decode(found[1])
+            if meta.get("variant", BASE_VARIANT) != self.variant:
+                raise WeightsError(f"they are variant {meta.get('variant')!r}'s")
             codec.check_fits(arrays, self.spec)
             step, seen = int(meta.get("step", 0)), int(meta.get("samples_seen", 0))
         except (WeightsError, ValueError) as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class Names:
     model: str
     topic_prefix: str = "streamlearn"
     key_prefix: str = "sl"
+    variant: str | None = None  # None: the model's own weights keys, the ones actors read
 
     def topic(self, leaf: str) -> str:
         return f"{self.topic_prefix}/{self.model}/{leaf}"
@@ -54,11 +55,49 @@ class Names:
 
     @property
     def latest_key(self) -> str:
-        return self.key("weights:latest")
+        return self.key(f"{self._weights}:latest")
 
     @property
     def weights_channel(self) -> str:
-        return self.key("weights")
+        return self.key(self._weights)
 
     def weights_key(self, version: int) -> str:
-        return self.key(f"weights:{version}")
+        return self.key(f"{self._weights}:{version}")
+
+    @property
+    def versions_key(self) -> str:
+        """List of the versions kept, oldest first (`weights.VariantWeights` trims by it)."""
+        return self.key(f"{self._weights}:versions")
+
+    @property
+    def _weights(self) -> str:
+        return "weights" if self.variant is None else f"variant:{self.variant}:weights"
+
+    # -- champion and challengers (`streamlearn.champion`) --------------------------------
+
+    def of_variant(self, variant: str) -> Names:
+        """The same model, with the weights keys of one of its variants.
+
+        >>> Names("demo").of_variant("fast").latest_key
+        'sl:{demo}:variant:fast:weights:latest'
+        """
+        return replace(self, variant=variant)
+
+    @property
+    def champion_key(self) -> str:
+        """The variant the actors serve (absent: `base`)."""
+        return self.key("champion")
+
+    @property
+    def promotion_key(self) -> str:
+        """The last promotion, as announced (JSON)."""
+        return self.key("promotion")
+
+    @property
+    def variants_key(self) -> str:
+        """Hash: each variant's online figures, written by its learner."""
+        return self.key("variants")
+
+    @property
+    def champion_topic(self) -> str:
+        return self.topic("champion")

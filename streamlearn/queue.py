@@ -2,7 +2,8 @@
 
 One stream entry per accepted MQTT message holds its samples packed as float32 arrays.
 Entries are acknowledged by the learner only after the step that trained on them, and the
-stream is trimmed only below what the group has delivered and acknowledged.
+stream is trimmed only below what every group has delivered and acknowledged (a model's
+challenger variants read the same stream in groups of their own, `learners:VNAME`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,11 @@ class Packed:
         return cls([], nothing, x, np.zeros(0, np.float32), unusable or [])
 
 
+def _stream_id(value: bytes | str) -> tuple[int, int]:
+    ms, seq = (value.decode() if isinstance(value, bytes) else value).split("-")
+    return int(ms), int(seq)
+
+
 def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples:
     """An entry as `streamlearn.appends` writes it: `n` samples, `x` and `y` as float32
     bytes, `ids` a JSON list when the samples have ids, `c` the running sample count."""
@@ -143,11 +149,18 @@ class _Scripts:
 class SampleQueue:
     """Producer and consumer side of one model's sample stream."""
 
-    def __init__(self, client: redis.Redis, names: Names, sample_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        names: Names,
+        sample_shape: tuple[int, ...],
+        group: str = GROUP,
+    ) -> None:
         self.redis = client
         self.names = names
         self.key = names.samples_key
         self.sample_shape = sample_shape
+        self.group = group  # a challenger variant reads the same stream in its own group
 
     # -- producer (ingest) ---------------------------------------------------------------
 
@@ -213,14 +226,16 @@ class SampleQueue:
 
     def ensure_group(self) -> None:
         try:
-            self.redis.xgroup_create(self.key, GROUP, id="0", mkstream=True)
+            self.redis.xgroup_create(self.key, self.group, id="0", mkstream=True)
         except redis.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
 
     def read(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
         """New entries for `consumer`; waits up to `block_ms` when none (None: don't wait)."""
-        resp = self.redis.xreadgroup(GROUP, consumer, {self.key: ">"}, count=count, block=block_ms)
+        resp = self.redis.xreadgroup(
+            self.group, consumer, {self.key: ">"}, count=count, block=block_ms
+        )
         return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
 
     def read_packed(self, consumer: str, count: int, block_ms: int | None) -> Packed:
@@ -243,7 +258,7 @@ class SampleQueue:
 
     def _read_packed(self, consumer: str, count: int) -> Packed:
         row = 4 * int(np.prod(self.sample_shape))
-        got = self._scripts.read(keys=[self.key], args=[GROUP, consumer, count, row])
+        got = self._scripts.read(keys=[self.key], args=[self.group, consumer, count, row])
         if not got:
             return Packed.empty(self.sample_shape)
         ids, counts, x, y, bad = got
@@ -270,7 +285,7 @@ class SampleQueue:
         entries: list[Entry] = []
         after: bytes | str = "0"
         while True:
-            resp = self.redis.xreadgroup(GROUP, consumer, {self.key: after}, count=count)
+            resp = self.redis.xreadgroup(self.group, consumer, {self.key: after}, count=count)
             rows = [row for _, rows in resp or () for row in rows]
             if not rows:
                 return entries
@@ -283,7 +298,7 @@ class SampleQueue:
         cursor: bytes | str = "0-0"
         while True:
             cursor, rows, *_ = self.redis.xautoclaim(
-                self.key, GROUP, consumer, min_idle_ms, cursor, count
+                self.key, self.group, consumer, min_idle_ms, cursor, count
             )
             entries += [self._entry(eid, f) for eid, f in rows if f]
             if cursor in (b"0-0", "0-0"):
@@ -292,22 +307,22 @@ class SampleQueue:
     def ack(self, ids: list[bytes], chunk: int = 20_000) -> None:
         for start in range(0, len(ids), chunk):
             joined = b",".join(ids[start : start + chunk])
-            self._scripts.ack(keys=[self.key], args=[GROUP, joined])
+            self._scripts.ack(keys=[self.key], args=[self.group, joined])
 
     def trim(self) -> None:
-        """Drop entries the group has delivered and acknowledged, never anything else."""
-        groups = {g["name"]: g for g in self.redis.xinfo_groups(self.key)}
-        group = groups.get(GROUP.encode()) or groups.get(GROUP)
-        if group is None:
-            return
-        floor = group["last-delivered-id"]
-        summary = self.redis.xpending(self.key, GROUP)
+        """Drop entries that every group has delivered and acknowledged, nothing else."""
+        floors = [self._floor(g) for g in self.redis.xinfo_groups(self.key)]
+        if floors:
+            floor = min(floors)
+            self.redis.xtrim(self.key, minid=f"{floor[0]}-{floor[1]}", approximate=True)
+
+    def _floor(self, group: dict) -> tuple[int, int]:
+        """The oldest entry `group` still needs: its oldest pending one, else the next."""
+        summary = self.redis.xpending(self.key, group["name"])
         if summary["pending"]:
-            floor = summary["min"]
-        else:
-            ms, seq = (floor.decode() if isinstance(floor, bytes) else floor).split("-")
-            floor = f"{ms}-{int(seq) + 1}"
-        self.redis.xtrim(self.key, minid=floor, approximate=True)
+            return _stream_id(summary["min"])
+        ms, seq = _stream_id(group["last-delivered-id"])
+        return ms, seq + 1
 
     def length(self) -> int:
         return self.redis.xlen(self.key)

@@ -5,6 +5,12 @@ the fetch runs in the background, is skipped while one is in flight, blocks only
 use, and a failed fetch keeps the last good weights. A version is staged into a second copy
 of the model, so the swap between batches exchanges two references instead of assigning
 every variable on the serving path (about a millisecond for a small MLP on 2 cores).
+
+Variants (`streamlearn.champion`): a blob's metadata names the variant that learned it.
+When the champion changes, the first version of the new variant is loaded into a model
+built for that variant's config, in the reload thread, and warmed up by the actor's `build`
+callback before it is staged; the swap stays an exchange of references. At most two models
+per variant are kept (the serving or staged one, and a spare).
 """
 
 from __future__ import annotations
@@ -12,13 +18,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import keras
 import redis
 
 from streamlearn import codec, models
-from streamlearn.errors import WeightsError
+from streamlearn.config import BASE_VARIANT
+from streamlearn.errors import ConfigError, WeightsError
 from streamlearn.weights import WeightsStore
 
 log = logging.getLogger(__name__)
@@ -33,7 +41,8 @@ class Staged:
     version: int
     model: keras.Model
     fetched_at: float  # unix seconds
-    stage_ms: float  # fetch, validation and loading, off the serving path
+    stage_ms: float  # fetch, validation and loading (and a build), off the serving path
+    variant: str = BASE_VARIANT
 
 
 class WeightsReloader:
@@ -42,16 +51,30 @@ class WeightsReloader:
     Woken by the learner's announcement on the Redis channel, with a poll of `latest` every
     `check_ms` as the fallback. A blob that fails validation is refused once, with a log
     line, and remembered: it is not fetched again, and serving goes on with the old weights.
+
+    `spare` is a model of `variant`, the one serving; `build(name)` returns a ready (warmed
+    up) model of another variant. Without it, another variant's blob is refused.
     """
 
-    def __init__(self, store: WeightsStore, spare: keras.Model, check_ms: float) -> None:
+    def __init__(
+        self,
+        store: WeightsStore,
+        spare: keras.Model,
+        check_ms: float,
+        *,
+        variant: str = BASE_VARIANT,
+        build: Callable[[str], keras.Model] | None = None,
+    ) -> None:
         self.store = store
-        self.spec = models.spec(spare)
         self.check_s = check_ms / 1000
+        self.build = build
         self.refused: dict[int, str] = {}  # the last few, with the reason
         self.refusals = 0
         self.latest_seen = 0
-        self._spare: keras.Model | None = spare  # exactly one of _spare, _ready holds it
+        # Models not serving, by variant; a staged one is in _ready instead.
+        self._spares: dict[str, list[keras.Model]] = {variant: [spare]}
+        self._specs = {variant: models.spec(spare)}
+        self._serving_variant = variant
         self._ready: Staged | None = None
         self._staged = 0
         self._lock = threading.Lock()  # guards the models; held while loading one
@@ -81,7 +104,8 @@ class WeightsReloader:
         try:
             staged, self._ready = self._ready, None
             if staged is not None:
-                self._spare = serving
+                self._spares.setdefault(self._serving_variant, []).append(serving)
+                self._serving_variant = staged.variant
             return staged
         finally:
             self._lock.release()
@@ -108,23 +132,44 @@ class WeightsReloader:
             found = self.store.fetch(latest)
             if found is None:  # expired between the two reads: a newer one is announced
                 return
-            arrays, _ = codec.decode(found[1])
-            codec.check_fits(arrays, self.spec)
-            self._stage(latest, arrays, started)
+            arrays, meta = codec.decode(found[1])
+            variant = meta.get("variant", BASE_VARIANT)
+            self._provide(variant)
+            codec.check_fits(arrays, self._specs[variant])
+            self._stage(latest, variant, arrays, started)
         except WeightsError as exc:
             self._refuse(latest, str(exc))
         except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
             log.warning("weights fetch failed, serving the current version: %s", exc)
 
-    def _stage(self, version: int, arrays: dict, started: float) -> None:
+    def _provide(self, variant: str) -> None:
+        """Make sure a spare model of `variant` exists, building one outside the lock: the
+        serving loop goes on serving (and taking staged versions) while it is built."""
+        with self._lock:
+            if self._spares.get(variant):
+                return
+        if self.build is None:
+            raise WeightsError(f"learned by variant {variant!r}, which this actor cannot build")
+        started = time.perf_counter()
+        try:
+            model = self.build(variant)
+        except (ConfigError, ValueError, TypeError) as exc:
+            raise WeightsError(f"cannot build variant {variant!r}: {exc}") from None
+        built_ms = 1e3 * (time.perf_counter() - started)
+        log.info("built and warmed up a model for variant %s in %.0f ms", variant, built_ms)
+        with self._lock:
+            self._spares.setdefault(variant, []).append(model)
+            self._specs[variant] = models.spec(model)
+
+    def _stage(self, version: int, variant: str, arrays: dict, started: float) -> None:
         with self._lock:
             if self._ready is not None:  # replace a staged version that was not taken yet
-                self._spare, self._ready = self._ready.model, None
-            assert self._spare is not None
-            models.set_arrays(self._spare, arrays)
+                self._spares[self._ready.variant].append(self._ready.model)
+                self._ready = None
+            model = self._spares[variant].pop()
+            models.set_arrays(model, arrays)
             stage_ms = (time.perf_counter() - started) * 1000
-            self._ready = Staged(version, self._spare, time.time(), stage_ms)
-            self._spare = None
+            self._ready = Staged(version, model, time.time(), stage_ms, variant)
             self._staged = version
 
     def _refuse(self, version: int, reason: str) -> None:

@@ -119,6 +119,9 @@ class Stack:
                 for i in range(count):
                     argv = [*py, f"workers.{role}", *common, "--instance", f"{i}"]
                     self.children.append(Child(f"{role}:{name}:{i}", argv))
+            for variant in model.variants:  # each challenger learns in its own process
+                argv = [*py, "workers.learner", *common, "--variant", variant, "--instance", "0"]
+                self.children.append(Child(f"learner:{name}:{variant}", argv))
             if self.demo_rate:
                 argv = [
                     *py,
@@ -199,6 +202,7 @@ class StatusLine:
                 f"loss {fmt_number(s.get('online_loss'))}  "
                 f"{s.get('metric') or 'metric'} {fmt_number(s.get('online_metric'))}  "
                 f"samples {s['samples_seen']:,}"
+                + (f"  champion {s['champion']}" if s.get("champion") else "")
             )
 
 

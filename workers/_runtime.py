@@ -24,6 +24,8 @@ def parse_args(role: str, argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--model", help="model name (default: the only model)")
     parser.add_argument("--instance", help="stable id of this process (default: hostname)")
+    if role == "learner":
+        parser.add_argument("--variant", help="one of the model's variants (default: base)")
     parser.add_argument("-v", "--verbose", action="store_true")
     return parser.parse_args(argv)
 

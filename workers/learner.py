@@ -1,4 +1,8 @@
-"""`streamlearn learner`: Redis stream -> train_on_batch -> versioned weights."""
+"""`streamlearn learner`: Redis stream -> train_on_batch -> versioned weights.
+
+`--variant VNAME` runs one of the model's variants (`streamlearn.champion`): the same
+stream in its own consumer group, its own weights keys, and the model's while champion.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import json
 import logging
 
 from streamlearn import metrics, mqtt
+from streamlearn.champion import Contest, Promotion, group_of
+from streamlearn.config import BASE_VARIANT
 from streamlearn.learner import Learner
 from streamlearn.monitor import queue_figures
 from streamlearn.queue import SampleQueue
 from streamlearn.tensorboard import Rate, ScalarLog
-from streamlearn.weights import WeightsStore
+from streamlearn.weights import VariantWeights, WeightsStore
 from workers import _runtime
 
 log = logging.getLogger("streamlearn.learner")
@@ -19,15 +25,16 @@ log = logging.getLogger("streamlearn.learner")
 def main(argv: list[str] | None = None) -> int:
     args = _runtime.parse_args("learner", argv)
     model, settings, names, client_id = _runtime.load("learner", args)
+    variant = args.variant or BASE_VARIANT
+    cfg = model.variant(variant)  # ConfigError for an unknown variant
+    if variant != BASE_VARIANT:
+        client_id = f"{client_id}-{variant}"
     redis = _runtime.redis_client(settings)
     client = mqtt.connect(settings.mqtt, client_id, ca_file=settings.mqtt_ca_file)
 
     rate = Rate()
-    curves = (
-        ScalarLog(model.learner.tensorboard_dir, model.name)
-        if model.learner.tensorboard_dir
-        else None
-    )
+    label = model.name if variant == BASE_VARIANT else f"{model.name}/variants/{variant}"
+    curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
 
     def publish_status(status: dict[str, object]) -> None:
         status["samples_per_s"] = rate.update(int(status["samples_seen"]))
@@ -35,27 +42,43 @@ def main(argv: list[str] | None = None) -> int:
         if curves is not None:
             curves.write(status)
 
+    def announce(promotion: Promotion) -> None:
+        client.publish(names.champion_topic, promotion.to_json(), qos=1, retain=True)
+
+    keep = cfg.learner.keep_versions
+    if model.variants:
+        store: WeightsStore | VariantWeights = VariantWeights(redis, names, variant, keep)
+        contest = Contest(redis, names, variant, model.promotion, announce=announce)
+    else:
+        store, contest = WeightsStore(redis, names, keep), None
     learner = Learner(
-        model,
-        SampleQueue(redis, names, model.sample_shape),
-        WeightsStore(redis, names, model.learner.keep_versions),
+        cfg,
+        SampleQueue(redis, names, cfg.sample_shape, group=group_of(variant)),
+        store,
         consumer=f"learner-{model.name}",
         status=publish_status,
+        variant=variant,
+        contest=contest,
     )
     stop = _runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
 
     def snapshot() -> dict[str, object]:
         """The learner's counters plus its stream's length, pending and dead letters."""
-        return {**learner.metrics(), **queue_figures(redis, names)}
+        return {**learner.metrics(), **queue_figures(redis, names, group_of(variant))}
 
     port = metrics.expose("learner", model.name, snapshot, settings.metrics_port)
     if port is not None:
         log.info("metrics on port %d", port)
-    log.info("learner for %s ready at version %d", model.name, learner.state.version)
+    log.info(
+        "learner for %s%s ready at version %d",
+        model.name,
+        "" if contest is None else f" variant {variant} (champion: {contest.champion})",
+        learner.state.version,
+    )
     try:
         learner.run(stop)
-        publish_status(learner.status())
+        learner.report(compete=False)
     finally:
         mqtt.close(client)
     log.info("learner stopped at step %d, version %d", learner.state.step, learner.state.version)
