@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 import tomllib
-import uuid
 from pathlib import Path
 
 import numpy as np
-import paho.mqtt.client as paho
 import pytest
 
 from streamlearn import codec, models, mqtt
-from streamlearn.config import Settings, parse_config
+from streamlearn.config import parse_config
 from streamlearn.names import Names
 from streamlearn.weights import WeightsStore
 from tests.conftest import RoleProcess, eventually, role_env
+from tests.load import RequestLoad
 
 TOML = """
 [models.r]
@@ -58,67 +56,12 @@ def blob(template: dict[str, np.ndarray], v: int) -> bytes:
     return codec.encode(weights(template, v), {"version": str(v)})
 
 
-class Load:
-    """Requests on a fixed schedule from a plain MQTT v5 client, whatever the replies."""
-
-    def __init__(self, settings: Settings, names: Names, rate: float) -> None:
-        self.names = names
-        self.rate = rate
-        self.sent_at: list[float] = []
-        self.replies: dict[int, dict] = {}
-        self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self.reply_topic = names.topic(f"replies/{uuid.uuid4().hex[:8]}")
-        self.client = mqtt.connect(
-            settings.mqtt, subscriptions=[(self.reply_topic, 1)], on_message=self._on_reply
-        )
-        self._sender = threading.Thread(target=self._send)
-        self._sender.start()
-
-    def _send(self) -> None:
-        start = time.monotonic()
-        while not self._stop.wait(
-            max(0.0, start + len(self.sent_at) / self.rate - time.monotonic())
-        ):
-            i = len(self.sent_at)
-            props = mqtt.request_properties(self.reply_topic, i.to_bytes(4, "big"))
-            body = json.dumps({"x": [0.5, -0.5], "id": i})
-            self.client.publish(self.names.predict_topic, body, qos=1, properties=props)
-            self.sent_at.append(time.monotonic())
-
-    def _on_reply(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
-        with self._cond:
-            self.replies[int.from_bytes(msg.properties.CorrelationData, "big")] = json.loads(
-                msg.payload
-            )
-            self._cond.notify_all()
-
-    def wait_for_version(self, version: int, timeout_s: float = 15) -> None:
-        def served() -> bool:
-            return any(r.get("version") == version for r in self.replies.values())
-
-        with self._cond:
-            if not self._cond.wait_for(served, timeout_s):
-                raise AssertionError(f"version {version} not served within {timeout_s} s")
-
-    def stop(self, timeout_s: float = 10) -> None:
-        """Stop sending and wait (bounded) for the replies still due."""
-        self._stop.set()
-        self._sender.join()
-        with self._cond:
-            self._cond.wait_for(lambda: len(self.replies) >= len(self.sent_at), timeout_s)
-        mqtt.close(self.client)
-
-    def unanswered(self) -> list[int]:
-        return [i for i in range(len(self.sent_at)) if i not in self.replies]
-
-
 def test_100_reloads_under_steady_load_fail_no_request(start_role, settings, redis, template):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
     store = WeightsStore(redis, names)
     store.publish(1, blob(template, 1))
     start_role("actor", TOML)
-    load = Load(settings, names, rate=300)
+    load = RequestLoad(settings, names, rate=300, x=[0.5, -0.5])
     try:
         load.wait_for_version(1)
         time.sleep(1.0)
@@ -209,7 +152,7 @@ def test_actors_share_the_load_and_one_can_die(settings, redis, template, tmp_pa
     try:
         for proc in actors.values():
             proc.wait_for(" ready")
-        load = Load(settings, names, rate=150)
+        load = RequestLoad(settings, names, rate=150, x=[0.5, -0.5])
         try:
             eventually(
                 lambda: len(statuses) == 2 and all(s["served"] > 20 for s in statuses.values()),

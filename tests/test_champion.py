@@ -14,11 +14,9 @@ import sys
 import threading
 import time
 import tomllib
-import uuid
 from pathlib import Path
 
 import numpy as np
-import paho.mqtt.client as paho
 
 from streamlearn import mqtt
 from streamlearn.cli import format_status
@@ -26,6 +24,7 @@ from streamlearn.config import Settings, parse_config
 from streamlearn.monitor import read_status
 from streamlearn.names import Names
 from tests.conftest import RoleProcess, eventually, role_env
+from tests.load import RequestLoad
 
 TOML = """
 [models.r]
@@ -66,56 +65,6 @@ def samples(rng: np.random.Generator, n: int) -> dict:
     return {"x": x.tolist(), "y": (2 * x[:, 0] - x[:, 1] + 0.5 * x[:, 2]).tolist()}
 
 
-class Load:
-    """Prediction requests at a steady rate from a plain MQTT v5 client, whatever the replies."""
-
-    def __init__(self, settings: Settings, names: Names, rate: float) -> None:
-        self.names = names
-        self.rate = rate
-        self.sent_at: list[float] = []
-        self.replies: dict[int, dict] = {}
-        self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self.reply_topic = names.topic(f"replies/{uuid.uuid4().hex[:8]}")
-        self.client = mqtt.connect(
-            settings.mqtt, subscriptions=[(self.reply_topic, 1)], on_message=self._on_reply
-        )
-        self._sender = threading.Thread(target=self._send)
-        self._sender.start()
-
-    def _send(self) -> None:
-        start = time.monotonic()
-        while not self._stop.wait(
-            max(0.0, start + len(self.sent_at) / self.rate - time.monotonic())
-        ):
-            i = len(self.sent_at)
-            props = mqtt.request_properties(self.reply_topic, i.to_bytes(4, "big"))
-            body = json.dumps({"x": PROBE.tolist(), "id": i})
-            self.client.publish(self.names.predict_topic, body, qos=1, properties=props)
-            self.sent_at.append(time.monotonic())
-
-    def _on_reply(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
-        with self._cond:
-            key = int.from_bytes(msg.properties.CorrelationData, "big")
-            self.replies[key] = json.loads(msg.payload)
-            self._cond.notify_all()
-
-    def served_by(self, variant: str) -> int:
-        with self._cond:
-            return sum(r.get("variant") == variant for r in self.replies.values())
-
-    def stop(self, timeout_s: float = 10) -> None:
-        """Stop sending and wait (bounded) for the replies still due."""
-        self._stop.set()
-        self._sender.join()
-        with self._cond:
-            self._cond.wait_for(lambda: len(self.replies) >= len(self.sent_at), timeout_s)
-        mqtt.close(self.client)
-
-    def unanswered(self) -> list[int]:
-        return [i for i in range(len(self.sent_at)) if i not in self.replies]
-
-
 class Retained:
     """The latest message on each of some topics (retained ones arrive on subscribing)."""
 
@@ -154,7 +103,8 @@ def test_a_clearly_better_challenger_is_promoted_and_actors_switch_without_a_fai
         first = device.request({"x": PROBE.tolist()})
         assert first["variant"] == "base" and first["version"] > 0
 
-        load = Load(settings, names, rate=60)  # a request every ~17 ms from here on
+        # a request every ~17 ms from here on
+        load = RequestLoad(settings, names, rate=60, x=PROBE.tolist())
         eventually(lambda: load.served_by("base") >= 20, 10, "base serves under load")
         feeding = threading.Event()
 
