@@ -97,6 +97,7 @@ class Dashboard:
             "queue_length",
             "pending",
             "deadletters",
+            "champion",
         )
         with self._lock:
             for row in rows:

@@ -80,7 +80,8 @@ async function refresh() {
         `<span>samples <b>${fmt(last.samples_seen)}</b></span><span>loss <b>${fmt(last.online_loss)}</b></span>` +
         `<span>${last.metric || "metric"} <b>${fmt(last.online_metric)}</b></span>` +
         `<span>queue <b>${fmt(last.queue_length)}</b></span><span>dead letters <b>${fmt(last.deadletters)}</b></span>` +
-        `<span>actors <b>${fmt(last.actors)}</b></span>`;
+        `<span>actors <b>${fmt(last.actors)}</b></span>` +
+        (last.champion ? `<span>champion <b>${last.champion}</b></span>` : "");
       el.querySelectorAll("canvas").forEach(c => { total += draw(c, points, CHARTS[+c.dataset.chart].keys); });
     }
     const counter = document.getElementById("points");
