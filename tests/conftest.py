@@ -26,6 +26,9 @@ from streamlearn.names import Names
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# servers run with the deploy/ files (`broker`, `acl_redis`), for any test module
+pytest_plugins = ["tests.deployed"]
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.ServerProcess]:

@@ -14,7 +14,7 @@ from streamlearn.names import Names
 from streamlearn.payloads import Rejection, Samples
 from streamlearn.queue import SampleQueue, unpack
 from tests.conftest import eventually, plain_paho
-from tests.test_deploy import acl_redis, redis_as  # noqa: F401 (acl_redis: a fixture)
+from tests.deployed import redis_as
 
 TOML = """
 [models.m]

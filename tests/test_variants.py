@@ -20,10 +20,7 @@ from streamlearn.names import Names
 from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
 from streamlearn.weights import VariantWeights, WeightsStore
-from tests import test_deploy
-from tests.test_deploy import redis_as
-
-acl_redis = test_deploy.acl_redis  # fixture: redis-server with deploy/redis's ACL
+from tests.deployed import redis_as
 
 TOML = """
 [learner]

@@ -17,7 +17,7 @@ from streamlearn.payloads import Observations
 from streamlearn.queue import SampleQueue
 from streamlearn.windows import WindowStore
 from tests.conftest import Client, eventually
-from tests.test_deploy import acl_redis, redis_as  # noqa: F401 (acl_redis: a fixture)
+from tests.deployed import redis_as
 
 W = 3  # window of the store tests
 TTL_S = 600
