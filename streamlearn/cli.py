@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     pred = command("predict", "send one prediction request and print the reply", _predict)
     pred.add_argument("--model")
     pred.add_argument("x", nargs="?", help="JSON list, e.g. '[0.1, 0.2, ...]' (default: a demo x)")
+    pred.add_argument("--key", help="a device key: x is its newest observation (windowed models)")
+    pred.add_argument("--seq", type=float, help="with --key: the observation's sequence number")
     pred.add_argument("--timeout", type=float, default=10.0)
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
@@ -260,8 +262,12 @@ def _predict(args: argparse.Namespace) -> int:
     model = load_config(args.config).model(args.model)
     settings = load_settings()
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    if args.seq is not None and args.key is None:
+        raise ConfigError("--seq needs --key")
     if args.x:
         x = json.loads(args.x)
+    elif args.key is not None:
+        raise ConfigError("--key needs x, the device's newest observation")
     else:
         from streamlearn.demo import DemoStream
 
@@ -286,9 +292,14 @@ def _predict(args: argparse.Namespace) -> int:
         ca_file=settings.mqtt_ca_file,
     )
     try:
+        body: dict = {"x": x}
+        if args.key is not None:
+            body["key"] = args.key
+        if args.seq is not None:
+            body["seq"] = args.seq
         client.publish(
             names.predict_topic,
-            json.dumps({"x": x}),
+            json.dumps(body),
             qos=1,
             properties=mqtt.request_properties(reply_topic, correlation),
         )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -16,7 +18,7 @@ from streamlearn.names import Names
 from streamlearn.payloads import Observations
 from streamlearn.queue import SampleQueue
 from streamlearn.windows import WindowStore
-from tests.conftest import Client, eventually
+from tests.conftest import Client, eventually, role_env
 from tests.deployed import redis_as
 
 W = 3  # window of the store tests
@@ -160,7 +162,7 @@ FLAT_MAE_ABOVE = 0.4
 
 
 def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
-    start_role, client_for, redis, settings
+    start_role, client_for, redis, settings, tmp_path
 ):
     """Three devices publish x_t ~ U(-1, 1) interleaved on one topic, each with its own
     sequence; the target is y_t = x_{t-2} of the same device.
@@ -251,6 +253,22 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
         "error": "key 'dev-9': 0 of the 3 earlier observations a window needs are known",
         "model": "seq",
     }
+    # The same from the command line.
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(TOML)
+    cli = [sys.executable, "-m", "streamlearn.cli", "predict", "--config", str(config)]
+    out = subprocess.run(
+        [*cli, "--model", "seq", "--key", "dev-1", "[0.25]"],
+        env=role_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    reply = json.loads(out.stdout)
+    last = STEPS + HELD_OUT - 1  # dev-1's window: its last 3 observations, then 0.25
+    assert abs(reply["y"] - x["dev-1"][last - 1]) < 0.3, (reply, x["dev-1"][last - 1])
+
     # The request's seq bounds the window: before seq 1 only seq 0 could be, and it is gone.
     early = device.request({"key": "dev-0", "seq": 1, "x": [0.5]})
     assert early["error"] == (
