@@ -162,7 +162,7 @@ class Appender:
     ) -> None:
         self.names = names
         self.stream = names.samples_key
-        self.counter = names.key("ingest:count")
+        self.counter = names.ingest_count_key
         self.row_bytes = 4 * int(np.prod(sample_shape))
         self.clock = clock
         self._append = client.register_script(_APPEND)

@@ -238,14 +238,7 @@ class Contest:
 
     def view(self) -> dict[str, Any]:
         """For the model's status: the champion and every variant's figures side by side."""
-        return {
-            "champion": self.champion,
-            "variants": {
-                name: {k: v for k, v in doc.items() if k != "variant"}
-                for name, doc in sorted(self.figures.items())
-            },
-            "promotion": self.last_promotion,
-        }
+        return _standings(self.champion, self.figures, self.last_promotion)
 
 
 _REPORTED = (
@@ -259,6 +252,33 @@ _REPORTED = (
     "window_loss",
     "window_metric",
 )
+
+
+def read_standings(client: redis.Redis, names: Names) -> dict[str, Any]:
+    """`Contest.view` as the learners last reported it, read from Redis (so it shows even
+    when the champion's learner is down); {} for a model without variants."""
+    pipe = client.pipeline(transaction=False)
+    pipe.get(names.champion_key)
+    pipe.hgetall(names.variants_key)
+    pipe.get(names.promotion_key)
+    champion, rows, promotion = pipe.execute()
+    if not rows:
+        return {}
+    name = champion.decode() if champion else BASE_VARIANT
+    return _standings(name, _decode_rows(rows), _decode(promotion))
+
+
+def _standings(
+    champion: str, figures: dict[str, dict[str, Any]], promotion: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "champion": champion,
+        "variants": {
+            name: {k: v for k, v in doc.items() if k != "variant"}
+            for name, doc in sorted(figures.items())
+        },
+        "promotion": promotion,
+    }
 
 
 def current_champion(client: redis.Redis, names: Names) -> str:

@@ -14,7 +14,8 @@ import paho.mqtt.client as paho
 import redis
 
 from streamlearn import mqtt
-from streamlearn.config import BASE_VARIANT, AppConfig, Settings
+from streamlearn.champion import read_standings
+from streamlearn.config import AppConfig, Settings
 from streamlearn.names import Names
 from streamlearn.queue import GROUP
 
@@ -86,42 +87,13 @@ def queue_figures(r: redis.Redis, names: Names, group: str = GROUP) -> dict[str,
     }
 
 
-def variant_figures(r: redis.Redis, names: Names) -> dict[str, Any]:
-    """The champion and each variant's figures as their learners last reported them; {} for
-    a model without variants. Read from Redis, so they show even when the champion's
-    learner (which publishes them in the model's status) is down."""
-    pipe = r.pipeline(transaction=False)
-    pipe.hgetall(names.variants_key)
-    pipe.get(names.champion_key)
-    pipe.get(names.promotion_key)
-    rows, champion, promotion = pipe.execute()
-    if not rows:
-        return {}
-    variants = {}
-    for name, raw in sorted(rows.items()):
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            continue
-        variants[name.decode()] = {k: v for k, v in doc.items() if k != "variant"}
-    try:
-        last = json.loads(promotion) if promotion else None
-    except ValueError:
-        last = None
-    return {
-        "champion": champion.decode() if champion else BASE_VARIANT,
-        "variants": variants,
-        "promotion": last,
-    }
-
-
 def snapshot(monitor: StatusMonitor, r: redis.Redis) -> list[dict[str, Any]]:
     """One row per model: learner status, queue figures and live actors."""
     rows = []
     for model, names in monitor.names.items():
         row: dict[str, Any] = {"model": model, **monitor.learner(model)}
         row.update(queue_figures(r, names))
-        row.update(variant_figures(r, names))
+        row.update(read_standings(r, names))
         row["actors"] = monitor.actor_list(model)
         row["at"] = time.time()
         rows.append(row)

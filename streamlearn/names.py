@@ -50,6 +50,11 @@ class Names:
         return self.key("samples")
 
     @property
+    def ingest_count_key(self) -> str:
+        """Samples ever appended to the stream (`streamlearn.appends`, `streamlearn.windows`)."""
+        return self.key("ingest:count")
+
+    @property
     def deadletter_key(self) -> str:
         return self.key("deadletter")
 

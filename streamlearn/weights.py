@@ -95,6 +95,7 @@ class VariantWeights:
         self.names = names.of_variant(variant)
         self.model = names
         self.variant = variant
+        self.own = WeightsStore(client, self.names, keep)
         self.main = WeightsStore(client, names, keep)  # the model's: what actors read
         self.keep = keep
         self._publish = client.register_script(_PUBLISH)
@@ -139,7 +140,7 @@ class VariantWeights:
     def fetch(self, version: int | None = None) -> tuple[int, bytes] | None:
         """The variant's blob (default: its latest); for `base` with none of its own yet,
         the model's latest (published before the model had variants)."""
-        found = WeightsStore(self.redis, self.names).fetch(version)
+        found = self.own.fetch(version)
         if found is None and version is None and self.variant == BASE_VARIANT:
             found = self.main.fetch()
         return found

@@ -133,7 +133,7 @@ class WindowStore:
         self.inputs = inputs
         self.keep = 2 * window  # a little more than a window: tolerates reordering
         self.stream = names.samples_key
-        self.counter = names.key("ingest:count")
+        self.counter = names.ingest_count_key
         self._append = client.register_script(_APPEND)
         self._recent = client.register_script(_RECENT)
         # A stored observation: its seq, then its x (the seq keeps equal x at two seqs apart).

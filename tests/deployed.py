@@ -32,6 +32,12 @@ def _secrets_env() -> dict[str, str]:
     return env
 
 
+def _generate(script: str, out: Path) -> None:
+    """Run a deploy/ generator script (passwords, ACLs) with this session's secrets."""
+    cmd = ["sh", str(DEPLOY / script), str(out)]
+    subprocess.run(cmd, env=_secrets_env(), check=True, cwd=out.parent, capture_output=True)
+
+
 @pytest.fixture(scope="module")
 def broker() -> embedded.ServerProcess:
     """mosquitto running deploy/mosquitto/* with a password file from make-passwd.sh."""
@@ -39,13 +45,7 @@ def broker() -> embedded.ServerProcess:
     # pytest's temporary directories are private: use a world-readable one.
     wd = Path(tempfile.mkdtemp(prefix="sl-deploy-mosquitto-"))
     wd.chmod(0o777)
-    subprocess.run(
-        ["sh", str(DEPLOY / "mosquitto/make-passwd.sh"), str(wd / "passwd")],
-        env=_secrets_env(),
-        check=True,
-        cwd=wd,
-        capture_output=True,
-    )
+    _generate("mosquitto/make-passwd.sh", wd / "passwd")
     port = embedded.free_port()
     conf = (DEPLOY / "mosquitto/mosquitto.conf").read_text()
     conf = re.sub(r"^listener 1883$", f"listener {port} 127.0.0.1", conf, flags=re.M)
@@ -65,13 +65,7 @@ def broker() -> embedded.ServerProcess:
 def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> embedded.ServerProcess:
     """redis-server running deploy/redis/redis.conf with the ACL from make-acl.sh."""
     wd = tmp_path_factory.mktemp("deploy-redis")
-    subprocess.run(
-        ["sh", str(DEPLOY / "redis/make-acl.sh"), str(wd / "users.acl")],
-        env=_secrets_env(),
-        check=True,
-        cwd=wd,
-        capture_output=True,
-    )
+    _generate("redis/make-acl.sh", wd / "users.acl")
     port = embedded.free_port()
     conf = (DEPLOY / "redis/redis.conf").read_text()
     conf = re.sub(r"^bind .*$", "bind 127.0.0.1", conf, flags=re.M)

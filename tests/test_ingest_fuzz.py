@@ -165,7 +165,7 @@ def test_payloads_through_mosquitto_and_a_worker_process(worker, redis, settings
     done = sum(len(s) for s in kept)
     eventually(
         lambda: (
-            int(redis.get(names.key("ingest:count")) or 0) >= done
+            int(redis.get(names.ingest_count_key) or 0) >= done
             and redis.xlen(names.deadletter_key) >= len(rejected)
         ),
         60,

@@ -11,11 +11,17 @@ import numpy as np
 import pytest
 
 from streamlearn import codec
-from streamlearn.champion import Contest, Window, beats, current_champion, group_of
+from streamlearn.champion import (
+    Contest,
+    Window,
+    beats,
+    current_champion,
+    group_of,
+    read_standings,
+)
 from streamlearn.config import PromotionConfig, parse_config
 from streamlearn.errors import ConfigError
 from streamlearn.learner import Learner
-from streamlearn.monitor import variant_figures
 from streamlearn.names import Names
 from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
@@ -353,7 +359,7 @@ def test_variant_learners_work_under_the_learner_acl(acl_redis):
     queue = SampleQueue(learner, names, (3,), group=group_of("fast"))
     queue.ensure_group()
     queue.trim()
-    status_rows = variant_figures(learner, names)
+    status_rows = read_standings(learner, names)
     assert status_rows["champion"] == "fast" and set(status_rows["variants"]) == {"base", "fast"}
 
 

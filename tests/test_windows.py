@@ -201,7 +201,7 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
     # Each device's first W-1 observations with a target have no full window yet.
     want = {"seq": len(DEVICES) * (STEPS - 3), "flat": len(plain_y)}
     device.publish_samples([{"key": "dev-0", "x": [0.5], "y": 0.5}])  # no seq
-    count = seq_names.key("ingest:count")
+    count = seq_names.ingest_count_key
     eventually(lambda: int(redis.get(count) or 0) == want["seq"], 60, "all windows built")
     eventually(lambda: redis.xlen(seq_names.deadletter_key) == 1, 10, "the bad one dead-lettered")
     [dead] = SampleQueue(redis, seq_names, (4, 1)).deadletters()
