@@ -38,6 +38,7 @@ from paho.mqtt.properties import Properties
 
 from bench._report import report
 from streamlearn import embedded
+from streamlearn.names import Names
 
 ROOT = Path(__file__).resolve().parents[1]
 INPUTS = 9
@@ -185,7 +186,7 @@ def redis_cpu_s(store: redis.Redis) -> float:
 
 
 def run_raw(port: int, tag: str, messages: int, pubs: int, per: int, mode: str) -> dict:
-    topic = f"bench/{tag}/samples"
+    topic = Names(tag, "bench").samples_topic
     ready, go, out = mp.Event(), mp.Event(), mp.Queue()
     if mode == "live":
         go.set()
@@ -209,24 +210,25 @@ def run_ingest(
     mode: str,
     workdir: Path,
 ) -> dict:
+    names = Names(tag, "bench")
     port = store.connection_pool.connection_kwargs["port"]
     worker = IngestProcess(mqtt_port, port, tag, workdir).start()
     if mode == "backlog":  # its session queues at the broker while it is away
         worker.stop()
-        publishers(mqtt_port, f"bench/{tag}/samples", messages, pubs, per)
+        publishers(mqtt_port, names.samples_topic, messages, pubs, per)
         worker.start()
     redis_cpu = redis_cpu_s(store)
     if mode == "live":
-        publishers(mqtt_port, f"bench/{tag}/samples", messages, pubs, per)
+        publishers(mqtt_port, names.samples_topic, messages, pubs, per)
     deadline = time.monotonic() + 300
-    while int(store.get(f"sl:{{{tag}}}:ingest:count") or 0) < messages // pubs * pubs * per:
+    while int(store.get(names.ingest_count_key) or 0) < messages // pubs * pubs * per:
         if time.monotonic() > deadline or worker.proc.poll() is not None:
             raise SystemExit("ingest did not finish:\n" + "".join(worker.lines[-30:]))
         time.sleep(0.02)
     cpu = worker.cpu_s() - worker.cpu_at_start
     redis_cpu = redis_cpu_s(store) - redis_cpu
     worker.stop()
-    key = f"sl:{{{tag}}}:samples"
+    key = names.samples_key
     first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
     seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
     return row(mode, "ingest process", per, store.xlen(key), seconds, cpu, redis_cpu)
