@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import redis
 
 from streamlearn.config import LearnerConfig
 from streamlearn.errors import StreamlearnError
 from streamlearn.payloads import Samples
 from streamlearn.queue import Packed, SampleQueue
+from streamlearn.retries import Retried
 
 _READ_BATCHES = 4
 
@@ -202,11 +204,16 @@ class Prefetcher:
 
     `stop()` joins the thread; batches it drained but nobody took stay for the next
     `start()`, so no entry it read is forgotten (they stay pending in Redis until trained).
+    With a `retry` policy, a Redis error never ends the thread: it is logged and counted,
+    and the next drain comes after the policy's backoff.
     """
 
-    def __init__(self, drain: Callable[[], Batch | None], depth: int) -> None:
+    def __init__(
+        self, drain: Callable[[], Batch | None], depth: int, retry: Retried | None = None
+    ) -> None:
         self._drain = drain
         self.depth = depth
+        self._retry = retry  # a Redis error: logged, then the next drain after a backoff
         self._ready: deque[Batch] = deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -245,7 +252,16 @@ class Prefetcher:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                batch = self._drain()
+                try:
+                    batch = self._drain()
+                except redis.RedisError as exc:
+                    if self._retry is None:
+                        raise
+                    self._retry.failed(exc)
+                    self._stop.wait(self._retry.delay())
+                    continue
+                if self._retry is not None and self._retry.failures:
+                    self._retry.succeeded()
                 if batch is None:
                     self.idle.set()
                     continue

@@ -12,6 +12,8 @@
 - Variants: a learner may be one of several variants of its model (`streamlearn.champion`);
   its `Contest` reports its figures at each status tick and may promote it, and only the
   champion's learner publishes the model's status.
+- Redis refusing writes (full, down) is never fatal: training goes on, and each refused
+  write and read is tried again after a backoff (`streamlearn.writes`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import keras
 import numpy as np
+import redis
 
 from streamlearn import codec, models
 from streamlearn.batching import Batch, Drainer, Prefetcher, bucket_sizes
@@ -34,15 +37,14 @@ from streamlearn.champion import Contest, Window
 from streamlearn.checkpoint import CheckpointDir
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.errors import ConfigError, WeightsError
-from streamlearn.payloads import Rejection
 from streamlearn.queue import SampleQueue
 from streamlearn.weights import VariantWeights, WeightsStore
+from streamlearn.writes import LearnerWrites
 
 log = logging.getLogger(__name__)
 
 StatusSink = Callable[[dict[str, object]], None]
 _REPLAY_MAX = 200  # steps between rollback snapshots: bounds the batches kept and replayed
-_TRIM_EVERY_S = 1.0
 
 
 @dataclass
@@ -104,6 +106,7 @@ class Learner:
         self._names = models.training_names(self.model)
         self.buckets = bucket_sizes(policy.bucket_sizes(), policy.max_batch, self.replicas)
         self.state = LearnerState()
+        self.writes = LearnerWrites(sample_queue, store, policy, cfg.ingest)
         durable_s = (
             policy.checkpoint_every_s if policy.checkpoint_dir else policy.publish_every_ms / 1000
         )
@@ -114,10 +117,11 @@ class Learner:
             self.buckets,
             () if cfg.task == "multiclass" else (1,),
             stale_after_ms=int(max(30.0, 3 * durable_s) * 1000),
-            deadletter=self._deadletter,
+            deadletter=self.writes.deadletter,
         )
         depth = policy.prefetch_batches
-        self.prefetcher = Prefetcher(self.drainer.drain, depth) if depth else None
+        reading = self.writes.reading
+        self.prefetcher = Prefetcher(self.drainer.drain, depth, reading) if depth else None
         where = [cfg.name] if variant == BASE_VARIANT else [cfg.name, "variants", variant]
         self.checkpoints = (
             CheckpointDir(Path(policy.checkpoint_dir, *where)) if policy.checkpoint_dir else None
@@ -125,11 +129,9 @@ class Learner:
         self.metric_name: str | None = None
         self._good = self._snapshot()  # last known-good variables, the rollback point
         self._since_good: list[Batch] = []  # good steps since, replayed after a rollback
-        self._unacked: list[bytes] = []  # entries done since the last durable point
         self._warm_traces = 0
         self._steps_since_publish = self._samples_since_checkpoint = 0
         self._last_publish = self._last_status = self._last_checkpoint = clock()
-        self._last_trim = -math.inf
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -186,10 +188,7 @@ class Learner:
             self.prefetcher.start()
         try:
             while not stop.is_set() and (max_steps is None or steps < max_steps):
-                if self.prefetcher:
-                    batch = self.prefetcher.get(0.1)
-                else:
-                    batch = self.drainer.drain(idle_block_ms=100)
+                batch = self.prefetcher.get(0.1) if self.prefetcher else self._drain()
                 if batch is not None:
                     self.train_step(batch)
                     steps += 1
@@ -201,17 +200,32 @@ class Learner:
                 self.prefetcher.stop()
         if self._steps_since_publish:
             self.publish()
-        if self.checkpoints and (self._samples_since_checkpoint or self._unacked):
+        if self.checkpoints and (self._samples_since_checkpoint or self.writes.unacked):
             self.checkpoint()
-        elif self.checkpoints is None and self._unacked:
-            self._made_durable()  # dead letters only
+        elif self.checkpoints is None and self.writes.unacked and not self._steps_since_publish:
+            self.writes.made_durable()  # dead letters only
         return steps
+
+    def _drain(self) -> Batch | None:
+        """Without read-ahead: a drain in this thread, after the backoff when Redis failed."""
+        reading = self.writes.reading
+        if not reading.due():
+            time.sleep(min(0.1, reading.delay()))
+            return None
+        try:
+            batch = self.drainer.drain(idle_block_ms=100)
+        except redis.RedisError as exc:
+            reading.failed(exc)
+            return None
+        if reading.failures:
+            reading.succeeded()
+        return batch
 
     # -- the work ------------------------------------------------------------------------
 
     def train_step(self, batch: Batch) -> None:
         """One step, scored before it learns; a non-finite outcome undoes it."""
-        self._unacked += batch.done  # acknowledged at the next durable point, either way
+        self.writes.unacked += batch.done  # acknowledged at the next durable point, either way
         if not batch.n:  # only unusable entries, dead-lettered when read
             return
         logs = self._fit(batch.x, batch.y, batch.w)
@@ -236,7 +250,8 @@ class Learner:
             self._mark_good()
 
     def publish(self) -> None:
-        """Publish the current weights as a new version; non-finite weights never leave."""
+        """Publish the current weights as a new version; non-finite weights never leave.
+        When Redis refuses, training goes on and `_tick` tries again after the backoff."""
         arrays = models.get_arrays(self.model)
         try:
             codec.check_fits(arrays, self.spec)
@@ -244,20 +259,20 @@ class Learner:
             self._back_to_good(f"refused to publish: {exc}")
             return
         s = self.state
-        for attempt in range(3):  # a version is taken between two reads only at a promotion
-            s.version = max(s.version, self.store.latest_version()) + 1
-            meta = {"model": self.cfg.name, "version": str(s.version), "step": str(s.step)}
+
+        def blob(version: int) -> bytes:
+            meta = {"model": self.cfg.name, "version": str(version), "step": str(s.step)}
             meta.update(samples_seen=str(s.samples_seen), variant=self.variant)
-            try:
-                self.store.publish(s.version, codec.encode(arrays, meta))
-                break
-            except ValueError:
-                if attempt == 2:
-                    raise
-        self._steps_since_publish = 0
+            return codec.encode(arrays, meta)
+
         self._last_publish = self.clock()
+        version = self.writes.publish(s.version, blob)
+        if version is None:
+            return
+        s.version = version
+        self._steps_since_publish = 0
         if self.checkpoints is None:
-            self._made_durable()
+            self.writes.made_durable()
 
     def checkpoint(self) -> None:
         """Save every training variable and the counters, then acknowledge what they cover."""
@@ -270,7 +285,7 @@ class Learner:
             log.error("checkpoint to %s failed: %s", self.checkpoints.path, exc)
         else:
             self._samples_since_checkpoint = 0
-            self._made_durable()
+            self.writes.made_durable()
         self._last_checkpoint = self.clock()
 
     def status(self) -> dict[str, object]:
@@ -289,6 +304,7 @@ class Learner:
             "retraces": self.probe.traces - self._warm_traces,
             "variant": self.variant,
             **self.window.figures(),
+            **self.writes.status(),
             "updated_at": time.time(),
         }
 
@@ -305,7 +321,7 @@ class Learner:
             "version": s.version,
             "online_loss": s.online_loss,
             "online_metric": s.online_metric,
-            "unacknowledged_entries": len(self._unacked),
+            **self.writes.metrics(),
         }
 
     # -- helpers -------------------------------------------------------------------------
@@ -323,15 +339,19 @@ class Learner:
 
     def _tick(self) -> None:
         now = self.clock()
-        if self._steps_since_publish and (
-            self._steps_since_publish >= self.policy.publish_every_steps
-            or (now - self._last_publish) * 1000 >= self.policy.publish_every_ms
+        if (
+            self._steps_since_publish
+            and (
+                self._steps_since_publish >= self.policy.publish_every_steps
+                or (now - self._last_publish) * 1000 >= self.policy.publish_every_ms
+            )
+            and self.writes.publishing.due()
         ):
             self.publish()
         if self.checkpoints is None:
-            if self._unacked and not self._steps_since_publish:
-                self._made_durable()  # only dead letters since the last publish
-        elif (self._samples_since_checkpoint or self._unacked) and (
+            if self.writes.unacked and not self._steps_since_publish:
+                self.writes.made_durable()  # dead letters only, or acks Redis refused
+        elif (self._samples_since_checkpoint or self.writes.unacked) and (
             now - self._last_checkpoint >= self.policy.checkpoint_every_s
             or self._samples_since_checkpoint >= self.policy.checkpoint_every_samples
         ):
@@ -348,7 +368,7 @@ class Learner:
         every variant's figures side by side."""
         status = self.status()
         if self.contest is not None:
-            if compete and self.contest.tick(status) is not None:
+            if compete and self.writes.compete(self.contest, status) is not None:
                 self.publish()  # the actors get the new champion's weights now
                 status = self.status()
             status.update(self.contest.view())
@@ -356,13 +376,6 @@ class Learner:
                 return
         if self.status_sink:
             self.status_sink(status)
-
-    def _made_durable(self) -> None:
-        self.queue.ack(self._unacked)
-        self._unacked = []
-        if self.clock() - self._last_trim >= _TRIM_EVERY_S:
-            self._last_trim = self.clock()
-            self.queue.trim()
 
     def _snapshot(self) -> list[np.ndarray]:
         return models.snapshot(self._variables)
@@ -399,17 +412,7 @@ class Learner:
             "x": batch.x[: min(batch.n, 8)].tolist(),  # the dead letter keeps ~1 KiB anyway
             "y": batch.y[: min(batch.n, 8)].reshape(-1).tolist(),
         }
-        self._deadletter(reason, json.dumps(detail).encode())
-
-    def _deadletter(self, reason: str, payload: bytes) -> None:
-        limits = self.cfg.ingest
-        rejected = [("learner", Rejection(reason, payload))]
-        self.queue.write(
-            [],
-            rejected,
-            deadletter_maxlen=limits.deadletter_maxlen,
-            deadletter_payload_bytes=limits.deadletter_payload_bytes,
-        )
+        self.writes.deadletter(reason, json.dumps(detail).encode())
 
     def _resume_checkpoint(self) -> str | None:
         if self.checkpoints is None:

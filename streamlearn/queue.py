@@ -3,7 +3,8 @@
 One stream entry per accepted MQTT message holds its samples packed as float32 arrays.
 Entries are acknowledged by the learner only after the step that trained on them, and the
 stream is trimmed only below what every group has delivered and acknowledged (a model's
-challenger variants read the same stream in groups of their own, `learners:VNAME`).
+challenger variants read the same stream in groups of their own, `learners:VNAME`), except
+a variant's group that is stale or too far behind (`SampleQueue.trim`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ GROUP = "learners"
 # strings instead of a few per entry: the entry ids joined by commas, each usable entry's
 # sample count as a little-endian uint32, its x and y bytes concatenated, and the id and
 # reason of each unusable entry. XREADGROUP never blocks inside a script.
-_READ_PACKED = """#!lua
+# allow-oom: a full Redis (maxmemory, noeviction) still lets the learner read, train and
+# acknowledge, and so free memory; a script with flags declares its keys (KEYS[1]).
+_READ_PACKED = """#!lua flags=allow-oom
 local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
                        'STREAMS', KEYS[1], '>')
 if not got then return {} end
@@ -59,7 +62,7 @@ return {table.concat(ids, ','), table.concat(ns), table.concat(xs), table.concat
 
 # KEYS: stream. ARGV: group, entry ids joined by commas. XACK from one string: packing
 # thousands of ids as separate arguments costs Python more than the step that trained them.
-_ACK = """#!lua
+_ACK = """#!lua flags=allow-oom
 local acked, ids = 0, {}
 for id in string.gmatch(ARGV[2], '[^,]+') do
   ids[#ids + 1] = id
@@ -247,7 +250,10 @@ class SampleQueue:
         first = Packed.of(self.read(consumer, 1, block_ms), self.sample_shape)
         if not len(first) or count == 1:
             return first
-        rest = self._read_packed(consumer, count - 1)
+        try:
+            rest = self._read_packed(consumer, count - 1)
+        except redis.RedisError:  # shows at the next read; what was read is not dropped
+            return first
         return Packed(
             first.ids + rest.ids,
             np.concatenate([first.ends, rest.ends + (first.ends[-1] if len(first.ends) else 0)]),
@@ -293,28 +299,66 @@ class SampleQueue:
             after = rows[-1][0]
 
     def claim_stale(self, consumer: str, min_idle_ms: int, count: int = 1000) -> list[Entry]:
-        """Take over every entry another (dead) consumer left pending for `min_idle_ms`."""
+        """Take over every entry another (dead) consumer left pending for `min_idle_ms`.
+
+        Never this consumer's own: those it holds until they are durable, however long
+        that takes (a publish refused while Redis is full), and must not train twice.
+        """
         entries: list[Entry] = []
-        cursor: bytes | str = "0-0"
+        start: bytes | str = "-"
         while True:
-            cursor, rows, *_ = self.redis.xautoclaim(
-                self.key, self.group, consumer, min_idle_ms, cursor, count
+            rows = self.redis.xpending_range(
+                self.key, self.group, start, "+", count, idle=min_idle_ms
             )
-            entries += [self._entry(eid, f) for eid, f in rows if f]
-            if cursor in (b"0-0", "0-0"):
+            theirs = [r["message_id"] for r in rows if r["consumer"].decode() != consumer]
+            if theirs:
+                claimed = self.redis.xclaim(self.key, self.group, consumer, min_idle_ms, theirs)
+                entries += [self._entry(eid, f) for eid, f in claimed if f]
+            if len(rows) < count:
                 return entries
+            start = b"(" + rows[-1]["message_id"]
 
     def ack(self, ids: list[bytes], chunk: int = 20_000) -> None:
         for start in range(0, len(ids), chunk):
             joined = b",".join(ids[start : start + chunk])
             self._scripts.ack(keys=[self.key], args=[self.group, joined])
 
-    def trim(self) -> None:
-        """Drop entries that every group has delivered and acknowledged, nothing else."""
-        floors = [self._floor(g) for g in self.redis.xinfo_groups(self.key)]
+    def trim(
+        self, stale_group_s: float | None = None, max_unread: int | None = None
+    ) -> dict[str, str]:
+        """Drop entries that every group still waited for has delivered and acknowledged.
+
+        The base group (`learners`, whose backlog ingest's back-pressure bounds) is always
+        waited for. A variant's group is not once every consumer in it has been idle for
+        `stale_group_s` (a stopped or removed variant), nor while more than `max_unread`
+        entries wait unread in it (a challenger far behind): what only it still needs is
+        then trimmed. Returns the groups not waited for, each with why.
+        """
+        floors, passed = [], {}
+        for group in self.redis.xinfo_groups(self.key):
+            name = group["name"].decode()
+            why = None if name == GROUP else self._passed(group, stale_group_s, max_unread)
+            if why is None:
+                floors.append(self._floor(group))
+            else:
+                passed[name] = why
         if floors:
             floor = min(floors)
             self.redis.xtrim(self.key, minid=f"{floor[0]}-{floor[1]}", approximate=True)
+        return passed
+
+    def _passed(self, group: dict, stale_group_s: float | None, max_unread: int | None):
+        """Why trimming no longer waits for `group`, or None."""
+        lag = group.get("lag")
+        if max_unread is not None and lag is not None and lag > max_unread:
+            return f"{lag} entries unread > max_stream_length={max_unread}"
+        if stale_group_s is None or not group["consumers"]:
+            return None  # a group without consumers yet: its learner is starting
+        consumers = self.redis.xinfo_consumers(self.key, group["name"])
+        idle_s = min(c["idle"] for c in consumers) / 1000 if consumers else 0.0
+        if idle_s > stale_group_s:
+            return f"its consumers idle for {idle_s:.0f} s > stale_group_s={stale_group_s:g}"
+        return None
 
     def _floor(self, group: dict) -> tuple[int, int]:
         """The oldest entry `group` still needs: its oldest pending one, else the next."""

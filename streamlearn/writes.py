@@ -1,0 +1,131 @@
+"""The learner's writes to Redis: weights, acknowledgements and trims, contest reports,
+dead letters; each one that Redis refuses is tried again later, never fatal.
+
+Redis full (`maxmemory` with `noeviction`) refuses the writes that take memory (a weights
+blob, a report, a dead letter) and takes those that free it: reads and acknowledgements
+run in scripts flagged `allow-oom` (`streamlearn.queue`), and trims need no memory. So
+a learner with `checkpoint_dir` goes on training, checkpointing, acknowledging and
+trimming while Redis is full, which frees memory for ingest; without one, entries are
+acknowledged only with a published version, so they wait until the publish goes through.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from streamlearn.champion import Contest, Promotion
+from streamlearn.config import IngestConfig, LearnerConfig
+from streamlearn.payloads import Rejection
+from streamlearn.queue import SampleQueue
+from streamlearn.retries import CALLS, RedisHealth, Retried
+from streamlearn.weights import VariantWeights, WeightsStore
+
+log = logging.getLogger(__name__)
+
+_TRIM_EVERY_S = 1.0
+
+
+class LearnerWrites:
+    """One learner's writes, their retry policies and what it reports about them."""
+
+    def __init__(
+        self,
+        queue: SampleQueue,
+        store: WeightsStore | VariantWeights,
+        policy: LearnerConfig,
+        limits: IngestConfig,
+    ) -> None:
+        self.queue = queue
+        self.store = store
+        self.policy = policy
+        self.limits = limits  # dead letters: the model's ingest limits
+        self.health = RedisHealth()
+        max_s = policy.retry_max_ms / 1000
+        self.publishing, self.acking, self.trimming, self.reporting, self.reading = (
+            Retried(call, self.health, max_s) for call in CALLS[:5]
+        )
+        self.unacked: list[bytes] = []  # entries done since the last durable point
+        self.passed_groups: dict[str, str] = {}  # groups trimming no longer waits for
+        self._last_trim = -math.inf
+
+    def publish(self, after: int, blob_of: Callable[[int], bytes]) -> int | None:
+        """Store `blob_of(v)` as the next version `v` above `after` and every published
+        one; None when Redis refused it (tried again once `publishing.due()`)."""
+        version: list[int] = []
+
+        def attempt() -> None:
+            for tries in range(3):  # a version is taken between two reads only at a promotion
+                v = max(after, self.store.latest_version()) + 1
+                try:
+                    self.store.publish(v, blob_of(v))
+                except ValueError:
+                    if tries == 2:
+                        raise
+                else:
+                    version.append(v)
+                    return
+
+        return version[0] if self.publishing.run(attempt) else None
+
+    def made_durable(self) -> None:
+        """Acknowledge what the durable state covers, and now and then trim the stream;
+        what Redis refuses stays to acknowledge at the next call after the backoff."""
+        if self.unacked and self.acking.due():
+            done = self.unacked
+            if self.acking.run(lambda: self.queue.ack(done)):
+                self.unacked = self.unacked[len(done) :]
+        now = time.monotonic()
+        if now - self._last_trim >= _TRIM_EVERY_S and self.trimming.due():
+            self._last_trim = now
+            self.trimming.run(self._trim)
+
+    def _trim(self) -> None:
+        passed = self.queue.trim(self.policy.stale_group_s, self.policy.max_stream_length)
+        for group, why in passed.items():
+            if group not in self.passed_groups:
+                log.warning("trimming no longer waits for group %s: %s", group, why)
+        for group in self.passed_groups.keys() - passed.keys():
+            log.info("trimming waits for group %s again", group)
+        self.passed_groups = passed
+
+    def compete(self, contest: Contest, status: dict[str, Any]) -> Promotion | None:
+        """Report to the contest; when Redis refuses, the last standings it read stand."""
+        if not self.reporting.due():
+            return None
+        promoted: list[Promotion | None] = [None]
+
+        def tick() -> None:
+            promoted[0] = contest.tick(status)
+
+        self.reporting.run(tick)
+        return promoted[0]
+
+    def deadletter(self, reason: str, payload: bytes) -> None:
+        """Dead-letter `payload`; when Redis refuses, log it instead (the entry is done)."""
+        rejected = [("learner", Rejection(reason, payload))]
+        try:
+            self.queue.write(
+                [],
+                rejected,
+                deadletter_maxlen=self.limits.deadletter_maxlen,
+                deadletter_payload_bytes=self.limits.deadletter_payload_bytes,
+            )
+        except redis.RedisError as exc:
+            self.health.failed("deadletter", exc)
+            log.error("redis refused a dead letter (%s): %s %r", exc, reason, payload[:200])
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.health.status(),
+            "unacknowledged_entries": len(self.unacked),
+            "groups_not_waited_for": dict(self.passed_groups),
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        return {**self.health.metrics(), "unacknowledged_entries": len(self.unacked)}
