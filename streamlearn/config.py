@@ -93,6 +93,23 @@ class LearnerConfig(_Frozen):
     devices: tuple[str, ...] = Field(
         (), description="devices to mirror over, e.g. ['/gpu:0', '/gpu:1']; default: all GPUs"
     )
+    retry_max_ms: float = Field(
+        5000,
+        gt=0,
+        description="longest wait before retrying a Redis call that failed (a publish, "
+        "status report, read or acknowledgement refused while Redis is full or down)",
+    )
+    stale_group_s: float = Field(
+        3600,
+        gt=0,
+        description="a variant's group whose consumers have all been idle this long no "
+        "longer holds back the trimming of the stream",
+    )
+    max_stream_length: int = Field(
+        1_000_000,
+        ge=1,
+        description="nor does a variant's group with more unread entries than this",
+    )
 
     @model_validator(mode="after")
     def _check_buckets(self) -> LearnerConfig:
