@@ -2,7 +2,9 @@
 
 Ingest, learner and actor run as the real worker processes with default settings. A
 sample is in version v when v's blob says it was trained on more samples than came before
-it (one publisher, one ingest worker: the stream keeps the publish order).
+it (one publisher, one ingest worker: the stream keeps the publish order). Every sample
+published after the warm-up is in the figures: one never served by a version trained on
+it counts as infinitely late, and the counts say how many of each kind there were.
 """
 
 from __future__ import annotations
@@ -93,25 +95,37 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
     )
     times = [t for t, _ in served]
     running = np.maximum.accumulate([v for _, v in served]) if served else np.array([])
-    fresh = []
-    for i, t_pub in enumerate(sent_at):
-        if t_pub < sent_at[0] + args.fresh_warmup:
-            continue
+    # Every sample after the warm-up counts: one never served by a version trained on it
+    # (not in any version, or no reply by one) is inf, so it weighs on the percentiles.
+    eligible = [i for i, t in enumerate(sent_at) if t >= sent_at[0] + args.fresh_warmup]
+    fresh_ms = np.full(len(eligible), np.inf)
+    not_trained = 0
+    for slot, i in enumerate(eligible):
         k = bisect.bisect_left(trained, i + 1)  # first version trained on sample i
         if k == len(versions):
+            not_trained += 1
             continue
         j = bisect.bisect_left(running, versions[k][0])
         if j < len(times):
-            fresh.append((times[j] - t_pub) * 1000)
-    fresh_ms = np.array(fresh)
+            fresh_ms[slot] = (times[j] - sent_at[i]) * 1000
+    measured = int(np.isfinite(fresh_ms).sum())
     return {
         "samples": n,
         "rate_per_s": args.fresh_rate,
-        "measured": len(fresh),
+        "eligible": len(eligible),  # after the warm-up: the denominator of the figures
+        "measured": measured,
+        "not_trained": not_trained,  # in no version published before the end
+        "not_served": len(eligible) - measured - not_trained,  # trained, never replied with
         "versions": len(versions),
         "trained_on": trained[-1] if trained else 0,
-        "p50_ms": float(np.percentile(fresh_ms, 50)) if len(fresh) else None,
-        "p90_ms": float(np.percentile(fresh_ms, 90)) if len(fresh) else None,
-        "p99_ms": float(np.percentile(fresh_ms, 99)) if len(fresh) else None,
-        "max_ms": float(fresh_ms.max()) if len(fresh) else None,
+        **{f"p{q}_ms": _pct(fresh_ms, q) for q in (50, 90, 99)},
+        "max_ms": _pct(fresh_ms, 100),
     }
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    """The q-th percentile, None when it falls on a sample never served (or none counted)."""
+    if not len(values):
+        return None
+    value = float(np.percentile(values, q, method="higher"))
+    return None if np.isinf(value) else value

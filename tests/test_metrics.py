@@ -26,12 +26,18 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def metric(values: dict[str, float], name: str, **labels: str) -> float:
-    """Sum of the samples of `name` whose labels include `labels`."""
-    total = 0.0
-    for key, value in values.items():
-        if key.split("{")[0] == name and all(f'{k}="{v}"' in key for k, v in labels.items()):
-            total += value
-    return total
+    """Sum of the samples of `name` whose labels include `labels`.
+
+    A metric that is not exposed fails the test rather than reading as 0: `== 0` and
+    before-equals-after checks must not pass for a renamed or removed metric.
+    """
+    found = [
+        value
+        for key, value in values.items()
+        if key.split("{")[0] == name and all(f'{k}="{v}"' in key for k, v in labels.items())
+    ]
+    assert found, f"{name}{labels or ''} is not exposed"
+    return sum(found)
 
 
 def test_workers_expose_moving_counters(start_role, client_for, settings):

@@ -38,6 +38,8 @@ def test_one_models_bad_input_and_crash_do_not_touch_another(
         device.publish(good.samples_topic, _columnar(chunk, chunk[:, 0] - 2 * chunk[:, 1]), qos=1)
         device.publish(bad.samples_topic, b'{"x": [1, "nan"], "y": 3}', qos=1)
         device.publish(bad.samples_topic, b"\xff\xfe not json", qos=1).wait_for_publish(10)
+    for i in range(5):  # valid samples of the model whose learner is dead wait in its stream
+        device.publish(bad.samples_topic, f'{{"x": [{i}, 1], "y": 1}}', qos=1).wait_for_publish(10)
     device.disconnect()
 
     eventually(lambda: redis.xlen(bad.deadletter_key) == 40, 30, "bad input dead-lettered")
@@ -58,7 +60,12 @@ def test_one_models_bad_input_and_crash_do_not_touch_another(
     # Served by an actor that built the factory's architecture and loaded its weights.
     assert reply["version"] == int(redis.get(good.latest_key)) > 0
     assert len(reply["y"]) == 2 and all(np.isfinite(reply["y"]))
-    assert redis.get(bad.latest_key) is None, "the dead learner published nothing"
+    assert bad_learner.proc.poll() is not None, "still dead"
+    eventually(lambda: redis.xlen(bad.samples_key) == 5, 30, "the bad model's valid samples")
+    assert redis.get(bad.latest_key) is None, "nobody learned them while its learner was dead"
+    start_role("learner", TOML, "bad")  # restarted, it learns what waited for it
+    eventually(lambda: redis.get(bad.latest_key) is not None, 60, "the bad model learned")
+    eventually(lambda: redis.xpending(bad.samples_key, "learners")["pending"] == 0, 30, "acked")
 
 
 def _columnar(x: np.ndarray, y: np.ndarray) -> str:

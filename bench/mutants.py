@@ -1,0 +1,321 @@
+"""Mutation check of the test suite: plant one named fault, see the tests that guard it fail.
+
+Each mutant breaks one promise of the README by a text substitution in one file of a copy
+of the repository (tracked and untracked-but-not-ignored files, as they are now), then runs
+the tests that must catch it there, with this interpreter and the copy first on the path.
+An unmutated copy runs every listed test first: they must pass, or no verdict means much.
+
+    python -m bench.mutants                 # every mutant; table + bench/results/mutants.json
+    python -m bench.mutants --only trim_off padding_off
+    python -m bench.mutants --list
+
+Exit status 1 when a mutant survives, an anchor is missing (the code moved: re-anchor it
+here), or the unmutated tests fail. Anchors are small snippets, each expected exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench._report import report
+
+ROOT = Path(__file__).resolve().parents[1]
+G = "tests/test_guarantees.py::"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    edits: tuple[tuple[str, str], ...]  # (anchor, replacement), each anchor found once
+    tests: tuple[str, ...]
+    breaks: str
+
+
+MUTANTS = (
+    Mutant(
+        "ack_before_write",
+        "streamlearn/ingest.py",
+        (
+            (
+                "self._inbox.append((self._generation, client, msg))",
+                "client.ack(msg.mid, msg.qos)\n        "
+                "self._inbox.append((self._generation, client, msg))",
+            ),
+        ),
+        (
+            G + "test_ingest_killed_while_redis_refuses_writes_loses_no_sample",
+            G + "test_ingest_killed_while_holding_back_loses_no_sample",
+        ),
+        "ingest acknowledges each message on arrival, before it is in Redis",
+    ),
+    Mutant(
+        "ack_before_write_loop",
+        "streamlearn/ingest.py",
+        (
+            (
+                "result = self._retry(lambda: self._write(",
+                "self._acks.extend(batch)\n        self._ack_now()\n        "
+                "result = self._retry(lambda: self._write(",
+            ),
+        ),
+        (G + "test_ingest_killed_while_redis_refuses_writes_loses_no_sample",),
+        "ingest acknowledges a run of messages before writing it",
+    ),
+    Mutant(
+        "ack_before_durable",
+        "streamlearn/learner.py",
+        (("self._unacked += batch.done", "self.queue.ack(batch.done)"),),
+        (G + "test_learner_acknowledges_entries_only_once_their_state_is_durable",),
+        "the learner acknowledges entries right after the step, before a checkpoint/publish",
+    ),
+    Mutant(
+        "dedupe_off",
+        "streamlearn/ingest.py",
+        (("dedup_window_s=self.cfg.dedup_window_s,", "dedup_window_s=0,"),),
+        (G + "test_a_redelivered_or_repeated_id_is_stored_once",),
+        "ingest stores a redelivered sample id again",
+    ),
+    Mutant(
+        "trim_off",
+        "streamlearn/queue.py",
+        (("self.redis.xtrim(self.key, minid=", "(lambda *a, **k: None)(self.key, minid="),),
+        (G + "test_the_stream_gets_shorter_but_never_below_a_lagging_group",),
+        "the stream is never trimmed",
+    ),
+    Mutant(
+        "trim_past_lagging_group",
+        "streamlearn/queue.py",
+        (("floor = min(floors)", "floor = max(floors)"),),
+        (G + "test_the_stream_gets_shorter_but_never_below_a_lagging_group",),
+        "trimming follows the group furthest ahead, dropping what a slower one still needs",
+    ),
+    Mutant(
+        "no_claim",
+        "streamlearn/queue.py",
+        (("entries += [self._entry(eid, f) for eid, f in rows if f]", "entries += []"),),
+        (G + "test_a_new_learner_claims_what_a_dead_one_of_another_name_left_pending",),
+        "entries claimed from a dead consumer are not trained on",
+    ),
+    Mutant(
+        "padding_off",
+        "streamlearn/batching.py",
+        (("size = max(size, n)", "size = n"),),
+        (G + "test_learner_does_not_retrace_for_any_batch_size",),
+        "the learner trains on unpadded batches (a new shape per batch size)",
+    ),
+    Mutant(
+        "serve_eagerly",
+        "streamlearn/actor.py",
+        (
+            (
+                "self._call = lambda x: concrete(tf.constant(x)).numpy()",
+                "self._call = lambda x: model(tf.constant(x), training=False).numpy()",
+            ),
+        ),
+        (G + "test_serving_never_traces_after_warm_up_for_any_batch_size",),
+        "the actor runs the model's Python code on every batch",
+    ),
+    Mutant(
+        "swap_during_batch",
+        "streamlearn/actor.py",
+        (("y = self.predict(x)\n", "y = self.predict(x)\n        self.reload()\n"),),
+        (G + "test_a_reply_names_the_version_whose_weights_computed_it",),
+        "a staged version is swapped in inside a batch (replies name weights they did not use)",
+    ),
+    Mutant(
+        "reload_waits",
+        "streamlearn/actor.py",
+        (("self.reloader.take(self.model, block)", "self.reloader.take(self.model, True)"),),
+        (G + "test_a_reload_in_progress_never_holds_up_a_batch",),
+        "the serving loop waits for a version being loaded",
+    ),
+    Mutant(
+        "backpressure_follows_slowest_group",
+        "streamlearn/appends.py",
+        (("if info['name'] == group then", "if true then"),),
+        (G + "test_a_challenger_far_behind_does_not_hold_back_ingest",),
+        "ingest's back-pressure measures the last group listed (a lagging challenger)",
+    ),
+    Mutant(
+        "window_ttl_off",
+        "streamlearn/windows.py",
+        (("redis.call('EXPIRE', key, ttl)", "redis.call('PERSIST', key)"),),
+        (G + "test_a_devices_window_expires_window_ttl_s_after_its_last_observation",),
+        "a device's stored observations never expire",
+    ),
+    Mutant(
+        "window_ttl_ignored",
+        "streamlearn/ingest.py",
+        (("self.cfg.window_ttl_s)", "86_400)"),),
+        (G + "test_a_devices_window_expires_window_ttl_s_after_its_last_observation",),
+        "ingest ignores window_ttl_s",
+    ),
+    Mutant(
+        "status_period_x10",
+        "streamlearn/learner.py",
+        (
+            (
+                ") * 1000 >= self.policy.status_every_ms:",
+                ") * 1000 >= 10 * self.policy.status_every_ms:",
+            ),
+        ),
+        (G + "test_status_is_refreshed_every_status_every_ms_while_learning",),
+        "the learner refreshes its status ten times less often than status_every_ms",
+    ),
+    Mutant(
+        "retraces_metric_renamed",
+        "streamlearn/learner.py",
+        (('"retraces_total": self.probe', '"retrace_count_total": self.probe'),),
+        ("tests/test_metrics.py::test_workers_expose_moving_counters",),
+        "a metric the tests compare before and after disappears (reads as 0 twice)",
+    ),
+)
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree as it is now: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, listed):
+        src = ROOT / name.decode()
+        if src.is_file():
+            target = dest / name.decode()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def mutate(tree: Path, mutant: Mutant) -> str | None:
+    """Apply the edits; the first anchor not found exactly once, or None."""
+    path = tree / mutant.file
+    text = path.read_text() if path.exists() else ""
+    for anchor, replacement in mutant.edits:
+        if text.count(anchor) != 1:
+            return anchor
+        text = text.replace(anchor, replacement)
+    path.write_text(text)
+    return None
+
+
+def run_tests(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, str]:
+    """Run `tests` in `tree`: ('passed' | 'failed' | 'partly' | 'timeout' | 'error', the
+    output's tail). 'failed' when every listed test failed (each is one that must catch the
+    fault), 'partly' when only some did."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *tests]
+    try:
+        done = subprocess.run(
+            argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        return "timeout", str(exc.stdout or "")[-2000:]
+    out = done.stdout + done.stderr
+    if done.returncode == 0:
+        return "passed", out[-2000:]
+    if done.returncode != 1:  # collection or usage error: no verdict
+        return "error", out[-3000:]
+    failed = [
+        line.split()[1] for line in out.splitlines() if line.startswith(("FAILED ", "ERROR "))
+    ]
+    caught = [t for t in tests if any(f == t or f.startswith(t + "[") for f in failed)]
+    return ("failed" if len(caught) == len(tests) else "partly"), out[-2000:]
+
+
+def check_copy_imports(tree: Path) -> None:
+    """The copy's package, not this checkout's, is what the tests there import."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    where = subprocess.run(
+        [sys.executable, "-c", "import streamlearn.ingest as m; print(m.__file__)"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not where.startswith(str(tree)):
+        raise SystemExit(f"the copy imports streamlearn from {where}, not from {tree}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run these mutants only")
+    parser.add_argument("--list", action="store_true", help="list the mutants and their tests")
+    parser.add_argument("--timeout-s", type=float, default=300, help="per pytest run")
+    parser.add_argument("--verbose", action="store_true", help="print each run's output tail")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.list or not chosen:
+        for m in MUTANTS:
+            print(f"{m.name}  ({m.file}): {m.breaks}")
+            for test in m.tests:
+                print(f"    {test}")
+        return 0 if args.list else 2
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="sl-mutants-") as tmp:
+        base = Path(tmp, "base")
+        copy_tree(base)
+        check_copy_imports(base)
+        tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+        started = time.monotonic()
+        verdict, tail = run_tests(base, tests, args.timeout_s)
+        rows.append(_row("(none)", "-", tests, verdict, started))
+        if verdict != "passed":
+            print(tail)
+        for m in chosen:
+            tree = Path(tmp, m.name)
+            shutil.copytree(base, tree)
+            started = time.monotonic()
+            missing = mutate(tree, m)
+            if missing is not None:
+                rows.append(_row(m.name, m.file, m.tests, "anchor missing", started))
+                print(f"{m.name}: anchor not found once in {m.file}: {missing!r}")
+            else:
+                verdict, tail = run_tests(tree, m.tests, args.timeout_s)
+                rows.append(_row(m.name, m.file, m.tests, verdict, started))
+                if args.verbose or verdict in ("passed", "partly", "error"):
+                    print(f"--- {m.name}: {verdict}\n{tail}")
+            shutil.rmtree(tree, ignore_errors=True)
+    results = [r["result"] for r in rows[1:]]
+    checks = {
+        "the unmutated tests pass": rows[0]["result"] == "passed",
+        "every mutant is killed": all(r.startswith("killed") for r in results),
+    }
+    report("mutants", rows, checks, mutants={m.name: m.breaks for m in chosen})
+    return 0 if all(checks.values()) else 1
+
+
+def _row(name: str, file: str, tests: tuple[str, ...], verdict: str, started: float) -> dict:
+    if name == "(none)":
+        result = verdict
+    else:
+        result = {
+            "passed": "survived",  # the tests passed with the fault in
+            "failed": "killed",
+            "partly": "partly killed",
+            "timeout": "killed (timeout)",
+            "error": "error (no verdict)",
+        }.get(verdict, verdict)
+    short = ", ".join(t.split("::")[-1] for t in tests) if name != "(none)" else f"{len(tests)}"
+    return {
+        "mutant": name,
+        "file": file,
+        "tests": short,
+        "result": result,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
