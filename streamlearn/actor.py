@@ -13,6 +13,12 @@ batch in one pipelined round trip before the forward pass.
 Replies go out with QoS 0: a reply is useful only while its client waits, and a lost one
 is that client's timeout and retry, as with HTTP. QoS 1 costs a broker acknowledgement per
 reply and, behind paho's 20-message in-flight window, caps the reply rate.
+
+Whatever a request holds, it costs the actor one error reply at most: the inbox is bounded
+and requests past their deadline are not computed (`streamlearn.inbox`), a payload is
+decoded once, size and nesting checked first, rows capped, a reply goes only to a topic in
+the request's reply space (`streamlearn.replies`), and an exception while serving one
+request or batch becomes error replies, never the end of the serving loop.
 """
 
 from __future__ import annotations
@@ -20,11 +26,9 @@ from __future__ import annotations
 import bisect
 import json
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import keras
 import numpy as np
@@ -32,20 +36,16 @@ import paho.mqtt.client as mqtt
 import redis
 from paho.mqtt.properties import Properties
 
-from streamlearn import models
+from streamlearn import inbox, models
 from streamlearn.config import BASE_VARIANT, ModelConfig
-from streamlearn.errors import PayloadError
-from streamlearn.mqtt import reply_properties
+from streamlearn.inbox import Pending
 from streamlearn.names import Names
-from streamlearn.payloads import PayloadParser
 from streamlearn.reloader import WeightsReloader
+from streamlearn.replies import Publish, Replier, ReplyRoutes
 from streamlearn.weights import WeightsStore
 from streamlearn.windows import WindowStore
 
 log = logging.getLogger(__name__)
-
-# paho's `Client.publish(topic, payload, qos, retain, properties)`.
-Publish = Callable[[str, bytes, int, bool, Properties | None], object]
 
 
 def bucket_sizes(max_batch: int) -> tuple[int, ...]:
@@ -86,18 +86,6 @@ class Forward:
         return np.asarray(self._call(x))
 
 
-@dataclass(slots=True)
-class _Pending:
-    arrived: float  # time.monotonic() when paho handed it over
-    x: np.ndarray  # keyed: the newest step only, until `_complete_windows`
-    batched: bool
-    id: str | int | None
-    topic: str
-    correlation: bytes | None
-    key: str | None = None
-    seq: float | None = None
-
-
 class Actor:
     """Answers one model's prediction requests; `status()` says what it serves.
 
@@ -118,9 +106,11 @@ class Actor:
         self.policy = cfg.actor
         self.names = names
         self.publish = publish
+        self.routes = ReplyRoutes(names)
+        self.replier = Replier(publish, cfg.name, self.policy.max_reply_bytes)
+        self.admission = inbox.Admission(cfg, self.routes, self.replier)
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
-        self.parser = PayloadParser(cfg)
         self.buckets = bucket_sizes(self.policy.max_batch)
         serving, spare = models.build_model(cfg), models.build_model(cfg)
         self._forward = {id(m): self._compile(m) for m in (serving, spare)}
@@ -134,21 +124,38 @@ class Actor:
         self.windows = windows
         self.version = 0
         self.loaded_at: float | None = None
-        self.served = 0
-        self.errors = 0
         self.batches = 0
         self.reloads = 0
+        self.failed = 0  # requests whose batch raised while served (answered with an error)
         # Per-request observers (e.g. Prometheus histograms), set when metrics are on.
         self.observe_latency: Callable[[float], object] | None = None
         self.observe_batch: Callable[[int], object] | None = None
-        self._inbox: queue.SimpleQueue[tuple[float, mqtt.MQTTMessage]] = queue.SimpleQueue()
+        self.inbox = inbox.Inbox(
+            self.policy.max_queued_requests,
+            self.policy.max_queued_bytes,
+            self.policy.request_deadline_ms,
+            cfg.ingest.max_payload_bytes,
+        )
         self._status_due = 0.0
         self._status_version = -1
         self._rate_from = (time.monotonic(), 0)  # (when, served) of the last status
 
+    @property
+    def served(self) -> int:
+        """Requests answered (or whose reply could not be sent)."""
+        return self.replier.sent + self.replier.unsent
+
+    @property
+    def errors(self) -> int:
+        return self.replier.errors
+
     def on_message(self, _client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
-        """paho callback (network thread): hand over and return at once."""
-        self._inbox.put((time.monotonic(), msg))
+        """paho callback (network thread): hand over and return at once; never blocks."""
+        self.inbox.put(msg)
+
+    def on_connack(self, properties: Properties | None) -> None:
+        """Replies must fit the broker's maximum packet size (MQTT v5 CONNACK)."""
+        self.replier.max_packet = getattr(properties, "MaximumPacketSize", None)
 
     def run(self, stop: threading.Event | None = None, max_requests: int | None = None) -> int:
         """Serve until `stop` is set or `max_requests` were answered; returns the count."""
@@ -194,15 +201,29 @@ class Actor:
             self.reloads += 1
             log.debug("serving weights v%d (staged in %.1f ms)", self.version, staged.stage_ms)
 
-    def serve(self, batch: list[_Pending]) -> None:
-        """Answer gathered requests with one forward pass per `max_batch` rows."""
+    def serve(self, batch: list[Pending]) -> None:
+        """Answer gathered requests with one forward pass per `max_batch` rows.
+
+        Whatever goes wrong answers the batch's requests with an error and returns.
+        """
+        try:
+            self._serve(batch)
+        except Exception as exc:  # a bug or a failed computation: the loop must go on
+            log.exception("serving a batch of %d requests failed", len(batch))
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            for p in batch:
+                if not p.done:
+                    self.failed += 1
+                    self._reply_error(p, reason)
+
+    def _serve(self, batch: list[Pending]) -> None:
         if self.version == 0:  # block on first use: the first version may just have appeared
             self.reloader.poll(block=True)
             self.reload(block=True)
         if self.version == 0:
             reason = f"no weights published yet for model {self.cfg.name!r}"
             for p in batch:
-                self._reply_error(p.topic, p.correlation, p.id, reason)
+                self._reply_error(p, reason)
             return
         batch = self._complete_windows(batch)
         if not batch:
@@ -217,7 +238,8 @@ class Actor:
             out = rows[row : row + n] if p.batched else rows[row]
             row += n
             body = {"id": p.id, "y": out, "version": version, "model": name, "variant": variant}
-            self._send(p.topic, p.correlation, body)
+            p.done = True
+            self.replier.send(p.topic, p.correlation, body)
         if self.observe_latency is not None:
             done = time.monotonic()
             for p in batch:
@@ -225,7 +247,7 @@ class Actor:
         if self.observe_batch is not None:
             self.observe_batch(len(x))
 
-    def _complete_windows(self, batch: list[_Pending]) -> list[_Pending]:
+    def _complete_windows(self, batch: list[Pending]) -> list[Pending]:
         """Give key-only requests their windows: the key's newest `window - 1` stored
         observations (before the request's seq, when given), then the request's own step.
 
@@ -243,7 +265,7 @@ class Actor:
             log.warning("stored observations unavailable: %s", exc)
             for p in keyed:
                 reason = f"key {p.key!r}: stored observations unavailable ({exc})"
-                self._reply_error(p.topic, p.correlation, p.id, reason)
+                self._reply_error(p, reason)
             return [p for p in batch if p.key is None]
         answered: set[int] = set()
         for p, steps in zip(keyed, earlier, strict=True):
@@ -253,7 +275,7 @@ class Actor:
                     f"key {p.key!r}: {len(steps)} of the {need} earlier observations "
                     f"a window needs are known{before}"
                 )
-                self._reply_error(p.topic, p.correlation, p.id, reason)
+                self._reply_error(p, reason)
                 answered.add(id(p))
             else:
                 p.x = np.concatenate([steps, p.x])[None]
@@ -295,6 +317,10 @@ class Actor:
             "served": self.served,
             "requests_per_s": round((self.served - served) / elapsed, 1) if elapsed > 0 else 0.0,
             "errors": self.errors,
+            "requests_refused": self.admission.refused + self.replier.too_big,
+            "requests_expired": self.admission.expired,
+            "requests_shed": self.inbox.shed,
+            "requests_failed": self.failed + self.admission.failed,
             "batches": self.batches,
             "refused": {str(v): reason for v, reason in self.reloader.refused.items()},
             "updated_at": now,
@@ -303,15 +329,20 @@ class Actor:
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
         return {
-            "replies_total": self.served,
+            "replies_total": self.replier.sent,
             "error_replies_total": self.errors,
+            "unsent_replies_total": self.replier.unsent,
+            "refused_requests_total": self.admission.refused + self.replier.too_big,
+            "expired_requests_total": self.admission.expired,
+            "shed_requests_total": self.inbox.shed,
+            "failed_requests_total": self.failed + self.admission.failed,
             "batches_total": self.batches,
             "reloads_total": self.reloads,
             "refused_versions_total": self.reloader.refusals,
             "version": self.version,
             "latest_version_seen": self.reloader.latest_seen,
             "weights_age_seconds": None if self.loaded_at is None else time.time() - self.loaded_at,
-            "queued_requests": self._inbox.qsize(),
+            "queued_requests": self.inbox.qsize(),
         }
 
     def publish_status(self) -> None:
@@ -339,65 +370,28 @@ class Actor:
         self._forward[id(model)] = self._compile(model)
         return model
 
-    def _gather(self, idle_s: float) -> list[_Pending] | None:
+    def _gather(self, idle_s: float) -> list[Pending] | None:
         """Valid requests for one pass; None when none arrived for `idle_s`."""
-        try:
-            arrived, msg = self._inbox.get(timeout=idle_s)
-        except queue.Empty:
+        first = self.inbox.get(idle_s)
+        if first is None:
             return None
-        batch: list[_Pending] = []
-        rows = self._admit(arrived, msg, batch)
-        deadline = arrived + self.policy.max_wait_ms / 1000
-        while rows < self.policy.max_batch:
-            remaining = max(0.0, deadline - time.monotonic())
-            try:
-                arrived, msg = self._inbox.get(timeout=remaining)
-            except queue.Empty:
+        batch: list[Pending] = []
+        deadline = first.arrived + self.policy.max_wait_ms / 1000
+        arrival: inbox.Arrival | None = first
+        rows = 0
+        while arrival is not None:
+            pending = self.admission.admit(arrival)
+            if pending is not None:
+                batch.append(pending)
+                rows += len(pending.x)
+            if rows >= self.policy.max_batch:
                 break
-            rows += self._admit(arrived, msg, batch)
+            arrival = self.inbox.get(max(0.0, deadline - time.monotonic()))
         return batch
 
-    def _admit(self, arrived: float, msg: mqtt.MQTTMessage, batch: list[_Pending]) -> int:
-        """Parse a request into `batch` (returns its rows) or answer it with an error."""
-        props = msg.properties
-        response_topic = getattr(props, "ResponseTopic", None)
-        if response_topic is not None and not _valid_topic(response_topic):
-            response_topic = None
-        correlation = getattr(props, "CorrelationData", None)
-        try:
-            request = self.parser.parse_request(msg.payload)
-        except PayloadError as exc:
-            rid, reply_to = _salvage(msg.payload)
-            topic = response_topic or reply_to or self.names.predictions_topic
-            self._reply_error(topic, correlation, rid, str(exc))
-            return 0
-        topic = response_topic or request.reply_to or self.names.predictions_topic
-        batch.append(
-            _Pending(
-                arrived,
-                request.x,
-                request.batched,
-                request.id,
-                topic,
-                correlation,
-                request.key,
-                request.seq,
-            )
-        )
-        return len(request.x)
-
-    def _reply_error(
-        self, topic: str, correlation: bytes | None, rid: str | int | None, reason: str
-    ) -> None:
-        self.errors += 1
-        self._send(topic, correlation, {"id": rid, "error": reason, "model": self.cfg.name})
-
-    def _send(self, topic: str, correlation: bytes | None, body: dict) -> None:
-        try:
-            self.publish(topic, json.dumps(body).encode(), 0, False, reply_properties(correlation))
-        except ValueError as exc:  # paho refuses the payload size
-            log.warning("reply to %s not sent: %s", topic, exc)
-        self.served += 1
+    def _reply_error(self, p: Pending, reason: str) -> None:
+        p.done = True
+        self.replier.error(p.topic, p.correlation, p.id, reason)
 
     def _maybe_publish_status(self) -> None:
         if self.version != self._status_version or time.monotonic() >= self._status_due:
@@ -407,21 +401,3 @@ class Actor:
 def _number(value: float) -> int | float:
     """A seq as the client wrote it: 17, not 17.0."""
     return int(value) if value.is_integer() else value
-
-
-def _valid_topic(topic: object) -> bool:
-    """A topic a reply may be published to (no wildcards)."""
-    if not isinstance(topic, str):
-        return False
-    return 0 < len(topic) <= 512 and "#" not in topic and "+" not in topic
-
-
-def _salvage(raw: bytes) -> tuple[str | int | None, str | None]:
-    """The id and reply_to of an invalid request, where it is JSON enough to have them."""
-    try:
-        doc = json.loads(raw)
-        rid, reply_to = doc.get("id"), doc.get("reply_to")
-    except (ValueError, AttributeError, UnicodeDecodeError):
-        return None, None
-    rid = rid if isinstance(rid, str | int) and not isinstance(rid, bool) else None
-    return rid, reply_to if _valid_topic(reply_to) else None

@@ -272,7 +272,8 @@ def _predict(args: argparse.Namespace) -> int:
         from streamlearn.demo import DemoStream
 
         x = DemoStream(model).sample(1).x[0].tolist()
-    # Devices may read only replies/{their client id}/# (deploy/mosquitto/acl).
+    # Devices may publish requests only on predict/{their client id} and read only
+    # replies/{their client id}/# (deploy/mosquitto/acl; `streamlearn.replies`).
     client_id = f"sl-predict-{uuid.uuid4().hex[:12]}"
     reply_topic = names.topic(f"replies/{client_id}/{uuid.uuid4().hex[:8]}")
     correlation = uuid.uuid4().bytes
@@ -298,7 +299,7 @@ def _predict(args: argparse.Namespace) -> int:
         if args.seq is not None:
             body["seq"] = args.seq
         client.publish(
-            names.predict_topic,
+            names.topic(f"predict/{client_id}"),
             json.dumps(body),
             qos=1,
             properties=mqtt.request_properties(reply_topic, correlation),

@@ -146,6 +146,27 @@ class ActorConfig(_Frozen):
     status_every_ms: float = Field(
         2000, gt=0, description="retained per-actor status (version, weights age) refresh"
     )
+    max_request_rows: int = Field(
+        1024, ge=1, description="rows in one request, at most; more get an error reply"
+    )
+    max_reply_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description="a reply's JSON, at most (and below the broker's maximum packet size); "
+        "a larger one is replaced by an error reply",
+    )
+    max_queued_requests: int = Field(
+        1000, ge=1, description="requests received and not yet served; more are shed (counted)"
+    )
+    max_queued_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="their payloads together, at most; more are shed"
+    )
+    request_deadline_ms: float = Field(
+        5000,
+        gt=0,
+        description="a request that waited longer (or past its MQTT v5 Message Expiry "
+        "Interval) is not computed: it gets a 'deadline exceeded' error reply",
+    )
 
 
 # -- champion and challengers ---------------------------------------------------------------

@@ -73,6 +73,7 @@ def connect(
     ca_file: str | None = None,
     will: tuple[str, bytes] | None = None,
     no_delay: bool = False,
+    on_connack: Callable[[Properties | None], None] | None = None,
     timeout_s: float = 10.0,
 ) -> mqtt.Client:
     """A connected (and subscribed) MQTT v5 client running its network loop in a thread.
@@ -82,6 +83,8 @@ def connect(
     `will` is a (topic, payload) the broker publishes retained if the client dies.
     `no_delay` turns Nagle's algorithm off, so that a small reply is not held back until
     the broker acknowledges the previous packet (up to its delayed-ACK timeout, ~40 ms).
+    `on_connack` gets the properties of each successful CONNACK (e.g. the broker's
+    Maximum Packet Size: a client sending a larger packet is disconnected).
     """
     addr = BrokerAddress.parse(url)
     client = mqtt.Client(
@@ -101,11 +104,13 @@ def connect(
     connected = threading.Event()
     failure: list[str] = []
 
-    def on_connect(c: mqtt.Client, _u: object, _f: object, reason: object, _p: object) -> None:
+    def on_connect(c: mqtt.Client, _u: object, _f: object, reason: object, props: object) -> None:
         if getattr(reason, "is_failure", False):
             failure.append(str(reason))
             connected.set()
             return
+        if on_connack is not None:
+            on_connack(props if isinstance(props, Properties) else None)
         if subscriptions:
             c.subscribe(list(subscriptions))
         else:

@@ -379,9 +379,10 @@ class PayloadParser:
 
     # -- prediction requests -------------------------------------------------------------
 
-    def parse_request(self, raw: bytes) -> Request:
-        """Validate a prediction request; one sample or a batch of rows."""
-        doc = _decode(raw, self.model.ingest.max_payload_bytes)
+    def parse_request(self, raw: bytes | dict[str, Any]) -> Request:
+        """Validate a prediction request; one sample or a batch of rows. `raw` may be the
+        JSON object already decoded (the actor decodes once, to route its reply)."""
+        doc = raw if isinstance(raw, dict) else _decode(raw, self.model.ingest.max_payload_bytes)
         if "key" in doc:
             return self._parse_keyed_request(doc)
         try:

@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
 
     actor = actor_class(model, store, names, publish, actor_id=client_id)
     stop = _runtime.stop_on_signals()
-    requests = names.shared("predict", settings.share_group)
+    # Requests on `predict` and on `predict/{client}` (the ACL lets a device publish only on
+    # its own client id's), both shared by the actors (`streamlearn.replies`).
+    requests = [names.shared(leaf, settings.share_group) for leaf in ("predict", "predict/+")]
     # QoS 0 from the broker: paho acknowledges a QoS 1 message on receipt, not when it is
     # answered, and an actor's clean session loses its in-flight messages when it dies; so
     # QoS 1 would buy no delivery guarantee, only a PUBACK per request (~15% of the CPU).
@@ -40,8 +42,9 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         settings.mqtt,
         client_id,
         ca_file=settings.mqtt_ca_file,
-        subscriptions=[(requests, 0)],
+        subscriptions=[(topic, 0) for topic in requests],
         on_message=actor.on_message,
+        on_connack=actor.on_connack,
         will=(actor.status_topic, b""),  # a dead actor's retained status disappears
         no_delay=True,
     )
