@@ -31,11 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 G = "tests/test_guarantees.py::"
 
 
+Sub = tuple[str, str]  # (anchor, replacement)
+
+
 @dataclass(frozen=True)
 class Mutant:
+    """`edits`: each a (anchor, replacement) or a tuple of such alternatives (the code as
+    it was and as it is now), of which the first whose anchor is found exactly once counts."""
+
     name: str
     file: str
-    edits: tuple[tuple[str, str], ...]  # (anchor, replacement), each anchor found once
+    edits: tuple[Sub | tuple[Sub, ...], ...]
     tests: tuple[str, ...]
     breaks: str
 
@@ -73,7 +79,12 @@ MUTANTS = (
     Mutant(
         "ack_before_durable",
         "streamlearn/learner.py",
-        (("self._unacked += batch.done", "self.queue.ack(batch.done)"),),
+        (
+            (
+                ("self.writes.unacked += batch.done", "self.queue.ack(batch.done)"),
+                ("self._unacked += batch.done", "self.queue.ack(batch.done)"),
+            ),
+        ),
         (G + "test_learner_acknowledges_entries_only_once_their_state_is_durable",),
         "the learner acknowledges entries right after the step, before a checkpoint/publish",
     ),
@@ -101,7 +112,12 @@ MUTANTS = (
     Mutant(
         "no_claim",
         "streamlearn/queue.py",
-        (("entries += [self._entry(eid, f) for eid, f in rows if f]", "entries += []"),),
+        (
+            (
+                ("entries += [self._entry(eid, f) for eid, f in claimed if f]", "entries += []"),
+                ("entries += [self._entry(eid, f) for eid, f in rows if f]", "entries += []"),
+            ),
+        ),
         (G + "test_a_new_learner_claims_what_a_dead_one_of_another_name_left_pending",),
         "entries claimed from a dead consumer are not trained on",
     ),
@@ -155,7 +171,15 @@ MUTANTS = (
     Mutant(
         "window_ttl_ignored",
         "streamlearn/ingest.py",
-        (("self.cfg.window_ttl_s)", "86_400)"),),
+        (
+            (
+                ("observed, self.cfg.window_ttl_s,", "observed, 86_400,"),
+                (
+                    "self.windows.append(observed, self.cfg.window_ttl_s)",
+                    "self.windows.append(observed, 86_400)",
+                ),
+            ),
+        ),
         (G + "test_a_devices_window_expires_window_ttl_s_after_its_last_observation",),
         "ingest ignores window_ttl_s",
     ),
@@ -198,13 +222,15 @@ def copy_tree(dest: Path) -> None:
 
 
 def mutate(tree: Path, mutant: Mutant) -> str | None:
-    """Apply the edits; the first anchor not found exactly once, or None."""
+    """Apply the edits; the anchor(s) of the first edit not found exactly once, or None."""
     path = tree / mutant.file
     text = path.read_text() if path.exists() else ""
-    for anchor, replacement in mutant.edits:
-        if text.count(anchor) != 1:
-            return anchor
-        text = text.replace(anchor, replacement)
+    for edit in mutant.edits:
+        choices = (edit,) if isinstance(edit[0], str) else edit
+        found = next(((a, r) for a, r in choices if text.count(a) == 1), None)
+        if found is None:
+            return " | ".join(a for a, _ in choices)
+        text = text.replace(*found)
     path.write_text(text)
     return None
 
