@@ -5,12 +5,16 @@ an id marked as seen without its samples in the stream. So a run of messages is 
 against the ids seen recently, appended (one entry per message) and its new ids recorded,
 all in one Lua script call: Redis runs it atomically, and it reaches the AOF and replicas
 as one transaction. Every key it touches is passed in KEYS and carries the model's hash
-tag (`sl:{model}:...`), so it also runs on a Redis Cluster.
+tag (`sl:{model}:...`), so it also runs on a Redis Cluster. The script reads and checks
+every key before it writes any: a call that fails (a key of the wrong type) wrote nothing,
+so the caller may dead-letter its messages or run them again.
 
-Seen ids live in sets, one per `window` seconds of the ingest hosts' clocks: a run checks
-the previous, current and next set (tolerating clock skew below the window), adds to the
-current one and UNLINKs the one before the previous (freed in the background, however
-large). An id is so remembered for at least `window` and at most twice that.
+Seen ids live in two sets, the current and the previous generation, bounded in time and
+in size: a new generation starts (the previous one is UNLINKed, freed in the background)
+once the current one is `window` seconds old (the ingest hosts' clocks) or holds half of
+`max_ids`. An id is so remembered for at least `window`, or for as long as it takes
+`max_ids / 2` new ids to arrive when that is sooner, and Redis holds at most about
+`max_ids` of them (plus one run) whatever the rate.
 
 Each entry also records `c`, the running total of samples appended (kept in
 `sl:{model}:ingest:count`), so the unprocessed samples are `count - c + n` of the oldest
@@ -32,44 +36,87 @@ from streamlearn.payloads import Samples
 
 GROUP = "learners"
 # Samples per script call: a call blocks Redis while it runs, so keep each to a few ms.
+# A message is never split (one entry each), so a call holds up to max_samples_per_message.
 CHUNK_SAMPLES = 2000
 
-# KEYS: stream, counter; with de-duplication also the seen sets of windows b-2 .. b+1.
-# ARGV: window (s; 0: no de-duplication), bytes per x row, layout ("n" or "n:L" per message,
-# L: length of its ids field), then back to back for all messages: x rows (float32), y
-# (float32), ids fields (JSON lists); and one JSON-encoded id (or null) per line for each
-# sample that has an ids field.
+# KEYS: stream, counter; with de-duplication also the seen sets of generations 0 and 1 (by
+# parity) and the generation's state ("gen started_s size").
+# ARGV: window (s; 0: no de-duplication), now (s), max ids, bytes per x row, layout ("n" or
+# "n:L" per message, L: length of its ids field), then back to back for all messages: x
+# rows (float32), y (float32), ids fields (JSON lists); and one JSON-encoded id (or null)
+# per line for each sample that has an ids field.
+# Lua returns at most ~8000 values from `unpack`: ids go to Redis 1000 at a time.
 _APPEND = """#!lua
 local stream, counter = KEYS[1], KEYS[2]
-local window, xrow = tonumber(ARGV[1]), tonumber(ARGV[2])
-local x, y, idsblob = ARGV[4], ARGV[5], ARGV[6]
-local frags, named, known = {}, {}, {}
+local window, now, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local xrow = tonumber(ARGV[4])
+local x, y, idsblob = ARGV[6], ARGV[7], ARGV[8]
+local function failed(reply, key)
+  if type(reply) == 'table' and reply.err then
+    return redis.error_reply(reply.err .. ' (key ' .. key .. ')')
+  end
+end
+-- reads and checks first: a call that fails has written nothing
+local count = redis.pcall('GET', counter)
+local err = failed(count, counter) or failed(redis.pcall('XLEN', stream), stream)
+if err then return err end
+local total = tonumber(count or '0')
+if not total then return redis.error_reply('WRONGTYPE ' .. counter .. ' holds no count') end
+local frags, named, known, fresh = {}, {}, {}, {}
 local dedup = false
 if window > 0 then
-  for f in string.gmatch(ARGV[7], '[^\\n]+') do
+  for f in string.gmatch(ARGV[9], '[^\\n]+') do
     frags[#frags + 1] = f
     if f ~= 'null' then named[#named + 1] = f end
   end
 end
+local gen, started, size, turn = 0, now, 0, 0
 if #named > 0 then
-  for b = 4, 6 do
-    -- EXPIRE says whether the set exists (0: nothing to check) and keeps it while checked
-    if redis.call('EXPIRE', KEYS[b], 3 * window) == 1 then
-      for i, hit in ipairs(redis.call('SMISMEMBER', KEYS[b], unpack(named))) do
-        if hit == 1 then
-          known[named[i]], dedup = true, true
-        end
+  local meta = redis.pcall('GET', KEYS[5])
+  err = failed(meta, KEYS[5])
+  if err then return err end
+  local g, s, n = string.match(meta or '', '^(%d+) (%S+) (%d+)$')
+  if g then gen, started, size = tonumber(g), tonumber(s), tonumber(n) end
+  local age = now - started
+  if age >= 2 * window then turn = 2 elseif age >= window or size >= cap / 2 then turn = 1 end
+  gen = gen + turn
+  -- the sets that live on: current and previous, less those a new generation drops
+  for back = turn, 1 do
+    local set = KEYS[3 + (gen - back) % 2]
+    for i = 1, #named, 1000 do
+      local hits = redis.pcall('SMISMEMBER', set, unpack(named, i, math.min(i + 999, #named)))
+      err = failed(hits, set)
+      if err then return err end
+      for j, hit in ipairs(hits) do
+        if hit == 1 then known[named[i + j - 1]], dedup = true, true end
       end
     end
   end
-  -- fewer added than named: an id repeats within this run
-  if redis.call('SADD', KEYS[5], unpack(named)) < #named then dedup = true end
-  redis.call('EXPIRE', KEYS[5], 3 * window)
-  redis.call('UNLINK', KEYS[3])
+  local repeated = {}
+  for _, f in ipairs(named) do
+    if known[f] or repeated[f] then dedup = true else
+      repeated[f] = true
+      fresh[#fresh + 1] = f
+    end
+  end
 end
-local total = tonumber(redis.call('GET', counter) or '0')
+-- writes
+if #named > 0 then
+  local cur = KEYS[3 + gen % 2]
+  if turn > 0 then
+    redis.call('UNLINK', cur)
+    if turn == 2 then redis.call('UNLINK', KEYS[3 + (gen + 1) % 2]) end
+    started, size = now, 0
+  end
+  for i = 1, #fresh, 1000 do
+    size = size + redis.call('SADD', cur, unpack(fresh, i, math.min(i + 999, #fresh)))
+  end
+  redis.call('SET', KEYS[5], gen .. ' ' .. started .. ' ' .. size, 'EX', 3 * window)
+  redis.call('EXPIRE', KEYS[3], 3 * window)
+  redis.call('EXPIRE', KEYS[4], 3 * window)
+end
 local at, ia, fo, added, dups = 0, 1, 0, 0, 0
-for count, len in string.gmatch(ARGV[3], '(%d+):?(%d*)') do
+for count, len in string.gmatch(ARGV[5], '(%d+):?(%d*)') do
   local n = tonumber(count)
   local ex = string.sub(x, at * xrow + 1, (at + n) * xrow)
   local ey = string.sub(y, at * 4 + 1, (at + n) * 4)
@@ -169,26 +216,30 @@ class Appender:
         self._backlog = client.register_script(_BACKLOG)
 
     def append(
-        self, pipe: redis.client.Pipeline, accepted: Iterable[Samples], window_s: int
+        self,
+        pipe: redis.client.Pipeline,
+        accepted: Iterable[Samples],
+        window_s: int,
+        max_ids: int = 1_000_000,
     ) -> int:
         """Queue the appends of `accepted` (one entry each); returns the script calls queued.
 
         Samples whose id was appended within the last `window_s` seconds (up to twice
-        that) are dropped; 0 turns de-duplication off.
+        that) are dropped, of the last `max_ids` ids at least; 0 turns de-duplication off.
         """
         keys = [self.stream, self.counter]
         if window_s:
-            now = int(self.clock() // window_s)
-            keys += [self.names.key(f"ingest:seen:{now + d}") for d in (-2, -1, 0, 1)]
+            keys += [self.names.key(f"ingest:seen:{leaf}") for leaf in ("0", "1", "gen")]
+        head = [window_s, repr(float(self.clock())), max_ids, self.row_bytes]
         calls, run, size = 0, [], 0
         for samples in accepted:
             if run and size + len(samples) > CHUNK_SAMPLES:
-                pipe.evalsha(self._append.sha, len(keys), *keys, *self._args(run, window_s))
+                pipe.evalsha(self._append.sha, len(keys), *keys, *head, *self._args(run, window_s))
                 calls, run, size = calls + 1, [], 0
             run.append(samples)
             size += len(samples)
         if run:
-            pipe.evalsha(self._append.sha, len(keys), *keys, *self._args(run, window_s))
+            pipe.evalsha(self._append.sha, len(keys), *keys, *head, *self._args(run, window_s))
             calls += 1
         return calls
 
@@ -220,8 +271,6 @@ class Appender:
             if window_s:
                 frags += mine
         return [
-            window_s,
-            self.row_bytes,
             ",".join(layout),
             np.concatenate([s.x for s in run]).astype(np.float32, copy=False).tobytes(),
             np.concatenate([s.y for s in run]).astype(np.float32, copy=False).tobytes(),

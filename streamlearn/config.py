@@ -54,6 +54,42 @@ class IngestConfig(_Frozen):
         description="a device's stored observations (keyed samples) expire after this many "
         "seconds without a new one",
     )
+    max_dedup_ids: int = Field(
+        1_000_000,
+        ge=2,
+        description="sample ids remembered for de-duplication, at most (~100 bytes of Redis "
+        "each): beyond it the oldest are forgotten before dedup_window_s",
+    )
+    max_keys_per_message: int = Field(
+        1000,
+        ge=1,
+        description="distinct device keys in one message; observations of further keys are "
+        "rejected (dead-lettered with the message)",
+    )
+    max_devices: int = Field(
+        10_000,
+        ge=1,
+        description="devices (keys) whose windows are kept; a new one evicts the window of "
+        "the device idle the longest",
+    )
+    max_inbox_messages: int = Field(
+        10_000,
+        ge=1,
+        description="messages received and not yet processed; beyond it (or max_inbox_bytes) "
+        "QoS 0 messages are dropped and counted (QoS 1 ones are held at the broker)",
+    )
+    max_inbox_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="their payloads together, at most"
+    )
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> IngestConfig:
+        if self.max_keys_per_message > self.max_devices:
+            raise ValueError(
+                f"max_keys_per_message must be <= max_devices ({self.max_devices}), "
+                f"got {self.max_keys_per_message}"
+            )
+        return self
 
 
 class LearnerConfig(_Frozen):

@@ -12,7 +12,16 @@ class ConfigError(StreamlearnError):
 
 
 class PayloadError(StreamlearnError):
-    """An MQTT payload was rejected; the message is the reason dead-lettered or replied."""
+    """An MQTT payload was rejected; the message is the reason dead-lettered or replied.
+
+    `kind` is a label with few values (`wrong_shape`, `unknown_field`, ...): what metrics
+    count dead letters by and what a dead letter records, so that nobody has to match the
+    reason's text.
+    """
+
+    def __init__(self, reason: str, kind: str = "other") -> None:
+        super().__init__(reason)
+        self.kind = kind
 
 
 class WeightsError(StreamlearnError):

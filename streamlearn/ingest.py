@@ -12,7 +12,16 @@ acknowledged, and every full window with a target becomes a training sample.
 
 Back-pressure: while more samples than `max_backlog_samples` wait for the learner, the
 loop stops taking messages. Unacknowledged messages fill the client's receive maximum, and
-the broker then holds the rest in the persistent session until the loop resumes.
+the broker then holds the rest in the persistent session until the loop resumes. QoS 0
+messages are not held by the broker: the inbox takes them up to `max_inbox_messages` and
+`max_inbox_bytes`, and drops (and counts) the rest; QoS 0 promises nothing more.
+
+Redis failures: one that passes (down, out of memory, busy, loading, ...) is retried with
+a capped backoff for as long as it lasts, nothing acknowledged meanwhile. One that will
+not pass (a Redis error reply, e.g. a key of the wrong type) is found out message by
+message: each message of the run is written alone, and one that Redis refuses alone is
+dead-lettered with Redis's reason (kind `redis_refused`) and acknowledged, so it can never
+crash-loop the worker; the others are stored.
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
     ClusterDownError,
     MasterDownError,
+    NoPermissionError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     TryAgainError,
@@ -39,22 +50,46 @@ from redis.exceptions import (
 
 from streamlearn.appends import Appended
 from streamlearn.config import IngestConfig
-from streamlearn.payloads import Observations, PayloadParser, Rejection, Samples
+from streamlearn.payloads import Parsed, PayloadParser, Rejection
 from streamlearn.queue import SampleQueue
 from streamlearn.windows import WindowsAppended, WindowStore
 
 log = logging.getLogger(__name__)
 
-# Redis errors that pass: retried with backoff for as long as they last.
+# Redis errors that pass: retried with backoff for as long as they last. NOPERM too: the
+# deployment's ACL is wrong, not the message, so the messages wait until it is fixed.
 TRANSIENT = (
-    redis.ConnectionError,
+    redis.ConnectionError,  # also LOADING, and authentication
     redis.TimeoutError,
     OutOfMemoryError,
     ReadOnlyError,
     TryAgainError,
     ClusterDownError,
     MasterDownError,
+    NoPermissionError,
+    NoScriptError,
 )
+# Error codes of replies that pass, for which redis-py has no class.
+TRANSIENT_CODES = frozenset({"BUSY", "MISCONF", "NOREPLICAS", "UNBLOCKED"})
+_DROP_LOG_EVERY_S = 10.0
+
+
+def transient(exc: redis.RedisError) -> bool:
+    """Will `exc` pass by itself? Redis's own error code says (the reply's first word)."""
+    if isinstance(exc, TRANSIENT):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).split(" ", 1)[0] in TRANSIENT_CODES
+
+
+class _Refused(Exception):
+    """Redis refused a write for good; `deadletters_written`: the run's dead letters went
+    in with the part of the write that ran."""
+
+    def __init__(self, error: redis.RedisError, deadletters_written: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.deadletters_written = deadletters_written
+
 
 Delivery = tuple[int, mqtt.Client, mqtt.MQTTMessage]  # (connection generation, client, msg)
 T = TypeVar("T")
@@ -73,6 +108,8 @@ class IngestCounters:
     duplicate_observations: int = 0
     late_observations: int = 0  # older than everything their key keeps
     short_windows: int = 0  # had a target, but fewer than `window` observations known
+    evicted_windows: int = 0  # windows of idle devices deleted to keep max_devices
+    refused: int = 0  # messages Redis refused alone: dead-lettered
 
 
 class Ingest:
@@ -111,6 +148,10 @@ class Ingest:
         self._measured_at = -math.inf
         self._added = 0  # samples written since the backlog was last measured
         self._inbox: deque[Delivery] = deque()
+        # Payload bytes in the inbox: in - out, each written by one thread only.
+        self._bytes_in = self._bytes_out = 0
+        self._dropped = 0  # QoS 0 messages dropped, inbox full (written by paho's thread)
+        self._drop_logged_at = -math.inf
         self._arrived = threading.Event()
         self._wanted = max_run
         self._generation = 0
@@ -132,9 +173,12 @@ class Ingest:
             "duplicate_observations_total": c.duplicate_observations,
             "late_observations_total": c.late_observations,
             "short_window_observations_total": c.short_windows,
+            "evicted_windows_total": c.evicted_windows,
+            "qos0_dropped_total": self._dropped,
             "backlog_samples": self.backlog,
             "holding": int(self._holding),
             "inbox_messages": len(self._inbox),
+            "inbox_bytes": self._bytes_in - self._bytes_out,
         }
 
     # -- paho callbacks (network thread): hand over and return at once ---------------------
@@ -142,10 +186,32 @@ class Ingest:
     def on_message(self, client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
         if self._acks:
             self._flush_acks()
+        size = len(msg.payload)
+        if msg.qos == 0 and (
+            len(self._inbox) >= self.cfg.max_inbox_messages
+            or self._bytes_in - self._bytes_out + size > self.cfg.max_inbox_bytes
+        ):
+            self._drop()
+            return
+        self._bytes_in += size
         self._inbox.append((self._generation, client, msg))
         waiting = len(self._inbox)
         if waiting == 1 or waiting >= self._wanted:
             self._arrived.set()
+
+    def _drop(self) -> None:
+        """A QoS 0 message with the inbox full: QoS 0 promises no delivery, and the broker
+        keeps none for us (QoS 1 messages are bounded by the receive maximum instead)."""
+        self._dropped += 1
+        now = time.monotonic()
+        if now - self._drop_logged_at >= _DROP_LOG_EVERY_S:
+            self._drop_logged_at = now
+            log.warning(
+                "inbox full (%d messages, %d bytes): dropping QoS 0 messages, %d so far",
+                len(self._inbox),
+                self._bytes_in - self._bytes_out,
+                self._dropped,
+            )
 
     def on_pre_connect(self, _client: mqtt.Client, _userdata: object) -> None:
         """Before each reconnect: the broker redelivers what the old connection left
@@ -200,6 +266,7 @@ class Ingest:
                 batch.append(self._inbox.popleft())
             except IndexError:
                 break
+            self._bytes_out += len(batch[-1][2].payload)
         return batch
 
     def _wait_for(self, count: int, timeout_s: float) -> bool:
@@ -242,40 +309,77 @@ class Ingest:
 
     def _process(self, batch: list[Delivery], stop: threading.Event) -> bool:
         """Validate and append, then queue the PUBACKs; False if stopped before Redis took it."""
-        accepted: list[Samples] = []
-        observed: list[Observations] = []
-        rejected: list[tuple[str, Rejection]] = []
-        for _, _, msg in batch:
-            parsed = self.parser.parse_message(msg.payload)
-            if parsed.samples is not None:
-                accepted.append(parsed.samples)
-            if parsed.observations is not None:
-                observed.append(parsed.observations)
-            if parsed.rejections:
-                rejected.extend((msg.topic, r) for r in parsed.rejections)
-        measure = self._measure_due(sum(map(len, accepted)) + sum(map(len, observed)))
-        result = self._retry(lambda: self._write(accepted, observed, rejected, measure), stop)
+        parsed = [(msg.topic, self.parser.parse_message(msg.payload)) for _, _, msg in batch]
+        adding = sum(len(p.samples or ()) + len(p.observations or ()) for _, p in parsed)
+        measure = self._measure_due(adding)
+        try:
+            result = self._retry(lambda: self._write(parsed, measure=measure), stop)
+        except _Refused as exc:
+            log.warning("redis refused a run of %d messages (%s): one by one", len(batch), exc)
+            result = self._isolate(batch, parsed, exc.deadletters_written, stop)
         if result is None:
             log.warning("stopping: %d messages left unacknowledged for redelivery", len(batch))
             return False
         self._acks.extend(batch)
-        written, windowed = result
+        written, windowed, stored = result
         if written.backlog is not None:
             self._measured(written.backlog)
         c = self.counters
         c.messages += len(batch)
         c.samples += written.added + windowed.added
         c.duplicates += written.duplicates
-        skipped = windowed.duplicates + windowed.late
-        c.observations += sum(map(len, observed)) - skipped
+        c.observations += stored - windowed.duplicates - windowed.late
         c.duplicate_observations += windowed.duplicates
         c.late_observations += windowed.late
         c.short_windows += windowed.short
-        c.rejected += len(rejected)
-        for _, rejection in rejected:
-            kind = reason_kind(rejection.reason)
-            c.rejected_by_reason[kind] = c.rejected_by_reason.get(kind, 0) + 1
+        c.evicted_windows += windowed.evicted
+        for _, p in parsed:
+            self._count_rejections(p.rejections)
         return True
+
+    def _count_rejections(self, rejections: list[Rejection]) -> None:
+        c = self.counters
+        c.rejected += len(rejections)
+        for rejection in rejections:
+            c.rejected_by_reason[rejection.kind] = c.rejected_by_reason.get(rejection.kind, 0) + 1
+
+    def _isolate(
+        self,
+        batch: list[Delivery],
+        parsed: list[tuple[str, Parsed]],
+        deadletters_written: bool,
+        stop: threading.Event,
+    ) -> tuple[Appended, WindowsAppended, int] | None:
+        """Write each message alone; dead-letter those Redis refuses alone.
+
+        A refused call wrote nothing (the scripts check every key before writing), and
+        what the run's other calls wrote is skipped when written again (ids and seqs seen),
+        so only samples without ids of such a run may be stored twice.
+        """
+        added, dups = 0, 0
+        windowed, stored = WindowsAppended(), 0
+        refused: list[tuple[str, Rejection]] = []
+        for (_, _, msg), (topic, p) in zip(batch, parsed, strict=True):
+            one = [(topic, p)]
+            rejections = [] if deadletters_written else [(topic, r) for r in p.rejections]
+            try:
+                result = self._retry(lambda o=one, r=rejections: self._write(o, r), stop)
+            except _Refused as exc:
+                reason = f"redis refused it: {exc}"
+                log.warning("message dead-lettered: %s", reason)
+                refused.append((topic, Rejection(reason, msg.payload, "redis_refused")))
+                continue
+            if result is None:
+                return None
+            written, more, n = result
+            added, dups = added + written.added, dups + written.duplicates
+            windowed, stored = windowed + more, stored + n
+        self.counters.refused += len(refused)
+        self._count_rejections([r for _, r in refused])
+        write = lambda: self._write_samples([], refused, False)  # noqa: E731
+        if refused and self._retry(write, stop, refusals_pass=True) is None:
+            return None
+        return Appended(added, dups), windowed, stored
 
     def _measure_due(self, adding: int) -> bool:
         """Measure the backlog with this write? Every `poll_s`, or sooner when what was
@@ -291,28 +395,47 @@ class Ingest:
 
     def _write(
         self,
-        accepted: list[Samples],
-        observed: list[Observations],
-        rejected: list[tuple[str, Rejection]],
-        measure: bool,
-    ) -> tuple[Appended, WindowsAppended]:
-        """Observations first, so the backlog measured with the samples counts them too.
+        parsed: list[tuple[str, Parsed]],
+        rejected: list[tuple[str, Rejection]] | None = None,
+        measure: bool = False,
+    ) -> tuple[Appended, WindowsAppended, int]:
+        """Observations first, so the backlog measured with the samples counts them too;
+        `rejected`: the dead letters to write (default: those of `parsed`).
 
-        Retried whole after a failure: observations already added are then skipped.
+        Returns what was appended, what the windows did, and how many observations were
+        offered. Retried whole after a failure: observations already added are skipped.
         """
+        observed = [p.observations for _, p in parsed if p.observations is not None]
+        offered = sum(map(len, observed))
         windowed = WindowsAppended()
         if observed:
             assert self.windows is not None  # only a model with a window accepts them
-            windowed = self.windows.append(observed, self.cfg.window_ttl_s)
-        return self._write_samples(accepted, rejected, measure), windowed
+            try:
+                windowed = self.windows.append(
+                    observed, self.cfg.window_ttl_s, self.cfg.max_devices
+                )
+            except redis.RedisError as exc:
+                if transient(exc):
+                    raise
+                raise _Refused(exc, deadletters_written=False) from exc
+        if rejected is None:
+            rejected = [(topic, r) for topic, p in parsed for r in p.rejections]
+        accepted = [p.samples for _, p in parsed if p.samples is not None]
+        try:
+            return self._write_samples(accepted, rejected, measure), windowed, offered
+        except redis.RedisError as exc:
+            if transient(exc):
+                raise
+            raise _Refused(exc, deadletters_written=True) from exc
 
     def _write_samples(
-        self, accepted: list[Samples], rejected: list[tuple[str, Rejection]], measure: bool
+        self, accepted: list, rejected: list[tuple[str, Rejection]], measure: bool
     ) -> Appended:
         return self.queue.write(
             accepted,
             rejected,
             dedup_window_s=self.cfg.dedup_window_s,
+            max_dedup_ids=self.cfg.max_dedup_ids,
             deadletter_maxlen=self.cfg.deadletter_maxlen,
             deadletter_payload_bytes=self.cfg.deadletter_payload_bytes,
             backlog=measure,
@@ -322,40 +445,24 @@ class Ingest:
         with self._ack_lock:  # a reconnect does not change the generation meanwhile
             self._flush_acks()
 
-    def _retry(self, call: Callable[[], T], stop: threading.Event) -> T | None:
-        """`call()`, retried with backoff while Redis is unavailable; None if stopped."""
+    def _retry(
+        self, call: Callable[[], T], stop: threading.Event, refusals_pass: bool = False
+    ) -> T | None:
+        """`call()`, retried with backoff while Redis is unavailable; None if stopped.
+
+        A Redis error that will not pass is raised, unless `refusals_pass` (the last write
+        of a run, its dead letters: nothing is left to give up).
+        """
         failures = 0
         while True:
             try:
                 return call()
-            except TRANSIENT as exc:
+            except (redis.RedisError, _Refused) as exc:
+                if not (refusals_pass or isinstance(exc, redis.RedisError) and transient(exc)):
+                    raise
                 failures += 1
                 self.counters.redis_errors += 1
                 delay = self._backoff.compute(failures)
                 log.warning("redis unavailable (%s); retry %d in %.2f s", exc, failures, delay)
                 if stop.wait(delay):
                     return None
-
-
-_REASON_KINDS = (
-    ("invalid JSON", "invalid_json"),
-    ("exceeds max_payload_bytes", "oversize"),
-    ("exceed max_samples_per_message", "too_many_samples"),
-    ("finite", "non_finite"),
-    ("float32 range", "non_finite"),
-    ("shape", "wrong_shape"),
-    ("different lengths", "wrong_shape"),
-    ("Extra inputs", "unknown_field"),
-    ("valid number", "wrong_type"),
-    ("valid string", "wrong_type"),
-    ("valid list", "wrong_type"),
-    ("JSON object", "wrong_type"),
-    ("y must", "bad_target"),
-    ("need a model with a window", "no_window"),
-    ("Field required", "missing_field"),
-)
-
-
-def reason_kind(reason: str) -> str:
-    """A dead-letter reason's kind: a label with few values, for metrics."""
-    return next((kind for text, kind in _REASON_KINDS if text in reason), "other")

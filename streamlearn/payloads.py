@@ -17,6 +17,7 @@ from typing import Annotated, Any, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic_core import from_json
 
 from streamlearn.config import ModelConfig
 from streamlearn.errors import PayloadError
@@ -34,6 +35,12 @@ WindowKey = Annotated[
 ]
 # Sequence numbers or unix timestamps; Redis scores are doubles, exact up to 2**53.
 Seq = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**53), le=2**53)]
+# The most fields a valid object has ({"key", "seq", "x", "y"}): a document with more is
+# rejected after counting, before validation, which would report each unknown field.
+MAX_FIELDS = 4
+FIELDS = frozenset(("x", "y", "id", "ids", "samples", "key", "seq"))
+# Reasons of rejected items a message's one dead letter lists (with their indexes).
+LISTED_REASONS = 5
 
 
 class _Strict(BaseModel):
@@ -103,10 +110,11 @@ class Observations:
 
 @dataclass(frozen=True)
 class Rejection:
-    """One rejected part of a message and why."""
+    """A rejected message (or its rejected items) and why; `kind` labels the reason."""
 
     reason: str
     payload: bytes
+    kind: str = "other"
 
 
 class Parsed(NamedTuple):
@@ -140,6 +148,47 @@ def _nested(depth: int) -> TypeAdapter[Any]:
     return TypeAdapter(inner)
 
 
+# pydantic's error types -> dead-letter kinds (anything else: "other")
+_KINDS = {
+    "extra_forbidden": "unknown_field",
+    "missing": "missing_field",
+    "finite_number": "non_finite",
+    "too_short": "wrong_shape",
+    "too_long": "wrong_shape",
+    "float_type": "wrong_type",
+    "float_parsing": "wrong_type",
+    "int_type": "wrong_type",
+    "string_type": "wrong_type",
+    "list_type": "wrong_type",
+    "model_type": "wrong_type",
+    "dict_type": "wrong_type",
+    "string_too_short": "bad_string",
+    "string_too_long": "bad_string",
+    "string_pattern_mismatch": "bad_string",
+    "less_than_equal": "out_of_range",
+    "greater_than_equal": "out_of_range",
+}
+
+
+def _invalid(exc: ValidationError, root: str = "") -> PayloadError:
+    """The PayloadError of pydantic's first error, with its kind."""
+    return PayloadError(_reason(exc, root), _KINDS.get(exc.errors()[0]["type"], "other"))
+
+
+def _check_fields(doc: dict[str, Any]) -> None:
+    """Count a document's fields before validating it: each unknown one would cost an
+    error, so a document of 90,000 made-up fields is refused here, naming a few."""
+    if len(doc) <= MAX_FIELDS:
+        return
+    unknown = [k for k in doc if k not in FIELDS]
+    named = ", ".join(repr(k if len(k) <= 40 else k[:37] + "...") for k in unknown[:3])
+    more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+    raise PayloadError(
+        f"{len(doc)} fields, at most {MAX_FIELDS} allowed; unknown: {named}{more}",
+        "unknown_field",
+    )
+
+
 def _reason(exc: ValidationError, root: str = "") -> str:
     err = exc.errors()[0]
     loc = ".".join([root, *(str(p) for p in err["loc"])]).strip(".")
@@ -151,15 +200,17 @@ def _reason(exc: ValidationError, root: str = "") -> str:
 
 def _decode(raw: bytes, limit: int) -> dict[str, Any]:
     if len(raw) > limit:
-        raise PayloadError(f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}")
+        raise PayloadError(
+            f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}", "oversize"
+        )
     try:
         doc = json.loads(raw)
     except RecursionError:
-        raise PayloadError("invalid JSON: nested too deeply") from None
+        raise PayloadError("invalid JSON: nested too deeply", "invalid_json") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
-        raise PayloadError(f"invalid JSON: {exc}") from None
+        raise PayloadError(f"invalid JSON: {exc}", "invalid_json") from None
     if not isinstance(doc, dict):
-        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
+        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}", "wrong_type")
     return doc
 
 
@@ -228,11 +279,12 @@ class PayloadParser:
                 return Parsed(samples, None, [])
         try:
             doc = _decode(raw, self.model.ingest.max_payload_bytes)
+            _check_fields(doc)
             if "samples" in doc:
-                return self._parse_list(doc)
+                return self._parse_list(doc, raw)
             item = self._parse_item(doc)
         except PayloadError as exc:
-            return Parsed(None, None, [Rejection(str(exc), raw)])
+            return Parsed(None, None, [Rejection(str(exc), raw, exc.kind)])
         if isinstance(item, Observations):
             return Parsed(None, item, [])
         return Parsed(item, None, [])
@@ -244,9 +296,20 @@ class PayloadParser:
         return parsed.samples, parsed.rejections
 
     def _parse_fast(self, raw: bytes) -> Samples | None:
+        """None: not a fully valid message (the reference path then says why). Fields are
+        counted first: validation would report each unknown one, however many."""
         assert self._fast is not None
         try:
-            doc = self._fast.validate_json(raw)
+            doc = from_json(raw)  # the parser validate_json uses
+        except ValueError:
+            return None
+        if type(doc) is not dict or len(doc) > MAX_FIELDS:
+            return None
+        items = doc.get("samples")
+        if type(items) is list and any(type(i) is dict and len(i) > MAX_FIELDS for i in items):
+            return None
+        try:
+            doc = self._fast.validate_python(doc)
         except ValidationError:
             return None
         if type(doc) is self._fast_list:
@@ -266,25 +329,52 @@ class PayloadParser:
             None if ids is None else tuple(ids),
         )
 
-    def _parse_list(self, doc: dict[str, Any]) -> Parsed:
+    def _parse_list(self, doc: dict[str, Any], raw: bytes) -> Parsed:
+        """Items are judged one by one; the rejected ones make one dead letter together
+        (a message of 10,000 bad items must not flush the capped dead-letter stream)."""
         try:
             items = _SampleList.model_validate(doc).samples
         except ValidationError as exc:
-            raise PayloadError(_reason(exc)) from None
+            raise _invalid(exc) from None
         self._check_count(len(items))
         good: list[Samples] = []
         seen: list[Observations] = []
-        bad: list[Rejection] = []
+        bad: list[tuple[int, PayloadError]] = []  # the first LISTED_REASONS
+        rejected = 0
+        keys: set[str] = set()
         for i, item in enumerate(items):
             try:
                 if not isinstance(item, dict) or isinstance(item.get("y"), list):
-                    raise PayloadError("must be one sample object {x, y, id?}")
+                    raise PayloadError("must be one sample object {x, y, id?}", "wrong_type")
+                _check_fields(item)
                 parsed = self._parse_item(item)
+                if isinstance(parsed, Observations):
+                    self._count_key(parsed.keys[0], keys)
             except PayloadError as exc:
-                bad.append(Rejection(f"samples.{i}: {exc}", json.dumps(item).encode()))
+                rejected += 1
+                if len(bad) < LISTED_REASONS:
+                    bad.append((i, exc))
                 continue
             (seen if isinstance(parsed, Observations) else good).append(parsed)
-        return Parsed(concat(good), concat_observations(seen), bad)
+        if not rejected:
+            return Parsed(concat(good), concat_observations(seen), [])
+        listed = "; ".join(f"samples.{i}: {exc}" for i, exc in bad)
+        more = f"and {rejected - len(bad)} more; " if rejected > len(bad) else ""
+        reason = f"{listed} ({more}{rejected} of {len(items)} samples rejected)"
+        summary = Rejection(reason, raw, bad[0][1].kind)
+        return Parsed(concat(good), concat_observations(seen), [summary])
+
+    def _count_key(self, key: str, keys: set[str]) -> None:
+        """Bound the devices one message can add: its first `max_keys_per_message`."""
+        if key in keys:
+            return
+        limit = self.model.ingest.max_keys_per_message
+        if len(keys) >= limit:
+            raise PayloadError(
+                f"key {key!r}: more than max_keys_per_message={limit} distinct keys",
+                "too_many_keys",
+            )
+        keys.add(key)
 
     def _parse_item(self, doc: dict[str, Any]) -> Samples | Observations:
         if "key" not in doc:
@@ -292,7 +382,8 @@ class PayloadParser:
         if self.model.window is None:
             raise PayloadError(
                 f"key: keyed observations need a model with a window, "
-                f"model {self.model.name!r} has none"
+                f"model {self.model.name!r} has none",
+                "no_window",
             )
         return self._parse_observation(doc)
 
@@ -300,7 +391,7 @@ class PayloadParser:
         try:
             rec = _Observation.model_validate(doc)
         except ValidationError as exc:
-            raise PayloadError(_reason(exc)) from None
+            raise _invalid(exc) from None
         x = self._step(rec.x)
         y = np.full(1, np.nan, np.float32) if rec.y is None else self._check_targets([rec.y])
         return Observations((rec.key,), np.array([rec.seq], np.float64), x, y)
@@ -310,16 +401,17 @@ class PayloadParser:
         try:
             x = self._one_step.validate_python(raw_x)
         except ValidationError as exc:
-            raise PayloadError(_reason(exc, "x")) from None
+            raise _invalid(exc, "x") from None
         if len(x) != self.model.inputs:
             raise PayloadError(
                 f"x of a keyed observation must have shape [{self.model.inputs}] "
-                f"(one step), got [{len(x)}]"
+                f"(one step), got [{len(x)}]",
+                "wrong_shape",
             )
         with np.errstate(over="ignore"):
             arr = np.asarray([x], dtype=np.float32)
         if not np.all(np.isfinite(arr)):
-            raise PayloadError("x: value out of float32 range")
+            raise PayloadError("x: value out of float32 range", "non_finite")
         return arr
 
     def _parse_record(self, doc: dict[str, Any]) -> Samples:
@@ -327,19 +419,19 @@ class PayloadParser:
         try:
             rec = (_Columnar if columnar else _Sample).model_validate(doc)
         except ValidationError as exc:
-            raise PayloadError(_reason(exc)) from None
+            raise _invalid(exc) from None
         try:
             x = (self._many if columnar else self._one).validate_python(rec.x)
         except ValidationError as exc:
-            raise PayloadError(_reason(exc, "x")) from None
+            raise _invalid(exc, "x") from None
         x = self._to_array(x, batched=columnar)
         if columnar:
             y, ids = rec.y, rec.ids
             self._check_count(len(y))
             if len(y) != len(x):
-                raise PayloadError(f"x has {len(x)} rows but y has {len(y)}")
+                raise PayloadError(f"x has {len(x)} rows but y has {len(y)}", "wrong_shape")
             if ids is not None and len(ids) != len(y):
-                raise PayloadError(f"ids has {len(ids)} entries but y has {len(y)}")
+                raise PayloadError(f"ids has {len(ids)} entries but y has {len(y)}", "wrong_shape")
         else:
             y, ids = [rec.y], None if rec.id is None else [rec.id]
         return Samples(x, self._check_targets(y), None if ids is None else tuple(ids))
@@ -347,20 +439,24 @@ class PayloadParser:
     def _check_count(self, n: int) -> None:
         limit = self.model.ingest.max_samples_per_message
         if n > limit:
-            raise PayloadError(f"{n} samples exceed max_samples_per_message={limit}")
+            raise PayloadError(
+                f"{n} samples exceed max_samples_per_message={limit}", "too_many_samples"
+            )
 
     def _check_targets(self, y: list[float]) -> np.ndarray:
         with np.errstate(over="ignore"):
             arr = np.asarray(y, dtype=np.float32)
         task = self.model.task
         if task == "binary" and not np.all((arr >= 0) & (arr <= 1)):
-            raise PayloadError(f"y must be in [0, 1] for a binary model, got {y[:5]}")
+            raise PayloadError(f"y must be in [0, 1] for a binary model, got {y[:5]}", "bad_target")
         if task == "multiclass":
             classes = self.model.classes or 0
             if not np.all((arr == np.round(arr)) & (arr >= 0) & (arr < classes)):
-                raise PayloadError(f"y must be a class index in 0..{classes - 1}, got {y[:5]}")
+                raise PayloadError(
+                    f"y must be a class index in 0..{classes - 1}, got {y[:5]}", "bad_target"
+                )
         if not np.all(np.isfinite(arr)):
-            raise PayloadError("y: value out of float32 range")
+            raise PayloadError("y: value out of float32 range", "non_finite")
         return arr
 
     def _to_array(self, x: list[Any], batched: bool) -> np.ndarray:
@@ -368,13 +464,15 @@ class PayloadParser:
             with np.errstate(over="ignore"):
                 arr = np.asarray(x, dtype=np.float32)
         except ValueError:
-            raise PayloadError("x: rows of different lengths") from None
+            raise PayloadError("x: rows of different lengths", "wrong_shape") from None
         got = arr.shape[1:] if batched else arr.shape
         if got != self.shape:
             want = "x" if not batched else "each row of x"
-            raise PayloadError(f"{want} must have shape {list(self.shape)}, got {list(got)}")
+            raise PayloadError(
+                f"{want} must have shape {list(self.shape)}, got {list(got)}", "wrong_shape"
+            )
         if not np.all(np.isfinite(arr)):
-            raise PayloadError("x: value out of float32 range")
+            raise PayloadError("x: value out of float32 range", "non_finite")
         return arr if batched else arr[None]
 
     # -- prediction requests -------------------------------------------------------------

@@ -177,6 +177,7 @@ class SampleQueue:
         rejected: Iterable[tuple[str, Rejection]] = (),
         *,
         dedup_window_s: int = 0,
+        max_dedup_ids: int = 1_000_000,
         deadletter_maxlen: int = 10_000,
         deadletter_payload_bytes: int = 1024,
         backlog: bool = False,
@@ -189,7 +190,7 @@ class SampleQueue:
         """
         accepted = list(accepted)
         pipe = self.redis.pipeline(transaction=False)
-        calls = self.appender.append(pipe, accepted, dedup_window_s)
+        calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids)
         for source, rejection in rejected:
             self._deadletter(pipe, source, rejection, deadletter_maxlen, deadletter_payload_bytes)
         if backlog:
@@ -198,7 +199,12 @@ class SampleQueue:
             replies = pipe.execute()
         except redis.exceptions.NoScriptError:  # no script ran; the dead letters are in
             self.appender.load()
-            return self.write(accepted, dedup_window_s=dedup_window_s, backlog=backlog)
+            return self.write(
+                accepted,
+                dedup_window_s=dedup_window_s,
+                max_dedup_ids=max_dedup_ids,
+                backlog=backlog,
+            )
         return Appended(
             added=sum(int(r[0]) for r in replies[:calls]),
             duplicates=sum(int(r[1]) for r in replies[:calls]),
@@ -210,6 +216,7 @@ class SampleQueue:
     ) -> None:
         fields = {
             "reason": rej.reason,
+            "kind": rej.kind,
             "source": source,
             "payload": rej.payload[:keep],
             "size": len(rej.payload),

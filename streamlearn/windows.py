@@ -20,13 +20,20 @@ Ingest appends a run of observations with one Lua script call (atomic, like
 The training samples of a call go to the samples stream as one entry, in exactly the format
 `streamlearn.appends` writes (`n`, `x`, `y`, `c`), keeping the running count consistent.
 
+The script reads and checks every key before it writes any, so a call that fails (a key
+of the wrong type) has written nothing. Devices are bounded: the sorted set
+`sl:{model}:ingest:devices` holds each window's key by the time of its newest observation
+(the ingest hosts' clocks); past `max_devices` windows, those of the devices idle the
+longest are deleted (counted as evicted), and entries older than the expiry are dropped.
+
 Actors read the newest observations of the keys in a batch in one read-only script call
 (`WindowStore.recent`) to complete key-only prediction requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,20 +45,39 @@ from streamlearn.payloads import Observations
 # Observations per script call: a call blocks Redis while it runs, so keep each short.
 CHUNK_OBSERVATIONS = 1000
 
-# KEYS: stream, counter, then the window set of each key in this run.
+# KEYS: stream, counter, device index, then the window set of each key in this run.
 # ARGV: window W, observations kept per key, expiry (s), member length (8 + 4 * inputs),
 # the KEYS index of each observation's set (comma-separated), their seqs (exact decimal
-# text, one a line), members back to back, y (float32) back to back, and one flag a
-# character: '1' when the observation has a target.
+# text, one a line), members back to back, y (float32) back to back, one flag a
+# character: '1' when the observation has a target; now (s), max devices.
 _APPEND = """#!lua
-local stream, counter = KEYS[1], KEYS[2]
+local stream, counter, index = KEYS[1], KEYS[2], KEYS[3]
 local window, keep, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local mlen = tonumber(ARGV[4])
 local members, ys, flags = ARGV[7], ARGV[8], ARGV[9]
+local now, devices = tonumber(ARGV[10]), tonumber(ARGV[11])
+local function failed(reply, key)
+  if type(reply) == 'table' and reply.err then
+    return redis.error_reply(reply.err .. ' (key ' .. key .. ')')
+  end
+end
+-- reads and checks first: a call that fails has written nothing
+local count = redis.pcall('GET', counter)
+local err = failed(count, counter) or failed(redis.pcall('XLEN', stream), stream)
+  or failed(redis.pcall('ZCARD', index), index)
+if err then return err end
+if not tonumber(count or '0') then
+  return redis.error_reply('WRONGTYPE ' .. counter .. ' holds no count')
+end
+for k = 4, #KEYS do
+  err = failed(redis.pcall('ZCARD', KEYS[k]), KEYS[k])
+  if err then return err end
+end
+-- writes
 local seqs = {}
 for s in string.gmatch(ARGV[6], '[^\\n]+') do seqs[#seqs + 1] = s end
-local xs, ty = {}, {}
-local i, dups, late, short = 0, 0, 0, 0
+local xs, ty, touched = {}, {}, {}
+local i, dups, late, short, evicted = 0, 0, 0, 0, 0
 for k in string.gmatch(ARGV[5], '%d+') do
   i = i + 1
   local key, seq = KEYS[tonumber(k)], seqs[i]
@@ -65,6 +91,7 @@ for k in string.gmatch(ARGV[5], '%d+') do
     redis.call('ZADD', key, seq, string.sub(members, (i - 1) * mlen + 1, i * mlen))
     if card + 1 > keep then redis.call('ZREMRANGEBYRANK', key, 0, card - keep) end
     redis.call('EXPIRE', key, ttl)
+    touched[key] = true
     if string.sub(flags, i, i) == '1' then
       local newest = redis.call('ZREVRANGEBYSCORE', key, seq, '-inf', 'LIMIT', 0, window)
       if #newest < window then
@@ -83,7 +110,21 @@ if added > 0 then
     'c', total)
   redis.call('SET', counter, total)
 end
-return {added, dups, late, short}
+if next(touched) then
+  for key in pairs(touched) do redis.call('ZADD', index, now, key) end
+  -- windows expired since (no need to wait for their TTL), then the idlest past the bound
+  local drop = redis.call('ZCOUNT', index, '-inf', '(' .. (now - ttl))
+  local over = redis.call('ZCARD', index) - drop - devices
+  if over > 0 then evicted = over else over = 0 end
+  if drop + over > 0 then
+    for _, key in ipairs(redis.call('ZRANGE', index, 0, drop + over - 1)) do
+      redis.call('UNLINK', key)
+    end
+    redis.call('ZREMRANGEBYRANK', index, 0, drop + over - 1)
+  end
+  redis.call('EXPIRE', index, ttl)
+end
+return {added, dups, late, short, evicted}
 """
 
 # KEYS: the window set of each request (repeats allowed). ARGV: count, then each request's
@@ -107,12 +148,14 @@ return out
 class WindowsAppended:
     """What one append did with its observations: training samples `added`; observations
     skipped as `duplicates` (key and seq already held) or as `late` (older than all the key
-    keeps); observations with a target but `short` of a full window (nothing to train on)."""
+    keeps); observations with a target but `short` of a full window (nothing to train on);
+    and the windows of idle devices `evicted` to keep at most `max_devices`."""
 
     added: int = 0
     duplicates: int = 0
     late: int = 0
     short: int = 0
+    evicted: int = 0
 
     def __add__(self, other: WindowsAppended) -> WindowsAppended:
         return WindowsAppended(
@@ -120,13 +163,21 @@ class WindowsAppended:
             self.duplicates + other.duplicates,
             self.late + other.late,
             self.short + other.short,
+            self.evicted + other.evicted,
         )
 
 
 class WindowStore:
     """One model's per-key observation windows in Redis."""
 
-    def __init__(self, client: redis.Redis, names: Names, window: int, inputs: int) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        names: Names,
+        window: int,
+        inputs: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.redis = client
         self.names = names
         self.window = window
@@ -134,6 +185,8 @@ class WindowStore:
         self.keep = 2 * window  # a little more than a window: tolerates reordering
         self.stream = names.samples_key
         self.counter = names.ingest_count_key
+        self.index = names.key("ingest:devices")
+        self.clock = clock
         self._append = client.register_script(_APPEND)
         self._recent = client.register_script(_RECENT)
         # A stored observation: its seq, then its x (the seq keeps equal x at two seqs apart).
@@ -149,17 +202,22 @@ class WindowStore:
 
     # -- ingest --------------------------------------------------------------------------
 
-    def append(self, observations: Sequence[Observations], ttl_s: int) -> WindowsAppended:
-        """Add observations in order (exactly once by key and seq); train on full windows.
+    def append(
+        self, observations: Sequence[Observations], ttl_s: int, max_devices: int = 10_000
+    ) -> WindowsAppended:
+        """Add observations in order (exactly once by key and seq); train on full windows;
+        keep the windows of at most `max_devices` devices (the most recently active).
 
         One round trip, one script call per `CHUNK_OBSERVATIONS`; safe to call again with
         the same observations after a failure (what was added is then skipped).
         """
         pipe = self.redis.pipeline(transaction=False)
+        now = repr(float(self.clock()))
         calls = 0
         for part in observations:
             for start in range(0, len(part), CHUNK_OBSERVATIONS):
-                self._queue(pipe, part, slice(start, start + CHUNK_OBSERVATIONS), ttl_s)
+                chunk = slice(start, start + CHUNK_OBSERVATIONS)
+                self._queue(pipe, part, chunk, [ttl_s, now, max_devices])
                 calls += 1
         if not calls:
             return WindowsAppended()
@@ -167,17 +225,19 @@ class WindowStore:
             replies = pipe.execute()
         except redis.exceptions.NoScriptError:  # a restarted Redis lost it: load, go again
             self.redis.script_load(self._append.script)
-            return self.append(observations, ttl_s)  # whatever did run is skipped now
+            return self.append(observations, ttl_s, max_devices)  # what did run is skipped
         total = WindowsAppended()
         for reply in replies:
             total += WindowsAppended(*(int(v) for v in reply))
         return total
 
     def _queue(
-        self, pipe: redis.client.Pipeline, obs: Observations, part: slice, ttl_s: int
+        self, pipe: redis.client.Pipeline, obs: Observations, part: slice, policy: list
     ) -> None:
+        """One script call; `policy`: expiry (s), now (s), max devices."""
+        ttl_s, now, max_devices = policy
         keys = obs.keys[part]
-        slots = {k: i for i, k in enumerate(dict.fromkeys(keys), start=3)}
+        slots = {k: i for i, k in enumerate(dict.fromkeys(keys), start=4)}
         seq = obs.seq[part]
         members = np.empty(len(keys), dtype=self._member)
         members["seq"], members["x"] = seq, obs.x[part]
@@ -192,8 +252,10 @@ class WindowStore:
             members.tobytes(),
             np.nan_to_num(y).astype("<f4").tobytes(),
             "".join("0" if np.isnan(v) else "1" for v in y),
+            now,
+            max_devices,
         ]
-        all_keys = [self.stream, self.counter, *(self.key(k) for k in slots)]
+        all_keys = [self.stream, self.counter, self.index, *(self.key(k) for k in slots)]
         pipe.evalsha(self._append.sha, len(all_keys), *all_keys, *args)
 
     # -- actors --------------------------------------------------------------------------

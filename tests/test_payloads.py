@@ -73,7 +73,7 @@ def test_columnar_payload_keeps_rows_in_order_with_ids():
     assert samples.ids == ("a", "b")
 
 
-def test_sample_list_keeps_good_items_and_rejects_bad_ones_individually():
+def test_sample_list_keeps_good_items_and_rejects_bad_ones_in_one_summary():
     items = [
         {"x": [1, 2, 3], "y": 1, "id": "a"},
         {"x": [1, 2], "y": 0},
@@ -81,23 +81,73 @@ def test_sample_list_keeps_good_items_and_rejects_bad_ones_individually():
         {"x": [4, 5, 6], "y": 0, "id": "b"},
         {"x": [[1, 2, 3]], "y": [1]},
     ]
-    samples, rejections = BINARY.parse_samples(dumps({"samples": items}))
+    raw = dumps({"samples": items})
+    samples, rejections = BINARY.parse_samples(raw)
     assert samples is not None
     np.testing.assert_array_equal(samples.x, [[1, 2, 3], [4, 5, 6]])
     np.testing.assert_array_equal(samples.y, [1, 0])
     assert samples.ids == ("a", "b")
-    reasons = [r.reason for r in rejections]
-    assert reasons[0] == "samples.1: x must have shape [3], got [2]"
-    assert reasons[1].startswith("samples.2: must be one sample object")
-    assert reasons[2].startswith("samples.4: must be one sample object")
-    # Each dead letter carries the offending item, not the whole message.
-    assert [json.loads(r.payload) for r in rejections] == [items[1], items[2], items[4]]
+    [summary] = rejections  # one per message, whatever the number of bad items
+    assert summary.reason == (
+        "samples.1: x must have shape [3], got [2]; "
+        "samples.2: must be one sample object {x, y, id?}; "
+        "samples.4: must be one sample object {x, y, id?} (3 of 5 samples rejected)"
+    )
+    assert summary.kind == "wrong_shape", "the kind of the first rejected item"
+    assert summary.payload == raw
 
 
 def test_sample_list_with_only_bad_items_accepts_nothing():
     samples, rejections = BINARY.parse_samples(dumps({"samples": [{"x": [1], "y": 0}]}))
     assert samples is None
-    assert [r.reason for r in rejections] == ["samples.0: x must have shape [3], got [1]"]
+    assert [r.reason for r in rejections] == [
+        "samples.0: x must have shape [3], got [1] (1 of 1 samples rejected)"
+    ]
+
+
+def test_a_list_of_ten_thousand_bad_items_is_one_rejection_listing_five():
+    raw = dumps({"samples": [{"x": [1, 2], "y": 0}] * 10_000})
+    samples, rejections = BINARY.parse_samples(raw)
+    assert samples is None and len(rejections) == 1
+    reason = rejections[0].reason
+    assert reason.count("samples.") == 5 and reason.startswith("samples.0: ")
+    assert reason.endswith("(and 9995 more; 10000 of 10000 samples rejected)")
+    assert len(reason) < 400
+
+
+def test_a_document_of_many_unknown_fields_is_refused_naming_three():
+    doc = {f"field{i}": 0 for i in range(90_000)}
+    raw = dumps(doc)
+    parser = _parser(inputs=3, task="binary", ingest={"max_payload_bytes": 4 * len(raw)})
+    reason = reject(parser, raw)
+    assert reason == (
+        "90000 fields, at most 4 allowed; unknown: 'field0', 'field1', 'field2' (and 89997 more)"
+    )
+    samples, [rejection] = parser.parse_samples(dumps({"x": [1, 2, 3], "y": 1, **doc}))
+    assert samples is None and rejection.kind == "unknown_field"
+    assert "unknown: 'field0', 'field1', 'field2' (and 89997 more)" in rejection.reason
+    samples, [rejection] = parser.parse_samples(dumps({"samples": [{"x": [1, 2, 3], "y": 1}, doc]}))
+    assert samples is not None and len(samples) == 1
+    assert rejection.reason.startswith("samples.1: 90000 fields, at most 4 allowed")
+
+
+def test_keys_beyond_max_keys_per_message_are_rejected():
+    parser = _parser(
+        inputs=1,
+        task="regression",
+        architecture="lstm",
+        window=2,
+        ingest={"max_keys_per_message": 3, "max_devices": 3},
+    )
+    items = [{"key": f"d{i % 5}", "seq": i, "x": [i]} for i in range(10)]
+    parsed = parser.parse_message(dumps({"samples": items}))
+    assert parsed.observations.keys == ("d0", "d1", "d2") * 2, "the first 3 keys, all theirs"
+    [summary] = parsed.rejections
+    assert summary.kind == "too_many_keys"
+    assert summary.reason.startswith(
+        "samples.3: key 'd3': more than max_keys_per_message=3 distinct keys; samples.4: "
+    )
+    assert summary.reason.endswith("(4 of 10 samples rejected)")
 
 
 def test_float32_extremes_are_accepted():
