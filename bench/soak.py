@@ -1,0 +1,563 @@
+"""Soak: minutes of valid and hostile traffic against the real stack, then its promises.
+
+Its own mosquitto and redis-server; ingest, learner and actor as the real worker
+processes (a conv1d model with a window, so keyed observations are in play). For the
+duration: QoS 1 samples with unique ids (the ledger), now and then a 10,000-sample message
+and a QoS 0 flood behind it while back-pressure holds; prediction requests whose replies
+are checked, and request floods; the hostile inputs of `bench.hostile` at a steady rate;
+and for a while Redis capped at just above its memory in use (noeviction). Then:
+
+- no process died or was restarted (same pids, alive);
+- each worker's RSS at the end is within 1.5x of its RSS after warm-up;
+- every QoS 1 sample was learned exactly once: an audit consumer group reads every stream
+  entry's ids (none missing, none twice, none unknown), and the learner trained on as many
+  samples as ingest appended, dead-lettered none and left none pending;
+- every hostile samples message was dead-lettered with a reason, and every hostile
+  request got an error reply in its sender's own reply space and no reply elsewhere.
+
+    .venv/bin/python -m bench.soak [--duration-s 300] [--rate 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import redis
+
+from bench import hostile
+from bench._report import report
+from bench._stack import Proc, Stack, broker
+from bench.loadgen import LoadClient
+from streamlearn import embedded
+from streamlearn.config import ModelConfig, parse_config
+from streamlearn.demo import DemoStream
+from streamlearn.names import Names
+
+PREFIX = "soak"
+MODEL = "soak"
+CONFIG = """
+[models.soak]
+inputs = 2
+task = "regression"
+architecture = "conv1d"
+window = 4
+hidden = [16, 16]
+learning_rate = 0.01
+
+[models.soak.ingest]
+max_backlog_samples = 5000   # a 10,000-sample message turns back-pressure on
+"""
+AUDIT_GROUP = "soak-audit"
+ROLES = ("learner", "ingest", "actor")
+
+
+def _rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """A worker's /metrics, summed over labels (dead letters also by reason)."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    except OSError:
+        return {}
+    out: dict[str, float] = defaultdict(float)
+    for line in text.decode().splitlines():
+        if line.startswith("streamlearn_"):
+            name, _, value = line.rpartition(" ")
+            out[name.split("{")[0]] += float(value)
+            if "reason=" in name:
+                out[name] += float(value)
+    return dict(out)
+
+
+class Audit(threading.Thread):
+    """Reads every stream entry (its own consumer group) and every dead letter as they come.
+
+    The group holds back the stream's trimming until it has acknowledged an entry, so none
+    is trimmed unread; dead letters are read often enough that the stream's cap loses none.
+    """
+
+    def __init__(self, r: redis.Redis, names: Names, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.r, self.names, self.stop = r, names, stop
+        self.ids: Counter[str] = Counter()
+        self.samples = 0  # samples in the entries read
+        self.deadletters: list[tuple[str, str, bytes, int]] = []  # source, reason, head, size
+        self.errors = 0
+        self._last_dead = "0-0"
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.poll()
+            except redis.RedisError:
+                self.errors += 1
+                self.stop.wait(0.5)
+
+    def poll(self, block_ms: int = 200) -> None:
+        key = self.names.samples_key
+        got = self.r.xreadgroup(AUDIT_GROUP, "audit", {key: ">"}, count=100, block=block_ms)
+        rows = [row for _, rows in got or () for row in rows]
+        for _, fields in rows:
+            self.samples += int(fields[b"n"])
+            if b"ids" in fields:
+                self.ids.update(i for i in json.loads(fields[b"ids"]) if i is not None)
+        if rows:
+            self.r.xack(key, AUDIT_GROUP, *[eid for eid, _ in rows])
+        dead = self.r.xrange(self.names.deadletter_key, f"({self._last_dead}", "+", count=20000)
+        for eid, f in dead:
+            self._last_dead = eid.decode()
+            head = f.get(b"payload", b"")
+            self.deadletters.append(
+                (f[b"source"].decode(), f[b"reason"].decode(), head, int(f[b"size"]))
+            )
+
+
+class Traffic:
+    """The soak's senders: valid samples and requests on a schedule, floods, hostile inputs."""
+
+    def __init__(self, stack: Stack, names: Names, cfg: ModelConfig, args: argparse.Namespace):
+        self.names, self.cfg, self.args = names, cfg, args
+        self.demo = DemoStream(cfg, seed=7)
+        replies = names.topic("replies")
+        self.samples = stack.client()
+        self.requests = LoadClient(stack.host, stack.mqtt_port, f"{replies}/soak-v/r")
+        self.flooder = LoadClient(stack.host, stack.mqtt_port, f"{replies}/soak-f/r")
+        self.watcher = hostile.Watcher(stack.host, stack.mqtt_port, f"{PREFIX}/#")
+        self.stop_event = threading.Event()
+        shape = hostile.Shape(cfg.window or 1, cfg.inputs)
+        self.hostile = hostile.HostileSender(
+            stack.host, stack.mqtt_port, names, shape, args.hostile_rate, self.stop_event
+        )
+        self.ledger: set[str] = set()  # QoS 1 sample ids: each must be learned exactly once
+        self.qos0: set[str] = set()  # QoS 0 ids: may be dropped, never learned twice
+        self.valid: dict[bytes, tuple[float, bool]] = {}  # correlation -> sent at, bare
+        self.flood: dict[bytes, float] = {}
+        self.flood_windows: list[tuple[float, float]] = []
+        self._lock = threading.Lock()  # the samples connection: two threads publish on it
+        self._n = self._big = self._q = 0
+        self._threads = [threading.Thread(target=self._valid, daemon=True)]
+
+    def _sample(self, prefix: str) -> bytes:
+        self._n += 1
+        sid = f"{prefix}{self._n}"
+        (self.ledger if prefix != "q" else self.qos0).add(sid)
+        doc = {**self.demo.payload(1), "id": sid}
+        return self.samples.request(
+            self.names.samples_topic,
+            json.dumps(doc).encode(),
+            b"",
+            qos=0 if prefix == "q" else 1,
+            reply=False,
+        )
+
+    def warm_up(self, r: redis.Redis, timeout_s: float) -> None:
+        """Samples until the learner published weights and the actor answers with them."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                self.samples.send(b"".join(self._sample("w") for _ in range(50)))
+            if r.get(self.names.latest_key) and any(
+                b'"y"' in rep.payload for rep in self.requests.replies
+            ):
+                self.requests.replies.clear()
+                return
+            self.requests.send(self._request(b"warm", bare=False))
+            time.sleep(0.5)
+        raise RuntimeError("no prediction served during warm-up")
+
+    def _request(self, corr: bytes, bare: bool, client: LoadClient | None = None) -> bytes:
+        client = client or self.requests
+        x = self.demo.sample(1).x[0].round(3).tolist()
+        name = client.reply_topic.split("/")[-2]
+        topic = self.names.predict_topic + ("" if bare else f"/{name}")
+        return client.request(topic, json.dumps({"x": x}).encode(), corr, qos=0)
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        for t in self._threads:
+            t.start()
+        self.hostile.start()
+
+    def _valid(self) -> None:
+        """Samples at `rate` and requests at `request_rate`, every 20 ms what is due."""
+        tick, i, sent, asked = 0.02, 0, 0, 0
+        while not self.stop_event.wait(max(0.0, self.t0 + i * tick - time.monotonic())):
+            i += 1
+            elapsed = time.monotonic() - self.t0
+            due = int(elapsed * self.args.rate) - sent
+            if due > 0:
+                with self._lock:
+                    self.samples.send(b"".join(self._sample("s") for _ in range(due)))
+                sent += due
+            due = int(elapsed * self.args.request_rate) - asked
+            for _ in range(max(0, due)):
+                corr = b"v%d" % asked
+                self.valid[corr] = (time.monotonic(), asked % 2 == 1)
+                self.requests.send(self._request(corr, bare=asked % 2 == 1))
+                asked += 1
+
+    def big_message_and_flood(self) -> None:
+        """A 10,000-sample message with ids (back-pressure turns on), then a QoS 0 flood."""
+        self._big += 1
+        n = self.cfg.ingest.max_samples_per_message
+        s = self.demo.sample(n)
+        ids = [f"b{self._big}-{i}" for i in range(n)]
+        self.ledger.update(ids)
+        x, y = s.x.astype(float).round(2).tolist(), s.y.astype(float).round(3).tolist()
+        doc = {"ids": ids, "x": x, "y": y}  # under max_payload_bytes
+        packet = self.samples.request(
+            self.names.samples_topic, json.dumps(doc).encode(), b"", reply=False
+        )
+        with self._lock:
+            self.samples.send(packet)
+        self.qos0_flood()
+
+    def qos0_flood(self) -> None:
+        with self._lock:
+            self.samples.send(b"".join(self._sample("q") for _ in range(self.args.flood_samples)))
+
+    def request_flood(self, count: int) -> None:
+        at = time.monotonic()
+        packets = []
+        for _ in range(count):
+            self._q += 1
+            corr = b"f%d" % self._q
+            self.flood[corr] = at
+            packets.append(self._request(corr, bare=False, client=self.flooder))
+        self.flooder.send(b"".join(packets))
+        self.flood_windows.append((at, at + 15.0))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for t in (*self._threads, self.hostile):
+            t.join(10)
+
+    def close(self) -> None:
+        for c in (self.samples, self.requests, self.flooder, self.watcher):
+            c.close()
+        self.hostile.close()
+
+
+def start_stack(stack: Stack, config: Path) -> tuple[dict[str, Proc], dict[str, int]]:
+    procs, ports = {}, {}
+    for role in ROLES:
+        ports[role] = embedded.free_port()
+        env = {**stack.env(PREFIX), "STREAMLEARN_METRICS_PORT": str(ports[role])}
+        argv = [sys.executable, "-m", f"workers.{role}", "--config", str(config)]
+        procs[role] = Proc([*argv, "--instance", "soak"], env)
+        procs[role].wait_for(" ready", timeout_s=120)
+    return procs, ports
+
+
+class Soak:
+    """One run: the stack, the schedule, and what is measured along the way."""
+
+    def __init__(self, args: argparse.Namespace, stack: Stack, work: Path) -> None:
+        self.args, self.stack = args, stack
+        self.names = Names(MODEL, PREFIX, PREFIX)
+        self.cfg = parse_config(tomllib.loads(CONFIG)).model(MODEL)
+        self.config = work / "soak.toml"
+        self.config.write_text(CONFIG)
+        self.r = redis.Redis.from_url(stack.redis_url)
+        self.deaths: dict[str, float] = {}
+        self.rss_warm: dict[str, int | None] = {}
+        self.rss_max: Counter[str] = Counter()
+        self.redis_errors_at_cap = 0
+
+    def run(self) -> int:
+        args, r, names = self.args, self.r, self.names
+        r.xgroup_create(names.samples_key, AUDIT_GROUP, id="0", mkstream=True)
+        stop_audit = threading.Event()
+        audit = Audit(redis.Redis.from_url(self.stack.redis_url), names, stop_audit)
+        audit.start()
+        procs, ports = start_stack(self.stack, self.config)
+        self.procs, self.ports = procs, ports
+        self.pids = {role: p.proc.pid for role, p in procs.items()}
+        traffic = Traffic(self.stack, names, self.cfg, args)
+        try:
+            print(f"stack up: pids {self.pids}; warming up", flush=True)
+            traffic.warm_up(r, timeout_s=120)
+            self.schedule(traffic)
+            traffic.stop()
+            print(f"  {args.duration_s:.0f} s: traffic stopped; draining", flush=True)
+            drained = self.drain(audit, traffic)
+            time.sleep(3)  # the last replies
+            stop_audit.set()
+            audit.join(5)
+            audit.poll(block_ms=None)
+            metrics = {role: _scrape(port) for role, port in ports.items()}
+            rss_end = {role: _rss_kib(pid) for role, pid in self.pids.items()}
+            alive = {
+                role: p.proc.poll() is None and p.proc.pid == self.pids[role]
+                for role, p in procs.items()
+            }
+        finally:
+            stop_audit.set()
+            traffic.stop()
+            for p in procs.values():
+                p.stop()
+            traffic.close()
+        rows, checks = self.evaluate(traffic, audit, metrics, alive, rss_end)
+        checks[f"drained: the learner caught up within {args.drain_s:.0f} s"] = drained
+        meta = {
+            "settings": vars(args),
+            "metrics": metrics,
+            "deadletter_reasons": Counter(reason[:80] for _, reason, _, _ in audit.deadletters),
+            "logs_tail": {role: p.lines[-40:] for role, p in procs.items()},
+        }
+        report("soak", rows, checks, **meta)
+        return 0 if all(checks.values()) else 1
+
+    def schedule(self, traffic: Traffic) -> None:
+        args, r = self.args, self.r
+        duration, warmup = args.duration_s, min(30.0, args.duration_s / 5)
+        self.oom = (0.4 * duration, 0.4 * duration + min(60.0, 0.2 * duration))
+        floods = [0.3 * duration, 0.75 * duration]
+        t0 = time.monotonic()
+        traffic.start(t0)
+        state, next_big = "before", warmup / 2
+        try:
+            while (now := time.monotonic() - t0) < duration:
+                self.watch(now)
+                if not self.rss_warm and now >= warmup:
+                    self.rss_warm = {role: _rss_kib(pid) for role, pid in self.pids.items()}
+                    print(f"  {now:.0f} s: RSS after warm-up (KiB) {self.rss_warm}", flush=True)
+                if now >= next_big:
+                    traffic.big_message_and_flood()
+                    next_big += args.big_every_s
+                if floods and now >= floods[0]:
+                    floods.pop(0)
+                    traffic.request_flood(args.flood_requests)
+                if state == "before" and now >= self.oom[0]:
+                    used = int(r.info("memory")["used_memory"])
+                    r.config_set("maxmemory-policy", "noeviction")
+                    r.config_set("maxmemory", used + 256 * 1024)
+                    state = "capped"
+                    self.redis_errors_at_cap = _scrape(self.ports["ingest"]).get(
+                        "streamlearn_ingest_redis_errors_total", 0
+                    )
+                    print(f"  {now:.0f} s: Redis maxmemory = used {used} + 256 KiB", flush=True)
+                    traffic.qos0_flood()
+                elif state == "capped" and now >= self.oom[1]:
+                    r.config_set("maxmemory", 0)
+                    state = "restored"
+                    print(f"  {now:.0f} s: Redis maxmemory restored", flush=True)
+                time.sleep(0.2)
+        finally:
+            r.config_set("maxmemory", 0)
+
+    def watch(self, now: float) -> None:
+        for role, p in self.procs.items():
+            if role not in self.deaths and p.proc.poll() is not None:
+                self.deaths[role] = now
+                print(f"  {role} died at {now:.0f} s (rc {p.proc.returncode})", flush=True)
+            self.rss_max[role] = max(self.rss_max[role], _rss_kib(self.pids[role]) or 0)
+
+    def drain(self, audit: Audit, traffic: Traffic) -> bool:
+        """Until every ledger id was read and the learner trained on all ingest appended."""
+        deadline = time.monotonic() + self.args.drain_s
+        ledger = traffic.ledger | traffic.hostile.valid_ids
+        while time.monotonic() < deadline:
+            self.watch(-1)
+            learner = _scrape(self.ports["learner"])
+            trained = learner.get("streamlearn_learner_samples_total", -1) + learner.get(
+                "streamlearn_learner_dead_lettered_samples_total", 0
+            )
+            appended = int(self.r.get(self.names.ingest_count_key) or 0)
+            pending = self.r.xpending(self.names.samples_key, "learners")["pending"]
+            if not (ledger - audit.ids.keys()) and trained == appended and not pending:
+                return True
+            time.sleep(1)
+        return False
+
+    def evaluate(
+        self,
+        traffic: Traffic,
+        audit: Audit,
+        metrics: dict[str, dict[str, float]],
+        alive: dict[str, bool],
+        rss_end: dict[str, int | None],
+    ) -> tuple[list[dict], dict[str, bool]]:
+        rows: list[dict] = []
+        checks: dict[str, bool] = {}
+        ratios = {}
+        for role in ROLES:
+            warm, end = self.rss_warm.get(role), rss_end.get(role)
+            ratios[role] = end / warm if warm and end else float("inf")
+            state = "alive, same pid" if alive[role] else f"DIED at {self.deaths.get(role)} s"
+            rows.append(
+                _row(
+                    f"process {role} (pid {self.pids[role]})",
+                    detail=f"{state}; RSS {_mib(warm)} after warm-up, {_mib(end)} at the end "
+                    f"({ratios[role]:.2f}x), max {_mib(self.rss_max[role])}",
+                )
+            )
+        checks["no process died or restarted (same pids, alive)"] = (
+            all(alive.values()) and not self.deaths
+        )
+        worst = max(ratios, key=ratios.get)
+        checks[f"RSS at the end <= 1.5x after warm-up (worst: {worst} {ratios[worst]:.2f}x)"] = (
+            ratios[worst] <= 1.5
+        )
+
+        ledger = traffic.ledger | traffic.hostile.valid_ids
+        counts = audit.ids
+        missing = ledger - counts.keys()
+        twice = sorted(i for i, c in counts.items() if c > 1)
+        unknown = counts.keys() - ledger - traffic.qos0
+        rows.append(
+            _row(
+                "valid samples, QoS 1, unique ids (ledger)",
+                len(ledger),
+                len(ledger - missing) - len(ledger.intersection(twice)),
+                detail=f"missing {len(missing)} {sorted(missing)[:3]}, twice {len(twice)} "
+                f"{twice[:3]}, unknown ids in the stream {len(unknown)}",
+            )
+        )
+        checks[
+            f"every QoS 1 sample learned exactly once (ledger {len(ledger)}: missing "
+            f"{len(missing)}, twice {len(twice)}, unknown {len(unknown)})"
+        ] = not missing and not twice and not unknown
+        q_in = traffic.qos0 & counts.keys()
+        rows.append(
+            _row(
+                "QoS 0 sample floods, ids",
+                len(traffic.qos0),
+                len(q_in),
+                detail=f"dropped {len(traffic.qos0) - len(q_in)} (QoS 0 may be), none twice"
+                if not set(twice) & traffic.qos0
+                else "SOME TWICE",
+            )
+        )
+        learner, ingest = metrics["learner"], metrics["ingest"]
+        appended = int(self.r.get(self.names.ingest_count_key) or 0)
+        trained = int(learner.get("streamlearn_learner_samples_total", -1))
+        lettered = int(learner.get("streamlearn_learner_dead_lettered_samples_total", -1))
+        pending = self.r.xpending(self.names.samples_key, "learners")["pending"]
+        from_learner = sum(1 for source, *_ in audit.deadletters if source == "learner")
+        rows.append(
+            _row(
+                "learner: samples trained / appended by ingest",
+                appended,
+                trained,
+                detail=f"dead-lettered by the learner {lettered} ({from_learner} dead letters), "
+                f"pending {pending}, in the stream's entries {audit.samples}",
+            )
+        )
+        checks[
+            f"the learner trained on every appended sample once (appended {appended}, trained "
+            f"{trained}, dead-lettered {lettered}, pending {pending})"
+        ] = trained == appended == audit.samples and lettered == 0 and pending == 0
+
+        seen, names = traffic.watcher.seen, self.names
+        ok = bad = excused = 0
+        for corr, (at, bare) in traffic.valid.items():
+            replies = seen.get(corr, [])
+            good = [v for t, v, _ in replies if hostile.reply_allowed(names, "soak-v", bare, t)]
+            if good == ["y"] and len(replies) == 1:
+                ok += 1
+            elif any(a <= at <= b for a, b in traffic.flood_windows) and "y" not in good:
+                excused += 1  # shed or past its deadline while a flood was served
+            else:
+                bad += 1
+        rows.append(
+            _row(
+                "valid requests (predict/{client} and bare predict)",
+                len(traffic.valid),
+                ok,
+                bad,
+                f"refused or unanswered during a request flood: {excused}",
+            )
+        )
+        checks[f"every valid request answered with a prediction ({bad} not)"] = bad == 0
+        actor = metrics["actor"]
+        shed = sum(v for k, v in actor.items() if "shed" in k and "bytes" not in k)
+        verdicts = Counter(
+            next((v for _, v, _ in seen.get(c, [])), "unanswered") for c in traffic.flood
+        )
+        rows.append(
+            _row(
+                "request floods (QoS 0 bursts)",
+                len(traffic.flood),
+                verdicts["y"] + verdicts["error"],
+                verdicts["unanswered"],
+                f"predictions {verdicts['y']}, error replies {verdicts['error']}, "
+                f"shed by the actor (its count) {shed:.0f}",
+            )
+        )
+        checks[
+            f"every flood request answered or counted as shed ({verdicts['unanswered']} "
+            f"unanswered, {shed:.0f} shed)"
+        ] = verdicts["unanswered"] <= shed
+
+        hostile_rows, all_refused = hostile.outcomes(
+            traffic.hostile, traffic.watcher, audit.deadletters
+        )
+        rows += hostile_rows
+        refused = sum(r["ok"] for r in hostile_rows)
+        total = sum(r["sent"] for r in hostile_rows)
+        checks[
+            f"every hostile input refused: dead letter with a reason or error reply in the "
+            f"sender's reply space, no leak ({refused} of {total})"
+        ] = all_refused
+        errors = ingest.get("streamlearn_ingest_redis_errors_total", 0)
+        rows.append(
+            _row(
+                "Redis capped at used_memory + 256 KiB, noeviction",
+                detail=f"{self.oom[0]:.0f}-{self.oom[1]:.0f} s; ingest Redis errors "
+                f"{errors - self.redis_errors_at_cap:.0f} after the cap, {errors:.0f} in all; "
+                f"audit read errors {audit.errors}",
+            )
+        )
+        return rows, checks
+
+
+def _row(traffic: str, sent=None, ok=None, bad=None, detail: str = "") -> dict:
+    if bad is None and sent is not None and ok is not None:
+        bad = sent - ok
+    return {"traffic": traffic, "sent": sent, "ok": ok, "bad": bad, "detail": detail}
+
+
+def _mib(kib: int | None) -> str:
+    return "?" if not kib else f"{kib / 1024:.0f} MiB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.soak", description=__doc__.split("\n")[0])
+    parser.add_argument("--duration-s", type=float, default=300.0)
+    parser.add_argument("--rate", type=float, default=200.0, help="QoS 1 samples/s")
+    parser.add_argument("--request-rate", type=float, default=50.0, help="valid requests/s")
+    parser.add_argument("--hostile-rate", type=float, default=4.0, help="hostile messages/s")
+    parser.add_argument("--big-every-s", type=float, default=45.0, help="10,000-sample messages")
+    parser.add_argument("--flood-requests", type=int, default=1500)
+    parser.add_argument("--flood-samples", type=int, default=20000, help="QoS 0, per flood")
+    parser.add_argument("--drain-s", type=float, default=180.0)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
+        work = Path(tmp)
+        with (
+            broker(work / "mqtt", nagle=False) as mqtt,
+            embedded.redis_server(workdir=work / "redis") as store,
+        ):
+            return Soak(args, Stack(mqtt.port, store.port, work), work).run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
