@@ -14,7 +14,7 @@ from pathlib import Path
 
 from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
 from streamlearn.errors import ConfigError, StreamlearnError
-from streamlearn.monitor import fmt_number
+from streamlearn.monitor import broker_lines, fmt_number
 from streamlearn.names import Names
 
 ROLES = ("ingest", "learner", "actor")
@@ -351,7 +351,7 @@ def format_status(rows: list[dict]) -> str:
                 f"  actor {a['id']:<20} version {a.get('version', '-'):>6}  "
                 f"weights age {age} s  {rps} requests/s"
             )
-    return "\n".join(lines)
+    return "\n".join(lines + broker_lines(rows))
 
 
 def _variant_lines(row: dict) -> list[str]:

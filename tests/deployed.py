@@ -6,12 +6,15 @@ A pytest plugin (`pytest_plugins` in conftest.py), so that any test module can u
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,45 +23,83 @@ import redis as redis_lib
 from streamlearn import embedded
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-ROLES = ("ingest", "actor", "learner", "device")
-MQTT_PW = {role: f"mqtt-{role}-{uuid.uuid4().hex}" for role in ROLES}
+ROLES = ("ingest", "actor", "learner")
+DEVICES = ("alice", "bob", "dev-1")  # one account each, as in deploy/mosquitto/devices
+MQTT_PW = {name: f"mqtt-{name}-{uuid.uuid4().hex}" for name in ROLES + DEVICES}
 REDIS_PW = {role: f"redis-{role}-{uuid.uuid4().hex}" for role in ("ingest", "learner", "actor")}
 
 
 def _secrets_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update({f"MQTT_{r.upper()}_PASSWORD": pw for r, pw in MQTT_PW.items()})
+    env.update({f"MQTT_{r.upper()}_PASSWORD": MQTT_PW[r] for r in ROLES})
     env.update({f"REDIS_{r.upper()}_PASSWORD": pw for r, pw in REDIS_PW.items()})
     return env
 
 
-def _generate(script: str, out: Path) -> None:
-    """Run a deploy/ generator script (passwords, ACLs) with this session's secrets."""
-    cmd = ["sh", str(DEPLOY / script), str(out)]
-    subprocess.run(cmd, env=_secrets_env(), check=True, cwd=out.parent, capture_output=True)
+def _generate(script: str, out: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """Run a deploy/ generator script (passwords, ACLs, certificates) with this session's
+    secrets."""
+    cmd = ["sh", str(DEPLOY / script), str(out), *args]
+    env = {**_secrets_env(), **(env or {})}
+    subprocess.run(cmd, env=env, check=True, cwd=out.parent, capture_output=True)
+
+
+@dataclass(frozen=True)
+class DeployedBroker:
+    """mosquitto on deploy/mosquitto/*: `port` is the roles' plain listener (1883 in
+    compose), `tls_port` the devices' TLS listener (8883), trusted through `ca_file`."""
+
+    server: embedded.ServerProcess
+    port: int
+    tls_port: int
+    ca_file: Path
+
+    @property
+    def log(self) -> str:
+        return self.server.log_path.read_text()
+
+
+@contextlib.contextmanager
+def deployed_broker(overrides: dict[str, str] | None = None) -> Iterator[DeployedBroker]:
+    """mosquitto running deploy/mosquitto/mosquitto.conf and acl, with the password file
+    from make-passwd.sh and certificates from make-certs.sh; `overrides` replaces the value
+    of the conf's options of those names (e.g. a small queue limit)."""
+    # mosquitto started as root reads its files as the `mosquitto` user, and pytest's
+    # temporary directories are private: use a world-readable one.
+    wd = Path(tempfile.mkdtemp(prefix="sl-deploy-mosquitto-"))
+    wd.chmod(0o777)
+    try:
+        devices = wd / "devices"
+        devices.write_text("".join(f"{d} {MQTT_PW[d]}\n" for d in DEVICES))
+        _generate(
+            "mosquitto/make-passwd.sh", wd / "passwd", env={"MQTT_DEVICES_FILE": str(devices)}
+        )
+        _generate("mosquitto/make-certs.sh", wd / "certs", str(wd / "ca"))
+        (wd / "certs/server.key").chmod(0o644)  # make-certs gives it to uid 1883 when root
+        port, tls_port = embedded.free_port(), embedded.free_port()
+        conf = (DEPLOY / "mosquitto/mosquitto.conf").read_text()
+        conf = re.sub(r"^listener 1883$", f"listener {port} 127.0.0.1", conf, flags=re.M)
+        conf = re.sub(r"^listener 8883$", f"listener {tls_port} 127.0.0.1", conf, flags=re.M)
+        for option, value in (overrides or {}).items():
+            conf, n = re.subn(rf"^{option} .*$", f"{option} {value}", conf, flags=re.M)
+            assert n == 1, f"deploy mosquitto.conf has no single {option} line"
+        conf = conf.replace("/mosquitto/config/passwd", str(wd / "passwd"))
+        conf = conf.replace("/mosquitto/config/acl", str(DEPLOY / "mosquitto/acl"))
+        conf = conf.replace("/mosquitto/certs/", f"{wd}/certs/")
+        conf = conf.replace("/mosquitto/data/", f"{wd}/")
+        (wd / "mosquitto.conf").write_text(conf)
+        argv = ["mosquitto", "-c", str(wd / "mosquitto.conf")]
+        with embedded.ServerProcess("mosquitto", argv, port, wd) as server:
+            yield DeployedBroker(server, port, tls_port, wd / "certs/ca.crt")
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def broker() -> embedded.ServerProcess:
-    """mosquitto running deploy/mosquitto/* with a password file from make-passwd.sh."""
-    # mosquitto started as root reads its password file as the `mosquitto` user, and
-    # pytest's temporary directories are private: use a world-readable one.
-    wd = Path(tempfile.mkdtemp(prefix="sl-deploy-mosquitto-"))
-    wd.chmod(0o777)
-    _generate("mosquitto/make-passwd.sh", wd / "passwd")
-    port = embedded.free_port()
-    conf = (DEPLOY / "mosquitto/mosquitto.conf").read_text()
-    conf = re.sub(r"^listener 1883$", f"listener {port} 127.0.0.1", conf, flags=re.M)
-    conf = conf.replace("/mosquitto/config/passwd", str(wd / "passwd"))
-    conf = conf.replace("/mosquitto/config/acl", str(DEPLOY / "mosquitto/acl"))
-    conf = conf.replace("/mosquitto/data/", f"{wd}/")
-    (wd / "mosquitto.conf").write_text(conf)
-    server = embedded.ServerProcess(
-        "mosquitto", ["mosquitto", "-c", str(wd / "mosquitto.conf")], port, wd
-    )
-    with server:
+def broker() -> Iterator[DeployedBroker]:
+    """The deployed broker, shared by a module's tests."""
+    with deployed_broker() as server:
         yield server
-    shutil.rmtree(wd, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -77,17 +118,14 @@ def acl_redis(tmp_path_factory: pytest.TempPathFactory) -> embedded.ServerProces
         yield s
 
 
-@pytest.fixture
-def public_dir() -> Path:
-    """A directory mosquitto can read after dropping root (pytest's tmp dirs are private)."""
-    path = Path(tempfile.mkdtemp(prefix="sl-deploy-"))
-    path.chmod(0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def mqtt_url(broker: embedded.ServerProcess, role: str, password: str | None = None) -> str:
+def mqtt_url(broker: DeployedBroker, role: str, password: str | None = None) -> str:
+    """A role's URL: the plain listener inside the compose network."""
     return f"mqtt://{role}:{password or MQTT_PW[role]}@127.0.0.1:{broker.port}"
+
+
+def device_url(broker: DeployedBroker, device: str, password: str | None = None) -> str:
+    """A device's URL: the TLS listener, by the name its certificate is for."""
+    return f"mqtts://{device}:{password or MQTT_PW[device]}@localhost:{broker.tls_port}"
 
 
 def redis_as(server: embedded.ServerProcess, role: str) -> redis_lib.Redis:
