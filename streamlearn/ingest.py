@@ -78,7 +78,12 @@ def transient(exc: redis.RedisError) -> bool:
     """Will `exc` pass by itself? Redis's own error code says (the reply's first word)."""
     if isinstance(exc, TRANSIENT):
         return True
-    return isinstance(exc, redis.ResponseError) and str(exc).split(" ", 1)[0] in TRANSIENT_CODES
+    return isinstance(exc, redis.ResponseError) and reply(exc).split(" ", 1)[0] in TRANSIENT_CODES
+
+
+def reply(exc: redis.RedisError) -> str:
+    """Redis's error reply, without what redis-py's pipelines put before it."""
+    return str(exc).rpartition(" of pipeline caused error: ")[2]
 
 
 class _Refused(Exception):
@@ -86,7 +91,7 @@ class _Refused(Exception):
     in with the part of the write that ran."""
 
     def __init__(self, error: redis.RedisError, deadletters_written: bool) -> None:
-        super().__init__(str(error))
+        super().__init__(reply(error))
         self.error = error
         self.deadletters_written = deadletters_written
 
