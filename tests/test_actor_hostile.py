@@ -308,6 +308,40 @@ def test_requests_over_the_row_cap_or_reply_size_get_error_replies(serve, device
     still_serving(actor, pid, me)
 
 
+def test_a_reply_over_the_broker_packet_size_becomes_an_error_reply(
+    start_role, redis, settings, devices
+):
+    """max_reply_bytes set above the broker's 2 MiB: the CONNACK's maximum packet size caps."""
+    toml = """
+[models.m]
+inputs = 2
+task = "multiclass"
+classes = 300
+architecture = "linear"
+
+[models.m.actor]
+max_reply_bytes = 16777216
+"""
+    names = Names("m", settings.topic_prefix, settings.key_prefix)
+    arrays = models.get_arrays(models.build_model(parse_config(tomllib.loads(toml)).model("m")))
+    WeightsStore(redis, names).publish(1, codec.encode(arrays))
+    actor = start_role("actor", toml)
+    pid = actor.proc.pid
+    me = Device(settings, names)
+    try:
+        rows = [[i / 7, 1 / 3] for i in range(1024)]  # 1024 x 300 probabilities: ~6 MB
+        _, body = me.ask({"x": rows, "id": "huge"})
+        assert body["id"] == "huge" and "bytes a reply may have" in body["error"], body
+        limit = int(body["error"].split("exceeds the ")[1].split()[0])
+        assert limit < 2_097_152, "under the broker's maximum packet size"
+        _, body = me.ask({"x": rows[:2], "id": "ok"})
+        assert len(body["y"]) == 2 and len(body["y"][0]) == 300 and body["version"] == 1
+        assert actor.proc.pid == pid and actor.proc.poll() is None
+        assert not [line for line in actor.lines if "disconnected" in line]
+    finally:
+        me.close()
+
+
 # -- 7: floods, the inbox bound and deadlines -------------------------------------------
 
 
