@@ -127,6 +127,7 @@ def _invalid_list(mark: str, s: Shape) -> Probe:
 
 
 def _distinct_keys(mark: str, s: Shape) -> Probe:
+    # max_keys_per_message; over the run, more keys than max_devices keeps
     items = [{"key": f"{mark}-{i}", "seq": 1, "x": [0.5] * s.inputs} for i in range(1000)]
     return Probe(_j({"samples": items}))
 
@@ -413,6 +414,8 @@ def outcomes(
                 letters = sum(map(len, got))
                 reasons = {r[:60] for rs in got for r in rs}
                 detail = f"{letters} dead letters; {'; '.join(sorted(reasons)[:2])}"
+                if kind.expect == "accepted":
+                    detail = f"accepted: {letters} dead letters"
             else:
                 payload = kind.make("", sender.shape).payload
                 letters = sum(

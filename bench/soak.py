@@ -256,13 +256,19 @@ class Traffic:
 
 
 def start_stack(stack: Stack, config: Path) -> tuple[dict[str, Proc], dict[str, int]]:
+    """The workers, each with its metrics on a port of its own; all or none."""
     procs, ports = {}, {}
-    for role in ROLES:
-        ports[role] = embedded.free_port()
-        env = {**stack.env(PREFIX), "STREAMLEARN_METRICS_PORT": str(ports[role])}
-        argv = [sys.executable, "-m", f"workers.{role}", "--config", str(config)]
-        procs[role] = Proc([*argv, "--instance", "soak"], env)
-        procs[role].wait_for(" ready", timeout_s=120)
+    try:
+        for role in ROLES:
+            ports[role] = embedded.free_port()
+            env = {**stack.env(PREFIX), "STREAMLEARN_METRICS_PORT": str(ports[role])}
+            argv = [sys.executable, "-m", f"workers.{role}", "--config", str(config)]
+            procs[role] = Proc([*argv, "--instance", "soak"], env)
+            procs[role].wait_for(" ready", timeout_s=120)
+    except BaseException:
+        for p in procs.values():
+            p.stop(kill=True)
+        raise
     return procs, ports
 
 
@@ -279,6 +285,7 @@ class Soak:
         self.deaths: dict[str, float] = {}
         self.rss_warm: dict[str, int | None] = {}
         self.rss_max: Counter[str] = Counter()
+        self.rss_series: list[dict[str, float | int | None]] = []  # every 10 s
         self.redis_errors_at_cap = 0
 
     def run(self) -> int:
@@ -320,6 +327,7 @@ class Soak:
             "settings": vars(args),
             "metrics": metrics,
             "deadletter_reasons": Counter(reason[:80] for _, reason, _, _ in audit.deadletters),
+            "rss_kib_every_10s": self.rss_series,
             "logs_tail": {role: p.lines[-40:] for role, p in procs.items()},
         }
         report("soak", rows, checks, **meta)
@@ -364,11 +372,15 @@ class Soak:
             r.config_set("maxmemory", 0)
 
     def watch(self, now: float) -> None:
+        """Deaths, and the workers' RSS (KiB): the maximum, and a sample every 10 s."""
+        rss = {role: _rss_kib(pid) for role, pid in self.pids.items()}
         for role, p in self.procs.items():
             if role not in self.deaths and p.proc.poll() is not None:
                 self.deaths[role] = now
                 print(f"  {role} died at {now:.0f} s (rc {p.proc.returncode})", flush=True)
-            self.rss_max[role] = max(self.rss_max[role], _rss_kib(self.pids[role]) or 0)
+            self.rss_max[role] = max(self.rss_max[role], rss[role] or 0)
+        if now >= 10 * len(self.rss_series):
+            self.rss_series.append({"t_s": round(now), **rss})
 
     def drain(self, audit: Audit, traffic: Traffic) -> bool:
         """Until every ledger id was read and the learner trained on all ingest appended."""
@@ -417,6 +429,7 @@ class Soak:
             ratios[worst] <= 1.5
         )
 
+        learner, ingest = metrics["learner"], metrics["ingest"]
         ledger = traffic.ledger | traffic.hostile.valid_ids
         counts = audit.ids
         missing = ledger - counts.keys()
@@ -441,12 +454,11 @@ class Soak:
                 "QoS 0 sample floods, ids",
                 len(traffic.qos0),
                 len(q_in),
-                detail=f"dropped {len(traffic.qos0) - len(q_in)} (QoS 0 may be), none twice"
-                if not set(twice) & traffic.qos0
-                else "SOME TWICE",
+                detail=f"dropped {len(traffic.qos0) - len(q_in)} (QoS 0 may be; ingest counted "
+                f"{ingest.get('streamlearn_ingest_qos0_dropped_total', 0):.0f}), "
+                + ("none twice" if not set(twice) & traffic.qos0 else "SOME TWICE"),
             )
         )
-        learner, ingest = metrics["learner"], metrics["ingest"]
         appended = int(self.r.get(self.names.ingest_count_key) or 0)
         trained = int(learner.get("streamlearn_learner_samples_total", -1))
         lettered = int(learner.get("streamlearn_learner_dead_lettered_samples_total", -1))
@@ -518,12 +530,17 @@ class Soak:
             f"sender's reply space, no leak ({refused} of {total})"
         ] = all_refused
         errors = ingest.get("streamlearn_ingest_redis_errors_total", 0)
+        refused = {
+            k.removeprefix("streamlearn_learner_"): int(v)
+            for k, v in learner.items()
+            if k.endswith("failures_total") and v
+        }
         rows.append(
             _row(
                 "Redis capped at used_memory + 256 KiB, noeviction",
                 detail=f"{self.oom[0]:.0f}-{self.oom[1]:.0f} s; ingest Redis errors "
-                f"{errors - self.redis_errors_at_cap:.0f} after the cap, {errors:.0f} in all; "
-                f"audit read errors {audit.errors}",
+                f"{errors - self.redis_errors_at_cap:.0f} after the cap ({errors:.0f} in all), "
+                f"learner {refused or 'no failures'}, audit read errors {audit.errors}",
             )
         )
         return rows, checks
