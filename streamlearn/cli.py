@@ -274,7 +274,10 @@ def _predict(args: argparse.Namespace) -> int:
         x = DemoStream(model).sample(1).x[0].tolist()
     # Devices may publish requests only on predict/{their client id} and read only
     # replies/{their client id}/# (deploy/mosquitto/acl; `streamlearn.replies`).
-    client_id = f"sl-predict-{uuid.uuid4().hex[:12]}"
+    # With an account (deploy: one per device) the client id is its username, as the
+    # broker's TLS listener enforces (use_username_as_clientid).
+    user = mqtt.BrokerAddress.parse(settings.mqtt).username
+    client_id = user or f"sl-predict-{uuid.uuid4().hex[:12]}"
     reply_topic = names.topic(f"replies/{client_id}/{uuid.uuid4().hex[:8]}")
     correlation = uuid.uuid4().bytes
     got: list[bytes] = []

@@ -302,7 +302,7 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
 def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
     """ingest, learner and actor processes with their own MQTT and Redis users; a device
     with its own account publishes samples over TLS and gets a prediction on its own reply
-    topic for a request on its own request topic."""
+    topic for a request on its own request topic; so does `streamlearn predict`."""
     from tests.conftest import RoleProcess
 
     toml = tmp_path / "streamlearn.toml"
@@ -340,6 +340,13 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         sensor.close()
         assert sensor.got[0].properties.CorrelationData == correlation
         assert reply.get("version", 0) > 0, (reply, [p.output[-2000:] for p in procs])
+        # The client tool, as another device over TLS, whatever client id it would pick.
+        tool = Settings(mqtt_url=device_url(broker, "bob"), mqtt_ca_file=str(broker.ca_file))
+        argv = [sys.executable, "-m", "streamlearn.cli", "predict", "--config", str(toml)]
+        answer = subprocess.run(
+            [*argv, "[0.2, 1.0]"], env=role_env(tool), capture_output=True, text=True, timeout=60
+        )
+        assert answer.returncode == 0 and json.loads(answer.stdout)["version"] > 0, answer
     finally:
         for proc in procs:
             proc.stop()
