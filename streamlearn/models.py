@@ -11,6 +11,11 @@ import os
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# On a GPU, JAX and TensorFlow each take most of the device's memory in the first process
+# that touches it, so a second (an actor beside the learner) fails with out-of-memory.
+# Allocate what is used instead; set these variables to override.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -114,8 +119,8 @@ class TrainProbe:
     Python code in a compiled step runs only while it is traced, so `traces` is a true
     count of (re)traces; under eager execution every step counts. The flag (1.0 when every
     weight and optimizer variable is finite after the update) is computed inside the step,
-    so checking it costs no copy to the host; a backend whose train step does not return
-    a dict of logs (JAX) gets no flag, and the learner then checks on the host.
+    so checking it costs no copy to the host (on JAX, from the step's new state; a
+    backend whose step returns neither form gets no flag, and the learner checks on the host).
     """
 
     def __init__(self, model: keras.Model, replicas: int = 1) -> None:
@@ -125,16 +130,17 @@ class TrainProbe:
 
         def train_step(*args: Any) -> Any:
             self.calls += 1
-            logs = inner(*args)
-            if not isinstance(logs, dict):
-                return logs
-            flat = [  # one isfinite over everything: fewer ops than one per variable
-                keras.ops.reshape(keras.ops.cast(v, "float32"), (-1,))
-                for v in [*model.trainable_variables, *model.optimizer.variables]
-                if keras.backend.is_float_dtype(v.dtype)
-            ]
-            ok = keras.ops.all(keras.ops.isfinite(keras.ops.concatenate(flat)))
-            return {**logs, FINITE: keras.ops.cast(ok, "float32")}
+            out = inner(*args)
+            if isinstance(out, dict):  # TensorFlow, PyTorch: variables updated in place
+                return {**out, FINITE: _all_finite([*model.trainable_variables, *opt_vars()])}
+            if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict):
+                # JAX: (logs, state), state = (trainable, non-trainable, optimizer, metrics)
+                logs, state = out
+                return {**logs, FINITE: _all_finite([*state[0], *state[2]])}, state
+            return out
+
+        def opt_vars() -> list[Any]:
+            return list(model.optimizer.variables)
 
         model.train_step = train_step
         if getattr(model, "train_function", None) is not None:
@@ -143,6 +149,16 @@ class TrainProbe:
     @property
     def traces(self) -> int:
         return self.calls // self.replicas
+
+
+def _all_finite(values: list[Any]) -> Any:
+    """1.0 when every float value is finite: one isfinite over all, fewer ops than one each."""
+    flat = [
+        keras.ops.reshape(keras.ops.cast(v, "float32"), (-1,))
+        for v in values
+        if keras.backend.is_float_dtype(v.dtype)
+    ]
+    return keras.ops.cast(keras.ops.all(keras.ops.isfinite(keras.ops.concatenate(flat))), "float32")
 
 
 def all_finite(values: list[np.ndarray]) -> bool:
