@@ -58,7 +58,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
     listener.start()
     stream = DemoStream(cfg, seed=3)
     n = int(args.fresh_rate * args.fresh_seconds)
-    samples, probes = stack.client(), stack.client()
+    samples, probes = stack.client(), stack.client(names)
     sample_packets = [
         samples.request(
             names.samples_topic,

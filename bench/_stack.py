@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from pathlib import Path
 
 from bench.loadgen import LoadClient
 from streamlearn import embedded
 from streamlearn.config import Settings
+from streamlearn.names import Names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,8 +46,13 @@ class Stack:
         proc.wait_for(" ready")
         return proc
 
-    def client(self) -> LoadClient:
-        return LoadClient(self.host, self.mqtt_port)
+    def client(self, names: Names | None = None) -> LoadClient:
+        """A load client; with `names`, its replies come in the model's reply space
+        (`{prefix}/{model}/replies/{client}/...`), the only topics actors answer on."""
+        if names is None:
+            return LoadClient(self.host, self.mqtt_port)
+        tag = uuid.uuid4().hex[:8]
+        return LoadClient(self.host, self.mqtt_port, names.topic(f"replies/bench-{tag}/r"))
 
 
 def broker(workdir: Path, nagle: bool) -> embedded.ServerProcess:

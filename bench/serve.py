@@ -80,8 +80,8 @@ def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int)
     store.publish(version, codec.encode(arrays, {"version": str(version)}))
 
 
-def _wait_serving(stack: Stack, topic: str, timeout_s: float = 60) -> None:
-    client = stack.client()
+def _wait_serving(stack: Stack, names: Names, timeout_s: float = 60) -> None:
+    client, topic = stack.client(names), names.predict_topic
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
@@ -112,8 +112,8 @@ def _pct(lat: np.ndarray, q: float) -> float | None:
     return None if np.isinf(value) else value
 
 
-def measure_rate(stack: Stack, topic: str, payloads: list[bytes], rate: int, secs: float) -> dict:
-    client = stack.client()
+def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, secs: float) -> dict:
+    client, topic = stack.client(names), names.predict_topic
     count = int(rate * secs)
     packets = [
         client.request(topic, payloads[i % len(payloads)], i.to_bytes(8, "big"))
@@ -138,8 +138,10 @@ def measure_rate(stack: Stack, topic: str, payloads: list[bytes], rate: int, sec
     }
 
 
-def measure_max(stack: Stack, topic: str, payloads: list[bytes], window: int, secs: float) -> dict:
-    client = stack.client()
+def measure_max(
+    stack: Stack, names: Names, payloads: list[bytes], window: int, secs: float
+) -> dict:
+    client, topic = stack.client(names), names.predict_topic
     warmup = 0.5
 
     def make(i: int) -> bytes:
@@ -176,7 +178,10 @@ class _Served:
 
     def start(self) -> Proc:
         proc = self.stack.start(self.argv, self.prefix)
-        _wait_serving(self.stack, self.names.predict_topic)
+        try:
+            _wait_serving(self.stack, self.names)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{self.label}: {exc}\n{proc.output[-2000:]}") from None
         return proc
 
     def restart(self) -> None:
@@ -198,7 +203,7 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                         {"actor": a.label, "load": f"{rate}/s", "note": saturated[a.variant]}
                     )
                     continue
-                row = measure_rate(stack, a.names.predict_topic, payloads, rate, args.seconds)
+                row = measure_rate(stack, a.names, payloads, rate, args.seconds)
                 rows.append({"actor": a.label, **row})
                 print(
                     f"  {a.label} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
@@ -211,9 +216,7 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
         rounds: dict[str, list[float]] = {a.variant: [] for a in actors}
         for r in range(args.rounds):
             for a in _turns(actors, r):
-                row = measure_max(
-                    stack, a.names.predict_topic, payloads, args.window, args.max_seconds
-                )
+                row = measure_max(stack, a.names, payloads, args.window, args.max_seconds)
                 rounds[a.variant].append(row["replies_per_s"])
                 rows.append({"actor": a.label, **row, "round": r + 1})
                 print(
