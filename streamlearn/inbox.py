@@ -76,7 +76,7 @@ class Inbox:
             msg.payload = b""  # refused unread: keep only its size
         deadline = now + self.deadline_s
         expiry = getattr(msg.properties, "MessageExpiryInterval", None)
-        if isinstance(expiry, int) and expiry > 0:  # 0: never, as Mosquitto reads it
+        if isinstance(expiry, int) and expiry > 0:  # 0 is taken as none
             deadline = min(deadline, now + expiry)
         with self._lock:
             held = len(msg.payload)
