@@ -217,7 +217,7 @@ class WindowStore:
         for part in observations:
             for start in range(0, len(part), CHUNK_OBSERVATIONS):
                 chunk = slice(start, start + CHUNK_OBSERVATIONS)
-                self._queue(pipe, part, chunk, [ttl_s, now, max_devices])
+                self._queue(pipe, part, chunk, (ttl_s, now, max_devices))
                 calls += 1
         if not calls:
             return WindowsAppended()
@@ -232,7 +232,11 @@ class WindowStore:
         return total
 
     def _queue(
-        self, pipe: redis.client.Pipeline, obs: Observations, part: slice, policy: list
+        self,
+        pipe: redis.client.Pipeline,
+        obs: Observations,
+        part: slice,
+        policy: tuple[int, str, int],
     ) -> None:
         """One script call; `policy`: expiry (s), now (s), max devices."""
         ttl_s, now, max_devices = policy

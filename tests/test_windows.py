@@ -311,3 +311,22 @@ def test_scripts_are_loaded_again_after_redis_lost_them(store):
     assert store.append([observations(("a", 2, 2, None))], TTL_S).duplicates == 0
     store.redis.script_flush()
     assert store.recent([("a", None)], 2)[0][:, 0].tolist() == [1, 2]
+
+
+def test_devices_past_max_devices_lose_the_window_idle_the_longest(store):
+    now = [1000.0]
+    store.clock = lambda: now[0]
+    for i, key in enumerate(["a", "b", "c"]):
+        now[0] += 1
+        store.append([observations((key, 1, i, None))], TTL_S, max_devices=3)
+    now[0] += 1
+    store.append([observations(("a", 2, 9, None))], TTL_S, max_devices=3)  # a: active again
+    now[0] += 1
+    got = store.append([observations(("d", 1, 0, None), ("e", 1, 0, None))], TTL_S, 3)
+    assert got.evicted == 2
+    held = {k.decode().rsplit(":", 1)[1] for k in store.redis.scan_iter(store.key("*"))}
+    assert held == {"a", "d", "e"}, "b and c were idle the longest"
+    assert store.redis.zcard(store.index) == 3
+    now[0] += TTL_S + 1  # all expired: their entries go with the next append
+    assert store.append([observations(("f", 1, 0, None))], TTL_S, 3).evicted == 0
+    assert store.redis.zrange(store.index, 0, -1) == [store.key("f").encode()]
