@@ -12,18 +12,13 @@ service: Mosquitto disconnects the publisher, which is what is checked for it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import struct
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import zip_longest
 
-from bench.loadgen import LoadClient
 from streamlearn.names import Names
 
 MARKER = re.compile(rb"hostile-(\d{6})")
@@ -267,51 +262,6 @@ def reply_allowed(names: Names, client: str, bare: bool, topic: str) -> bool:
     return topic == own or topic.startswith(own + "/")
 
 
-# -- sending and what came of it ------------------------------------------------------------
-
-
-def _verdict(payload: bytes) -> str:
-    """ "error" or "y" for a reply, "other" for anything else (such as a request)."""
-    try:
-        doc = json.loads(payload)
-    except (ValueError, RecursionError):  # what a hostile request holds
-        return "other"
-    if not isinstance(doc, dict) or "model" not in doc:  # every reply names its model
-        return "other"
-    return "error" if "error" in doc else "y" if "y" in doc else "other"
-
-
-class Watcher(LoadClient):
-    """Every reply under `reply_topic` (a wildcard), by its Correlation Data, with its topic.
-
-    Requests are seen too (on the predict topics): those are left out, while a reply that
-    a hostile request sent to a predict topic is kept, as the leak it is.
-    """
-
-    def __post_init__(self) -> None:
-        self.seen: dict[bytes, list[tuple[str, str, str]]] = defaultdict(list)
-        self.predict = "/predict"
-        self.unreadable = 0
-        super().__post_init__()
-
-    def _on_publish(self, first: int, body: bytes, now: float) -> None:
-        try:
-            (n,) = struct.unpack_from("!H", body)
-            topic = body[2 : 2 + n].decode("utf-8", "replace")
-            super()._on_publish(first, body, now)
-        except (ValueError, IndexError, struct.error):
-            self.unreadable += 1
-            return
-        reply = self.replies.pop()
-        if not reply.correlation:
-            return
-        verdict = _verdict(reply.payload)
-        if verdict == "other" and self.predict in topic:
-            return
-        reason = reply.payload[:160].decode("utf-8", "replace") if verdict == "error" else ""
-        self.seen[reply.correlation].append((topic, verdict, reason))
-
-
 @dataclass(frozen=True)
 class Sent:
     n: int
@@ -320,74 +270,13 @@ class Sent:
     closed_by_broker: bool = False
 
 
-class HostileSender(threading.Thread):
-    """Sends the catalogue round-robin at `rate` messages/s until `stop` is set."""
-
-    CLIENT = "soak-h"  # its {client} in `predict/{client}` and `replies/{client}/`
-
-    def __init__(
-        self, host: str, port: int, names: Names, shape: Shape, rate: float, stop: threading.Event
-    ) -> None:
-        super().__init__(daemon=True)
-        self.host, self.port, self.names, self.shape = host, port, names, shape
-        self.rate, self.stop = rate, stop
-        self.kinds = [k for pair in zip_longest(SAMPLE_KINDS, REQUEST_KINDS) for k in pair if k]
-        self.sent: list[Sent] = []
-        self.valid_ids: set[str] = set()  # valid samples inside hostile lists
-        self.reconnects = 0
-        self._client = self._connect()
-        self._pid = 0
-
-    def _connect(self) -> LoadClient:
-        return LoadClient(self.host, self.port, f"{self.names.topic('replies')}/{self.CLIENT}/x")
-
-    def run(self) -> None:
-        start, i = time.monotonic(), 0
-        while not self.stop.wait(max(0.0, start + i / self.rate - time.monotonic())):
-            self.send_one(i + 1, self.kinds[i % len(self.kinds)])
-            i += 1
-
-    def send_one(self, n: int, kind: Kind) -> None:
-        probe = kind.make(marker(n), self.shape)
-        self._pid = self._pid % 65535 + 1
-        if kind.topic == "samples":
-            self.valid_ids.update(probe.valid_ids)
-            packet = publish_packet(
-                self.names.samples_topic, probe.payload, qos=1, packet_id=self._pid
-            )
-        else:
-            topic, response, payload = request_topics(self.names, self.CLIENT, probe)
-            packet = publish_packet(
-                topic,
-                payload,
-                qos=1,
-                packet_id=self._pid,
-                response_topic=response,
-                correlation=b"h%d" % n,
-            )
-        if kind.expect == "broker":  # on a connection of its own: the broker closes it
-            client = self._connect()
-            with contextlib.suppress(OSError):
-                client.send(packet)
-            client._reader.join(3)
-            self.sent.append(Sent(n, kind, probe.bare, not client._reader.is_alive()))
-            client.close()
-            return
-        try:
-            self._client.send(packet)
-        except OSError:
-            self.reconnects += 1
-            self._client.close()
-            self._client = self._connect()
-            self._client.send(packet)
-        self.sent.append(Sent(n, kind, probe.bare))
-
-    def close(self) -> None:
-        self._client.close()
-
-
 def outcomes(
-    sender: HostileSender, watcher: Watcher, deadletters: list[tuple[str, str, bytes, int]]
+    sent_all: list[Sent],
+    seen: dict[bytes, list[tuple[str, str, str]]],
+    deadletters: list[tuple[str, str, bytes, int]],
+    names: Names,
+    client: str,
+    shape: Shape,
 ) -> tuple[list[dict], bool]:
     """One row per kind: how many were refused as promised; True when all were."""
     marked: dict[int, list[str]] = defaultdict(list)  # marker number -> reasons
@@ -398,10 +287,9 @@ def outcomes(
             marked[n].append(reason)
         if not found:
             unmarked.append((head, size))
-    names, client = sender.names, sender.CLIENT
     rows, all_ok = [], True
     by_kind: dict[Kind, list[Sent]] = defaultdict(list)
-    for s in sender.sent:
+    for s in sent_all:
         by_kind[s.kind].append(s)
     for kind, sent in by_kind.items():
         ok, detail = 0, ""
@@ -417,7 +305,7 @@ def outcomes(
                 if kind.expect == "accepted":
                     detail = f"accepted: {letters} dead letters"
             else:
-                payload = kind.make("", sender.shape).payload
+                payload = kind.make("", shape).payload
                 letters = sum(
                     1 for h, size in unmarked if size == len(payload) and payload.startswith(h)
                 )
@@ -430,13 +318,13 @@ def outcomes(
             leaks = successes = unanswered = 0
             reasons = set()
             for s in sent:
-                seen = watcher.seen.get(b"h%d" % s.n, [])
-                allowed = [v for t, v, _ in seen if reply_allowed(names, client, s.bare, t)]
-                leaks += any(not reply_allowed(names, client, s.bare, t) for t, _, _ in seen)
+                replies = seen.get(b"h%d" % s.n, [])
+                allowed = [v for t, v, _ in replies if reply_allowed(names, client, s.bare, t)]
+                leaks += any(not reply_allowed(names, client, s.bare, t) for t, _, _ in replies)
                 successes += "y" in allowed
-                unanswered += not seen
-                reasons |= {r[:70] for _, v, r in seen if v == "error"}
-                ok += "error" in allowed and len(allowed) == len(seen) and "y" not in allowed
+                unanswered += not replies
+                reasons |= {r[:70] for _, v, r in replies if v == "error"}
+                ok += "error" in allowed and len(allowed) == len(replies) and "y" not in allowed
             detail = f"leaked {leaks}, answered with y {successes}, unanswered {unanswered}"
             if reasons:
                 detail += f"; {sorted(reasons)[0]}"

@@ -21,7 +21,6 @@ and for a while Redis capped at just above its memory in use (noeviction). Then:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -35,11 +34,10 @@ import redis
 
 from bench import hostile
 from bench._report import report
+from bench._soak_traffic import AUDIT_GROUP, VALID, Audit, HostileSender, Traffic
 from bench._stack import Proc, Stack, broker
-from bench.loadgen import LoadClient
 from streamlearn import embedded
-from streamlearn.config import ModelConfig, parse_config
-from streamlearn.demo import DemoStream
+from streamlearn.config import parse_config
 from streamlearn.names import Names
 
 PREFIX = "soak"
@@ -56,7 +54,6 @@ learning_rate = 0.01
 [models.soak.ingest]
 max_backlog_samples = 5000   # a 10,000-sample message turns back-pressure on
 """
-AUDIT_GROUP = "soak-audit"
 ROLES = ("learner", "ingest", "actor")
 
 
@@ -84,175 +81,6 @@ def _scrape(port: int) -> dict[str, float]:
             if "reason=" in name:
                 out[name] += float(value)
     return dict(out)
-
-
-class Audit(threading.Thread):
-    """Reads every stream entry (its own consumer group) and every dead letter as they come.
-
-    The group holds back the stream's trimming until it has acknowledged an entry, so none
-    is trimmed unread; dead letters are read often enough that the stream's cap loses none.
-    """
-
-    def __init__(self, r: redis.Redis, names: Names, stop: threading.Event) -> None:
-        super().__init__(daemon=True)
-        self.r, self.names, self.stop = r, names, stop
-        self.ids: Counter[str] = Counter()
-        self.samples = 0  # samples in the entries read
-        self.deadletters: list[tuple[str, str, bytes, int]] = []  # source, reason, head, size
-        self.errors = 0
-        self._last_dead = "0-0"
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.poll()
-            except redis.RedisError:
-                self.errors += 1
-                self.stop.wait(0.5)
-
-    def poll(self, block_ms: int = 200) -> None:
-        key = self.names.samples_key
-        got = self.r.xreadgroup(AUDIT_GROUP, "audit", {key: ">"}, count=100, block=block_ms)
-        rows = [row for _, rows in got or () for row in rows]
-        for _, fields in rows:
-            self.samples += int(fields[b"n"])
-            if b"ids" in fields:
-                self.ids.update(i for i in json.loads(fields[b"ids"]) if i is not None)
-        if rows:
-            self.r.xack(key, AUDIT_GROUP, *[eid for eid, _ in rows])
-        dead = self.r.xrange(self.names.deadletter_key, f"({self._last_dead}", "+", count=20000)
-        for eid, f in dead:
-            self._last_dead = eid.decode()
-            head = f.get(b"payload", b"")
-            self.deadletters.append(
-                (f[b"source"].decode(), f[b"reason"].decode(), head, int(f[b"size"]))
-            )
-
-
-class Traffic:
-    """The soak's senders: valid samples and requests on a schedule, floods, hostile inputs."""
-
-    def __init__(self, stack: Stack, names: Names, cfg: ModelConfig, args: argparse.Namespace):
-        self.names, self.cfg, self.args = names, cfg, args
-        self.demo = DemoStream(cfg, seed=7)
-        replies = names.topic("replies")
-        self.samples = stack.client()
-        self.requests = LoadClient(stack.host, stack.mqtt_port, f"{replies}/soak-v/r")
-        self.flooder = LoadClient(stack.host, stack.mqtt_port, f"{replies}/soak-f/r")
-        self.watcher = hostile.Watcher(stack.host, stack.mqtt_port, f"{PREFIX}/#")
-        self.stop_event = threading.Event()
-        shape = hostile.Shape(cfg.window or 1, cfg.inputs)
-        self.hostile = hostile.HostileSender(
-            stack.host, stack.mqtt_port, names, shape, args.hostile_rate, self.stop_event
-        )
-        self.ledger: set[str] = set()  # QoS 1 sample ids: each must be learned exactly once
-        self.qos0: set[str] = set()  # QoS 0 ids: may be dropped, never learned twice
-        self.valid: dict[bytes, tuple[float, bool]] = {}  # correlation -> sent at, bare
-        self.flood: dict[bytes, float] = {}
-        self.flood_windows: list[tuple[float, float]] = []
-        self._lock = threading.Lock()  # the samples connection: two threads publish on it
-        self._n = self._big = self._q = 0
-        self._threads = [threading.Thread(target=self._valid, daemon=True)]
-
-    def _sample(self, prefix: str) -> bytes:
-        self._n += 1
-        sid = f"{prefix}{self._n}"
-        (self.ledger if prefix != "q" else self.qos0).add(sid)
-        doc = {**self.demo.payload(1), "id": sid}
-        return self.samples.request(
-            self.names.samples_topic,
-            json.dumps(doc).encode(),
-            b"",
-            qos=0 if prefix == "q" else 1,
-            reply=False,
-        )
-
-    def warm_up(self, r: redis.Redis, timeout_s: float) -> None:
-        """Samples until the learner published weights and the actor answers with them."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                self.samples.send(b"".join(self._sample("w") for _ in range(50)))
-            if r.get(self.names.latest_key) and any(
-                b'"y"' in rep.payload for rep in self.requests.replies
-            ):
-                self.requests.replies.clear()
-                return
-            self.requests.send(self._request(b"warm", bare=False))
-            time.sleep(0.5)
-        raise RuntimeError("no prediction served during warm-up")
-
-    def _request(self, corr: bytes, bare: bool, client: LoadClient | None = None) -> bytes:
-        client = client or self.requests
-        x = self.demo.sample(1).x[0].round(3).tolist()
-        name = client.reply_topic.split("/")[-2]
-        topic = self.names.predict_topic + ("" if bare else f"/{name}")
-        return client.request(topic, json.dumps({"x": x}).encode(), corr, qos=0)
-
-    def start(self, t0: float) -> None:
-        self.t0 = t0
-        for t in self._threads:
-            t.start()
-        self.hostile.start()
-
-    def _valid(self) -> None:
-        """Samples at `rate` and requests at `request_rate`, every 20 ms what is due."""
-        tick, i, sent, asked = 0.02, 0, 0, 0
-        while not self.stop_event.wait(max(0.0, self.t0 + i * tick - time.monotonic())):
-            i += 1
-            elapsed = time.monotonic() - self.t0
-            due = int(elapsed * self.args.rate) - sent
-            if due > 0:
-                with self._lock:
-                    self.samples.send(b"".join(self._sample("s") for _ in range(due)))
-                sent += due
-            due = int(elapsed * self.args.request_rate) - asked
-            for _ in range(max(0, due)):
-                corr = b"v%d" % asked
-                self.valid[corr] = (time.monotonic(), asked % 2 == 1)
-                self.requests.send(self._request(corr, bare=asked % 2 == 1))
-                asked += 1
-
-    def big_message_and_flood(self) -> None:
-        """A 10,000-sample message with ids (back-pressure turns on), then a QoS 0 flood."""
-        self._big += 1
-        n = self.cfg.ingest.max_samples_per_message
-        s = self.demo.sample(n)
-        ids = [f"b{self._big}-{i}" for i in range(n)]
-        self.ledger.update(ids)
-        x, y = s.x.astype(float).round(2).tolist(), s.y.astype(float).round(3).tolist()
-        doc = {"ids": ids, "x": x, "y": y}  # under max_payload_bytes
-        packet = self.samples.request(
-            self.names.samples_topic, json.dumps(doc).encode(), b"", reply=False
-        )
-        with self._lock:
-            self.samples.send(packet)
-        self.qos0_flood()
-
-    def qos0_flood(self) -> None:
-        with self._lock:
-            self.samples.send(b"".join(self._sample("q") for _ in range(self.args.flood_samples)))
-
-    def request_flood(self, count: int) -> None:
-        at = time.monotonic()
-        packets = []
-        for _ in range(count):
-            self._q += 1
-            corr = b"f%d" % self._q
-            self.flood[corr] = at
-            packets.append(self._request(corr, bare=False, client=self.flooder))
-        self.flooder.send(b"".join(packets))
-        self.flood_windows.append((at, at + 15.0))
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        for t in (*self._threads, self.hostile):
-            t.join(10)
-
-    def close(self) -> None:
-        for c in (self.samples, self.requests, self.flooder, self.watcher):
-            c.close()
-        self.hostile.close()
 
 
 def start_stack(stack: Stack, config: Path) -> tuple[dict[str, Proc], dict[str, int]]:
@@ -413,7 +241,8 @@ class Soak:
         for role in ROLES:
             warm, end = self.rss_warm.get(role), rss_end.get(role)
             ratios[role] = end / warm if warm and end else float("inf")
-            state = "alive, same pid" if alive[role] else f"DIED at {self.deaths.get(role)} s"
+            died = self.deaths.get(role)
+            state = "alive, same pid" if alive[role] else f"DIED at {died or -1:.0f} s"
             rows.append(
                 _row(
                     f"process {role} (pid {self.pids[role]})",
@@ -482,7 +311,7 @@ class Soak:
         ok = bad = excused = 0
         for corr, (at, bare) in traffic.valid.items():
             replies = seen.get(corr, [])
-            good = [v for t, v, _ in replies if hostile.reply_allowed(names, "soak-v", bare, t)]
+            good = [v for t, v, _ in replies if hostile.reply_allowed(names, VALID, bare, t)]
             if good == ["y"] and len(replies) == 1:
                 ok += 1
             elif any(a <= at <= b for a, b in traffic.flood_windows) and "y" not in good:
@@ -519,8 +348,9 @@ class Soak:
             f"unanswered, {shed:.0f} shed)"
         ] = verdicts["unanswered"] <= shed
 
+        sender = traffic.hostile
         hostile_rows, all_refused = hostile.outcomes(
-            traffic.hostile, traffic.watcher, audit.deadletters
+            sender.sent, seen, audit.deadletters, names, HostileSender.CLIENT, sender.shape
         )
         rows += hostile_rows
         refused = sum(r["ok"] for r in hostile_rows)
@@ -546,7 +376,13 @@ class Soak:
         return rows, checks
 
 
-def _row(traffic: str, sent=None, ok=None, bad=None, detail: str = "") -> dict:
+def _row(
+    traffic: str,
+    sent: int | None = None,
+    ok: int | None = None,
+    bad: int | None = None,
+    detail: str = "",
+) -> dict:
     if bad is None and sent is not None and ok is not None:
         bad = sent - ok
     return {"traffic": traffic, "sent": sent, "ok": ok, "bad": bad, "detail": detail}
