@@ -245,10 +245,12 @@ class Traffic:
 
     def _request(self, corr: bytes, bare: bool, client: LoadClient | None = None) -> bytes:
         client = client or self.requests
-        x = self.demo.sample(1).x[0].round(3).tolist()
         name = client.reply_topic.split("/")[-2]
         topic = self.names.predict_topic + ("" if bare else f"/{name}")
-        return client.request(topic, json.dumps({"x": x}).encode(), corr, qos=0)
+        return client.request(topic, json.dumps({"x": self._x()}).encode(), corr, qos=0)
+
+    def _x(self) -> list:
+        return self.demo.sample(1).x[0].astype(float).round(3).tolist()
 
     def start(self, t0: float) -> None:
         self.t0 = t0
@@ -294,14 +296,26 @@ class Traffic:
         with self._lock:
             self.samples.send(b"".join(self._sample("q") for _ in range(self.args.flood_samples)))
 
-    def request_flood(self, count: int) -> None:
+    def request_flood(self, count: int, expiry_s: int = 2) -> None:
+        """`count` requests at once, each expiring after `expiry_s` (MQTT v5): the actor
+        sheds what its inbox cannot hold and refuses what waited too long."""
         at = time.monotonic()
+        topic = f"{self.names.predict_topic}/{FLOOD}"
         packets = []
         for _ in range(count):
             self._q += 1
             corr = b"f%d" % self._q
             self.flood[corr] = at
-            packets.append(self._request(corr, bare=False, client=self.flooder))
+            payload = json.dumps({"x": self._x()}).encode()
+            packets.append(
+                publish_packet(
+                    topic,
+                    payload,
+                    response_topic=self.flooder.reply_topic,
+                    correlation=corr,
+                    expiry_s=expiry_s,
+                )
+            )
         self.flooder.send(b"".join(packets))
         self.flood_windows.append((at, at + 15.0))
 

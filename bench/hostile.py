@@ -36,9 +36,11 @@ def publish_packet(
     packet_id: int = 1,
     response_topic: str | None = None,
     correlation: bytes | None = None,
+    expiry_s: int | None = None,
 ) -> bytes:
-    """An MQTT v5 PUBLISH with any Response Topic and Correlation Data (bytes as given)."""
-    props = b""
+    """An MQTT v5 PUBLISH with any Response Topic and Correlation Data (bytes as given),
+    and a Message Expiry Interval when `expiry_s` is given."""
+    props = b"" if expiry_s is None else b"\x02" + struct.pack("!I", expiry_s)
     if response_topic is not None:
         props += b"\x08" + _str(response_topic.encode("utf-8", "surrogatepass"))
     if correlation is not None:

@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--request-rate", type=float, default=50.0, help="valid requests/s")
     parser.add_argument("--hostile-rate", type=float, default=4.0, help="hostile messages/s")
     parser.add_argument("--big-every-s", type=float, default=45.0, help="10,000-sample messages")
-    parser.add_argument("--flood-requests", type=int, default=1500)
+    parser.add_argument("--flood-requests", type=int, default=10000, help="QoS 0, per flood")
     parser.add_argument("--flood-samples", type=int, default=20000, help="QoS 0, per flood")
     parser.add_argument("--drain-s", type=float, default=180.0)
     args = parser.parse_args(argv)
