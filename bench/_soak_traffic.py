@@ -40,7 +40,7 @@ VALID, FLOOD = "soak-v", "soak-f"  # the {client} of valid requests and of reque
 
 
 def _verdict(payload: bytes) -> str:
-    """ "error" or "y" for a reply, "other" for anything else (such as a request)."""
+    """A reply's kind, "error" or "y"; "other" for anything else (such as a request)."""
     try:
         doc = json.loads(payload)
     except (ValueError, RecursionError):  # what a hostile request holds
@@ -134,14 +134,15 @@ class HostileSender(threading.Thread):
             self.sent.append(Sent(n, kind, probe.bare, not client._reader.is_alive()))
             client.close()
             return
-        try:
-            self._client.send(packet)
-        except OSError:
-            self.reconnects += 1
-            self._client.close()
-            self._client = self._connect()
-            self._client.send(packet)
-        self.sent.append(Sent(n, kind, probe.bare))
+        for _ in range(2):  # the broker closed the connection: once more on a new one
+            try:
+                self._client.send(packet)
+                self.sent.append(Sent(n, kind, probe.bare))
+                return
+            except OSError:
+                self.reconnects += 1
+                self._client.close()
+                self._client = self._connect()
 
     def close(self) -> None:
         self._client.close()
@@ -285,11 +286,10 @@ class Traffic:
         self.ledger.update(ids)
         x, y = s.x.astype(float).round(2).tolist(), s.y.astype(float).round(3).tolist()
         doc = {"ids": ids, "x": x, "y": y}  # under max_payload_bytes
-        packet = self.samples.request(
-            self.names.samples_topic, json.dumps(doc).encode(), b"", reply=False
-        )
+        payload = json.dumps(doc).encode()
         with self._lock:
-            self.samples.send(packet)
+            topic = self.names.samples_topic
+            self.samples.send(self.samples.request(topic, payload, b"", reply=False))
         self.qos0_flood()
 
     def qos0_flood(self) -> None:
