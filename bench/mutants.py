@@ -53,8 +53,7 @@ MUTANTS = (
         (
             (
                 "self._inbox.append((self._generation, client, msg))",
-                "client.ack(msg.mid, msg.qos)\n        "
-                "self._inbox.append((self._generation, client, msg))",
+                "client.ack(msg.mid, msg.qos)\nself._inbox.append((self._generation, client, msg))",
             ),
         ),
         (
@@ -69,7 +68,7 @@ MUTANTS = (
         (
             (
                 "result = self._retry(lambda: self._write(",
-                "self._acks.extend(batch)\n        self._ack_now()\n        "
+                "self._acks.extend(batch)\nself._ack_now()\n"
                 "result = self._retry(lambda: self._write(",
             ),
         ),
@@ -143,7 +142,7 @@ MUTANTS = (
     Mutant(
         "swap_during_batch",
         "streamlearn/actor.py",
-        (("y = self.predict(x)\n", "y = self.predict(x)\n        self.reload()\n"),),
+        (("y = self.predict(x)\n", "y = self.predict(x)\nself.reload()\n"),),
         (G + "test_a_reply_names_the_version_whose_weights_computed_it",),
         "a staged version is swapped in inside a batch (replies name weights they did not use)",
     ),
@@ -222,16 +221,31 @@ def copy_tree(dest: Path) -> None:
 
 
 def mutate(tree: Path, mutant: Mutant) -> str | None:
-    """Apply the edits; the anchor(s) of the first edit not found exactly once, or None."""
+    """Apply the edits; what went wrong (an anchor not found exactly once, a mutated file
+    that does not compile), or None.
+
+    A replacement's later lines get the anchor's line indentation, so that a mutant stays
+    valid when the code around its anchor is indented anew.
+    """
     path = tree / mutant.file
     text = path.read_text() if path.exists() else ""
     for edit in mutant.edits:
         choices = (edit,) if isinstance(edit[0], str) else edit
         found = next(((a, r) for a, r in choices if text.count(a) == 1), None)
         if found is None:
-            return " | ".join(a for a, _ in choices)
-        text = text.replace(*found)
+            return "anchor not found once: " + " | ".join(repr(a) for a, _ in choices)
+        anchor, replacement = found
+        at = text.index(anchor)
+        line = text[text.rfind("\n", 0, at) + 1 : at]
+        indent = line[: len(line) - len(line.lstrip())]
+        first, *rest = replacement.split("\n")
+        lines = [first, *(indent + r if r else r for r in rest)]
+        text = text.replace(anchor, "\n".join(lines))
     path.write_text(text)
+    try:
+        compile(text, str(path), "exec")
+    except SyntaxError as exc:
+        return f"the mutated file does not compile: {exc}"
     return None
 
 
@@ -303,10 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             tree = Path(tmp, m.name)
             shutil.copytree(base, tree)
             started = time.monotonic()
-            missing = mutate(tree, m)
-            if missing is not None:
-                rows.append(_row(m.name, m.file, m.tests, "anchor missing", started))
-                print(f"{m.name}: anchor not found once in {m.file}: {missing!r}")
+            problem = mutate(tree, m)
+            if problem is not None:
+                verdict = "anchor missing" if problem.startswith("anchor") else "invalid mutant"
+                rows.append(_row(m.name, m.file, m.tests, verdict, started))
+                print(f"{m.name}: {m.file}: {problem}")
             else:
                 verdict, tail = run_tests(tree, m.tests, args.timeout_s)
                 rows.append(_row(m.name, m.file, m.tests, verdict, started))
