@@ -39,15 +39,18 @@ AUDIT_GROUP = "soak-audit"
 VALID, FLOOD = "soak-v", "soak-f"  # the {client} of valid requests and of request floods
 
 
-def _verdict(payload: bytes) -> str:
-    """A reply's kind, "error" or "y"; "other" for anything else (such as a request)."""
+def _verdict(payload: bytes) -> tuple[str, str]:
+    """A reply's kind, "error" (with the error) or "y"; "other" for anything else (such as
+    a request)."""
     try:
         doc = json.loads(payload)
     except (ValueError, RecursionError):  # what a hostile request holds
-        return "other"
+        return "other", ""
     if not isinstance(doc, dict) or "model" not in doc:  # every reply names its model
-        return "other"
-    return "error" if "error" in doc else "y" if "y" in doc else "other"
+        return "other", ""
+    if "error" in doc:
+        return "error", str(doc["error"])
+    return ("y" if "y" in doc else "other"), ""
 
 
 class Watcher(LoadClient):
@@ -74,11 +77,10 @@ class Watcher(LoadClient):
         reply = self.replies.pop()
         if not reply.correlation:
             return
-        verdict = _verdict(reply.payload)
+        verdict, error = _verdict(reply.payload)
         if verdict == "other" and self.predict in topic:
             return
-        reason = reply.payload[:160].decode("utf-8", "replace") if verdict == "error" else ""
-        self.seen[reply.correlation].append((topic, verdict, reason))
+        self.seen[reply.correlation].append((topic, verdict, error[:200]))
 
 
 class HostileSender(threading.Thread):

@@ -280,7 +280,8 @@ def outcomes(
     client: str,
     shape: Shape,
 ) -> tuple[list[dict], bool]:
-    """One row per kind: how many were refused as promised; True when all were."""
+    """One row per kind, in catalogue order: how many were refused as promised; True when
+    all were. `seen`: correlation -> (topic, "error"/"y"/"other", error) of each reply."""
     marked: dict[int, list[str]] = defaultdict(list)  # marker number -> reasons
     unmarked: list[tuple[bytes, int]] = []
     for _source, reason, head, size in deadletters:
@@ -289,52 +290,43 @@ def outcomes(
             marked[n].append(reason)
         if not found:
             unmarked.append((head, size))
-    rows, all_ok = [], True
     by_kind: dict[Kind, list[Sent]] = defaultdict(list)
     for s in sent_all:
         by_kind[s.kind].append(s)
-    for kind, sent in by_kind.items():
-        ok, detail = 0, ""
-        if kind.topic == "samples":
-            if kind.marked:
-                got = [marked.get(s.n, []) for s in sent]
-                ok = sum(1 for reasons in got if reasons and all(reasons))
-                if kind.expect == "accepted":
-                    ok = sum(1 for reasons in got if not reasons)
-                letters = sum(map(len, got))
-                reasons = {r[:60] for rs in got for r in rs}
-                detail = f"{letters} dead letters; {'; '.join(sorted(reasons)[:2])}"
-                if kind.expect == "accepted":
-                    detail = f"accepted: {letters} dead letters"
+    rows, all_ok = [], True
+    for kind in (k for k in SAMPLE_KINDS + REQUEST_KINDS if k in by_kind):
+        sent = by_kind[kind]
+        if kind.topic == "samples" and not kind.marked:
+            payload = kind.make("", shape).payload
+            letters = sum(1 for h, n in unmarked if n == len(payload) and payload.startswith(h))
+            ok, detail = min(letters, len(sent)), f"{letters} dead letters (matched by payload)"
+        elif kind.topic == "samples":
+            got = [marked.get(s.n, []) for s in sent]
+            letters = sum(map(len, got))
+            if kind.expect == "accepted":
+                ok, detail = sum(not r for r in got), f"accepted; {letters} dead letters"
             else:
-                payload = kind.make("", shape).payload
-                letters = sum(
-                    1 for h, size in unmarked if size == len(payload) and payload.startswith(h)
-                )
-                ok = min(letters, len(sent))
-                detail = f"{letters} dead letters (matched by payload)"
+                ok = sum(1 for r in got if r and all(r))
+                first = next((r[0] for r in got if r), "")
+                detail = f"{letters} dead letters; {first[:60]}"
         elif kind.expect == "broker":
-            ok = sum(1 for s in sent if s.closed_by_broker)
+            ok = sum(s.closed_by_broker for s in sent)
             detail = "the broker closed the publisher's connection"
         else:
-            leaks = successes = unanswered = 0
-            reasons = set()
+            ok, leaks, answered, errors = 0, 0, 0, []
             for s in sent:
                 replies = seen.get(b"h%d" % s.n, [])
-                allowed = [v for t, v, _ in replies if reply_allowed(names, client, s.bare, t)]
-                leaks += any(not reply_allowed(names, client, s.bare, t) for t, _, _ in replies)
-                successes += "y" in allowed
-                unanswered += not replies
-                reasons |= {r[:70] for _, v, r in replies if v == "error"}
-                ok += "error" in allowed and len(allowed) == len(replies) and "y" not in allowed
-            detail = f"leaked {leaks}, answered with y {successes}, unanswered {unanswered}"
-            if reasons:
-                detail += f"; {sorted(reasons)[0]}"
+                mine = [v for t, v, _ in replies if reply_allowed(names, client, s.bare, t)]
+                leaks += len(mine) < len(replies)
+                answered += bool(replies)
+                errors += [e for _, v, e in replies if v == "error"]
+                ok += mine == ["error"]
+            detail = f"replies {answered}, leaked {leaks}; {errors[0][:60] if errors else ''}"
         all_ok &= ok == len(sent)
-        where = "samples" if kind.topic == "samples" else "request"
         rows.append(
             {
-                "traffic": f"hostile {where}: {kind.name}",
+                "traffic": f"hostile {'samples' if kind.topic == 'samples' else 'request'}: "
+                f"{kind.name}",
                 "sent": len(sent),
                 "ok": ok,
                 "bad": len(sent) - ok,
