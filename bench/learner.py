@@ -34,8 +34,8 @@ from streamlearn.batching import Batch, samples_batch
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Samples
 from streamlearn.weights import WeightsStore
 
 INPUTS = 9

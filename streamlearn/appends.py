@@ -32,7 +32,7 @@ import numpy as np
 import redis
 
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
+from streamlearn.records import Samples
 
 GROUP = "learners"
 # Samples per script call: a call blocks Redis while it runs, so keep each to a few ms.

@@ -25,8 +25,8 @@ import redis
 
 from streamlearn.config import LearnerConfig
 from streamlearn.errors import StreamlearnError
-from streamlearn.payloads import Samples
 from streamlearn.queue import Packed, SampleQueue
+from streamlearn.records import Samples
 from streamlearn.retries import Retried
 
 _READ_BATCHES = 4

@@ -7,7 +7,7 @@ import zlib
 import numpy as np
 
 from streamlearn.config import ModelConfig
-from streamlearn.payloads import Samples
+from streamlearn.records import Samples
 
 
 class DemoStream:

@@ -1,7 +1,9 @@
 """Parsing and validation of MQTT payloads (samples and prediction requests).
 
-Pure functions of bytes: no I/O, no Keras, so ingest stays light. Anything invalid raises
-`PayloadError` whose message is the reason a user sees (dead letter or error reply).
+Pure functions of bytes: no I/O, no Keras, so ingest stays light. What is valid becomes
+the records of `streamlearn.records`; anything invalid raises `PayloadError` whose message
+is the reason a user sees (dead letter or error reply). The common, fully valid sample
+messages take a one-pass path first (`streamlearn.fastparse`).
 
 A model with a `window` also takes keyed observations: `{"key": .., "seq": .., "x": [F
 numbers], "y"?: ..}`, one step of one device's sequence, from which the service builds
@@ -12,21 +14,26 @@ that device's windows itself (`streamlearn.windows`); and key-only prediction re
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
-from pydantic_core import from_json
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from streamlearn.config import ModelConfig
 from streamlearn.errors import PayloadError
+from streamlearn.fastparse import FastSamples
+from streamlearn.records import (
+    Observations,
+    Parsed,
+    Rejection,
+    Request,
+    SampleId,
+    Samples,
+    concat,
+    concat_observations,
+)
 
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-_F32_MAX = float(np.finfo(np.float32).max)
-# A number that stays finite as float32: what the fast path accepts without numpy checks.
-_F32 = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-_F32_MAX, le=_F32_MAX)]
-SampleId = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
 RequestId = Annotated[str, Field(strict=True, max_length=256)] | Annotated[int, Field(strict=True)]
 Topic = Annotated[str, Field(strict=True, min_length=1, max_length=512, pattern=r"^[^#+]+$")]
 # A device's key names a Redis key: short, no whitespace or control characters.
@@ -79,66 +86,6 @@ class _Request(_Strict):
 class _KeyedRequest(_Request):
     key: WindowKey
     seq: Seq | None = None
-
-
-@dataclass(frozen=True)
-class Samples:
-    """Accepted samples of one message: `x` is (n, *sample_shape), `y` is (n,), float32."""
-
-    x: np.ndarray
-    y: np.ndarray
-    ids: tuple[str | None, ...] | None = None
-
-    def __len__(self) -> int:
-        return len(self.y)
-
-
-@dataclass(frozen=True)
-class Observations:
-    """Accepted keyed observations, in arrival order: `keys[i]` saw `x[i]` (inputs,) at
-    `seq[i]`; `y[i]` is NaN for an observation without a target (it only extends its
-    key's window). `seq` is float64, `x` and `y` float32."""
-
-    keys: tuple[str, ...]
-    seq: np.ndarray
-    x: np.ndarray
-    y: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """A rejected message (or its rejected items) and why; `kind` labels the reason."""
-
-    reason: str
-    payload: bytes
-    kind: str = "other"
-
-
-class Parsed(NamedTuple):
-    """What a samples message holds: whole samples, keyed observations, rejected parts."""
-
-    samples: Samples | None
-    observations: Observations | None
-    rejections: list[Rejection]
-
-
-@dataclass(frozen=True)
-class Request:
-    """A valid prediction request: `x` is (n, *sample_shape); `batched` says reply with a list.
-
-    A keyed request (`key` set) has only the newest step, `x` (1, inputs): the earlier
-    steps of its window are the key's stored observations (before `seq`, when given).
-    """
-
-    x: np.ndarray
-    batched: bool
-    id: str | int | None = None
-    reply_to: str | None = None
-    key: str | None = None
-    seq: float | None = None
 
 
 def _nested(depth: int) -> TypeAdapter[Any]:
@@ -214,42 +161,6 @@ def _decode(raw: bytes, limit: int) -> dict[str, Any]:
     return doc
 
 
-def _fast_schema(model: ModelConfig) -> tuple[TypeAdapter[Any], type]:
-    """One-pass JSON validation (in Rust) of the common, fully valid sample payloads.
-
-    Stricter than the reference path (fixed row lengths, float32 range, targets in range),
-    so whatever it accepts, the reference path accepts with the same values; anything it
-    refuses takes the reference path, which decides and gives the reason.
-    """
-    row: Any = _F32
-    for size in reversed(model.sample_shape):
-        row = Annotated[list[row], Field(min_length=size, max_length=size)]
-    if model.task == "binary":
-        target: Any = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)]
-    elif model.task == "multiclass":
-        target = Annotated[int, Field(strict=True, ge=0, lt=model.classes or 0)]
-    else:
-        target = _F32
-    limit = model.ingest.max_samples_per_message
-    strict = ConfigDict(extra="forbid", strict=True, frozen=True)
-    one = create_model(
-        "_FastSample", __config__=strict, x=(row, ...), y=(target, ...), id=(SampleId | None, None)
-    )
-    many = create_model(
-        "_FastColumnar",
-        __config__=strict,
-        x=(Annotated[list[row], Field(min_length=1, max_length=limit)], ...),
-        y=(Annotated[list[target], Field(min_length=1, max_length=limit)], ...),
-        ids=(list[SampleId] | None, None),
-    )
-    items = create_model(
-        "_FastList",
-        __config__=strict,
-        samples=(Annotated[list[one], Field(min_length=1, max_length=limit)], ...),
-    )
-    return TypeAdapter(Annotated[one | many | items, Field(union_mode="left_to_right")]), items
-
-
 class PayloadParser:
     """Validates payloads against one model's input shape and task.
 
@@ -263,7 +174,7 @@ class PayloadParser:
         self._one = _nested(len(self.shape))
         self._one_step = _nested(1)
         self._many = _nested(len(self.shape) + 1)
-        self._fast, self._fast_list = _fast_schema(model) if fast else (None, None)
+        self._fast = FastSamples(model) if fast else None
 
     # -- samples -------------------------------------------------------------------------
 
@@ -274,7 +185,7 @@ class PayloadParser:
         hold back the good ones beside it; a single or columnar payload is judged whole.
         """
         if self._fast is not None and len(raw) <= self.model.ingest.max_payload_bytes:
-            samples = self._parse_fast(raw)
+            samples = self._fast.parse(raw)
             if samples is not None:
                 return Parsed(samples, None, [])
         try:
@@ -294,40 +205,6 @@ class PayloadParser:
         observations are left out; such a model rejects them)."""
         parsed = self.parse_message(raw)
         return parsed.samples, parsed.rejections
-
-    def _parse_fast(self, raw: bytes) -> Samples | None:
-        """None: not a fully valid message (the reference path then says why). Fields are
-        counted first: validation would report each unknown one, however many."""
-        assert self._fast is not None
-        try:
-            doc = from_json(raw)  # the parser validate_json uses
-        except ValueError:
-            return None
-        if type(doc) is not dict or len(doc) > MAX_FIELDS:
-            return None
-        items = doc.get("samples")
-        if type(items) is list and any(type(i) is dict and len(i) > MAX_FIELDS for i in items):
-            return None
-        try:
-            doc = self._fast.validate_python(doc)
-        except ValidationError:
-            return None
-        if type(doc) is self._fast_list:
-            rows = [s.x for s in doc.samples]
-            y = [s.y for s in doc.samples]
-            ids = [s.id for s in doc.samples]
-            ids = None if all(i is None for i in ids) else ids
-        elif isinstance(doc.y, list):
-            rows, y, ids = doc.x, doc.y, doc.ids
-            if len(y) != len(rows) or (ids is not None and len(ids) != len(y)):
-                return None
-        else:
-            rows, y, ids = [doc.x], [doc.y], None if doc.id is None else [doc.id]
-        return Samples(
-            np.array(rows, dtype=np.float32),
-            np.array(y, dtype=np.float32),
-            None if ids is None else tuple(ids),
-        )
 
     def _parse_list(self, doc: dict[str, Any], raw: bytes) -> Parsed:
         """Items are judged one by one; the rejected ones make one dead letter together
@@ -513,29 +390,3 @@ def _depth(value: Any) -> int:
     while isinstance(value, list) and value:
         depth, value = depth + 1, value[0]
     return depth
-
-
-def concat_observations(parts: list[Observations]) -> Observations | None:
-    """Join accepted observations into one, in order; None when there are none."""
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    return Observations(
-        tuple(k for p in parts for k in p.keys),
-        np.concatenate([p.seq for p in parts]),
-        np.concatenate([p.x for p in parts]),
-        np.concatenate([p.y for p in parts]),
-    )
-
-
-def concat(parts: list[Samples]) -> Samples | None:
-    """Join accepted samples into one; None when there are none."""
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    ids = None
-    if any(p.ids is not None for p in parts):
-        ids = tuple(i for p in parts for i in (p.ids or (None,) * len(p)))
-    return Samples(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]), ids)

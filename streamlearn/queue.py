@@ -20,7 +20,7 @@ import redis
 
 from streamlearn.appends import Appended, Appender
 from streamlearn.names import Names
-from streamlearn.payloads import Rejection, Samples
+from streamlearn.records import Rejection, Samples
 
 GROUP = "learners"
 

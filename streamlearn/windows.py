@@ -40,7 +40,7 @@ import numpy as np
 import redis
 
 from streamlearn.names import Names
-from streamlearn.payloads import Observations
+from streamlearn.records import Observations
 
 # Observations per script call: a call blocks Redis while it runs, so keep each short.
 CHUNK_OBSERVATIONS = 1000

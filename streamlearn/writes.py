@@ -21,8 +21,8 @@ import redis
 
 from streamlearn.champion import Contest, Promotion
 from streamlearn.config import IngestConfig, LearnerConfig
-from streamlearn.payloads import Rejection
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Rejection
 from streamlearn.retries import CALLS, RedisHealth, Retried
 from streamlearn.weights import VariantWeights, WeightsStore
 

@@ -28,8 +28,8 @@ from streamlearn.config import Settings, load_config
 from streamlearn.errors import StreamlearnError
 from streamlearn.monitor import StatusMonitor
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Samples
 from streamlearn.weights import WeightsStore
 from tests.conftest import ROOT, eventually, role_env
 from tests.deployed import (

@@ -21,8 +21,8 @@ from streamlearn.config import ActorConfig, LearnerConfig, ModelConfig
 from streamlearn.embedded import free_port
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import GROUP, SampleQueue, unpack
+from streamlearn.records import Samples
 from streamlearn.weights import WeightsStore
 from tests.conftest import eventually
 

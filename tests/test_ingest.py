@@ -11,8 +11,8 @@ import numpy as np
 
 from streamlearn.appends import CHUNK_SAMPLES
 from streamlearn.names import Names
-from streamlearn.payloads import Rejection, Samples
 from streamlearn.queue import SampleQueue, unpack
+from streamlearn.records import Rejection, Samples
 from tests.conftest import eventually, plain_paho
 from tests.deployed import redis_as
 

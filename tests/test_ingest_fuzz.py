@@ -24,8 +24,9 @@ from paho.mqtt.enums import CallbackAPIVersion
 from streamlearn.config import parse_config
 from streamlearn.ingest import Ingest
 from streamlearn.names import Names
-from streamlearn.payloads import PayloadParser, Rejection, Samples
+from streamlearn.payloads import PayloadParser
 from streamlearn.queue import SampleQueue, unpack
+from streamlearn.records import Rejection, Samples
 from tests.conftest import eventually, plain_paho
 from tests.test_payloads import _mutate, json_values
 

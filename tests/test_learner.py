@@ -15,8 +15,8 @@ from streamlearn.errors import WeightsError
 from streamlearn.learner import Learner
 from streamlearn.metrics import SnapshotCollector
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import GROUP, SampleQueue
+from streamlearn.records import Samples
 from streamlearn.weights import WeightsStore
 
 

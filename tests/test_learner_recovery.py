@@ -17,8 +17,8 @@ import pytest
 from streamlearn import codec
 from streamlearn.checkpoint import CheckpointDir
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Samples
 from tests.conftest import ROOT, eventually, role_env
 
 SAMPLES = 6000
@@ -105,8 +105,8 @@ from streamlearn import models
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Samples
 from streamlearn.weights import WeightsStore
 
 url, prefix = sys.argv[1:3]

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from streamlearn.config import parse_config
 from streamlearn.errors import PayloadError
-from streamlearn.payloads import PayloadParser, Samples
+from streamlearn.payloads import PayloadParser
+from streamlearn.records import Samples
 
 
 def _parser(**model: Any) -> PayloadParser:

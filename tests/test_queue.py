@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import GROUP, SampleQueue
+from streamlearn.records import Samples
 
 
 def make_queue(redis, settings, shape=(3,)) -> SampleQueue:

@@ -23,8 +23,8 @@ from streamlearn.config import PromotionConfig, parse_config
 from streamlearn.errors import ConfigError
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.payloads import Samples
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Samples
 from streamlearn.weights import VariantWeights, WeightsStore
 from tests.deployed import redis_as
 

@@ -15,8 +15,8 @@ import redis as redis_lib
 
 from streamlearn import codec, mqtt
 from streamlearn.names import Names
-from streamlearn.payloads import Observations
 from streamlearn.queue import SampleQueue
+from streamlearn.records import Observations
 from streamlearn.windows import WindowStore
 from tests.conftest import Client, eventually, role_env
 from tests.deployed import redis_as
