@@ -16,13 +16,39 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
+import paho.mqtt.properties as _paho_properties
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties, VariableByteIntegers
+from paho.mqtt.properties import MalformedPacket, Properties, VariableByteIntegers
 
 from streamlearn.errors import ConfigError, StreamlearnError
 
 log = logging.getLogger(__name__)
+
+
+def _read_utf(buffer: bytes, maxlen: int) -> tuple[str, int]:
+    """paho's `readUTF`, except that U+FEFF is accepted, as MQTT 5 requires (1.5.4-3: it
+    "MUST NOT be skipped over or stripped off by a packet receiver").
+
+    paho 2.2 treats U+FEFF in any string property as a malformed packet and drops the
+    connection, and Mosquitto passes such a Response Topic on: one request carrying it
+    would disconnect every actor it reached. The actor refuses the topic itself and
+    answers with an error reply instead.
+    """
+    if maxlen < 2:
+        raise MalformedPacket("Not enough data to read string length")
+    length = _paho_properties.readInt16(buffer)
+    if length > maxlen - 2:
+        raise MalformedPacket("Length delimited string too long")
+    text = buffer[2 : 2 + length].decode("utf-8")
+    if "\x00" in text:
+        raise MalformedPacket("[MQTT-1.5.4-2] Null found in UTF-8 data")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in text):
+        raise MalformedPacket("[MQTT-1.5.4-1] D800-DFFF found in UTF-8 data")
+    return text, length + 2
+
+
+_paho_properties.readUTF = _read_utf
 
 MessageHandler = Callable[[mqtt.Client, object, mqtt.MQTTMessage], None]
 

@@ -250,6 +250,17 @@ def test_response_topic_a_broker_would_refuse_never_reaches_a_publish(serve, dev
     still_serving(actor, pid, me)
 
 
+def test_a_response_topic_with_u_feff_gets_an_error_reply_not_a_disconnect(serve, devices):
+    # Mosquitto passes U+FEFF on (MQTT 5 allows it); paho alone would call it malformed
+    actor = serve()
+    pid = actor.proc.pid
+    me = devices()
+    for _ in range(3):
+        topic, body = me.ask({"x": [1, 2]}, response_topic=f"{me.replies}/a\ufeffb")
+        assert topic == me.replies and "refused" in body["error"], body
+    still_serving(actor, pid, me)
+
+
 def test_replies_go_only_into_the_request_reply_space(serve, devices, settings, names, status):
     actor = serve()
     pid = actor.proc.pid
