@@ -335,12 +335,13 @@ class Soak:
         )
         rows.append(
             _row(
-                "request floods (QoS 0 bursts)",
+                f"request floods ({len(traffic.flood_windows)} bursts, QoS 0)",
                 len(traffic.flood),
                 verdicts["y"] + verdicts["error"],
                 verdicts["unanswered"],
-                f"predictions {verdicts['y']}, error replies {verdicts['error']}, "
-                f"shed by the actor (its count) {shed:.0f}",
+                f"predictions {verdicts['y']}, error replies {verdicts['error']} (the "
+                f"actor's expired {actor.get('streamlearn_actor_expired_requests_total', 0):.0f}"
+                f"), shed {shed:.0f}; expiry 2 s",
             )
         )
         checks[
