@@ -8,6 +8,10 @@ bytes. A prediction request must get an error reply on a topic of the requester'
 reply space (`streamlearn.replies`), matched by its MQTT v5 Correlation Data; a reply
 anywhere else is a leak. A Response Topic with a control character never reaches the
 service: Mosquitto disconnects the publisher, which is what is checked for it.
+
+Two kinds are not refused whole: the valid items of a mixed list join the soak's ledger
+(learned exactly once), and 1,000 new device keys per message are accepted, so that over
+a run more devices come than `ingest.max_devices` keeps.
 """
 
 from __future__ import annotations
