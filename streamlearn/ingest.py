@@ -1,10 +1,11 @@
 """Ingest: MQTT sample messages -> validated, packed stream entries in Redis.
 
-paho's network thread only enqueues (and sends the PUBACKs queued for it); the loop here
-validates a run of messages, appends them to Redis in one round trip and only then lets
-them be acknowledged, so a crash at any point leaves unacknowledged messages with the
-broker, never a lost sample. A redelivered message adds nothing twice: sample ids are
-de-duplicated in the same atomic step as the append (`streamlearn.appends`).
+paho's network thread only enqueues (and sends the PUBACKs queued for it: the inbox,
+`streamlearn.ingest_inbox`); the loop here validates a run of messages, appends them to
+Redis in one round trip and only then lets them be acknowledged, so a crash at any point
+leaves unacknowledged messages with the broker, never a lost sample. A redelivered message
+adds nothing twice: sample ids are de-duplicated in the same atomic step as the append
+(`streamlearn.appends`).
 
 Keyed observations (models with a window) take the same path: they go to their keys'
 windows in Redis (`streamlearn.windows`, exactly once by key and seq) before the message is
@@ -13,8 +14,7 @@ acknowledged, and every full window with a target becomes a training sample.
 Back-pressure: while more samples than `max_backlog_samples` wait for the learner, the
 loop stops taking messages. Unacknowledged messages fill the client's receive maximum, and
 the broker then holds the rest in the persistent session until the loop resumes. QoS 0
-messages are not held by the broker: the inbox takes them up to `max_inbox_messages` and
-`max_inbox_bytes`, and drops (and counts) the rest; QoS 0 promises nothing more.
+messages, which the broker does not hold, wait in the bounded inbox or are dropped.
 
 Redis failures: one that passes (down, out of memory, busy, loading, ...) is retried with
 a capped backoff for as long as it lasts, nothing acknowledged meanwhile. One that will
@@ -30,12 +30,10 @@ import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import paho.mqtt.client as mqtt
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -50,6 +48,7 @@ from redis.exceptions import (
 
 from streamlearn.appends import Appended
 from streamlearn.config import IngestConfig
+from streamlearn.ingest_inbox import Delivery, IngestInbox
 from streamlearn.payloads import Parsed, PayloadParser, Rejection
 from streamlearn.queue import SampleQueue
 from streamlearn.windows import WindowsAppended, WindowStore
@@ -71,7 +70,6 @@ TRANSIENT = (
 )
 # Error codes of replies that pass, for which redis-py has no class.
 TRANSIENT_CODES = frozenset({"BUSY", "MISCONF", "NOREPLICAS", "UNBLOCKED"})
-_DROP_LOG_EVERY_S = 10.0
 
 
 def transient(exc: redis.RedisError) -> bool:
@@ -96,7 +94,6 @@ class _Refused(Exception):
         self.deadletters_written = deadletters_written
 
 
-Delivery = tuple[int, mqtt.Client, mqtt.MQTTMessage]  # (connection generation, client, msg)
 T = TypeVar("T")
 
 
@@ -152,16 +149,10 @@ class Ingest:
         self._holding = False
         self._measured_at = -math.inf
         self._added = 0  # samples written since the backlog was last measured
-        self._inbox: deque[Delivery] = deque()
-        # Payload bytes in the inbox: in - out, each written by one thread only.
-        self._bytes_in = self._bytes_out = 0
-        self._dropped = 0  # QoS 0 messages dropped, inbox full (written by paho's thread)
-        self._drop_logged_at = -math.inf
-        self._arrived = threading.Event()
-        self._wanted = max_run
-        self._generation = 0
-        self._ack_lock = threading.Lock()
-        self._acks: deque[Delivery] = deque()  # in Redis, to acknowledge
+        self.inbox = IngestInbox(cfg)
+        # paho's callbacks, for the client that subscribes to the samples
+        self.on_message = self.inbox.on_message
+        self.on_pre_connect = self.inbox.on_pre_connect
         self._backoff = ExponentialBackoff(cap=2.0, base=0.05)
 
     def metrics(self) -> dict[str, float | int | None]:
@@ -179,64 +170,12 @@ class Ingest:
             "late_observations_total": c.late_observations,
             "short_window_observations_total": c.short_windows,
             "evicted_windows_total": c.evicted_windows,
-            "qos0_dropped_total": self._dropped,
+            "qos0_dropped_total": self.inbox.dropped,
             "backlog_samples": self.backlog,
             "holding": int(self._holding),
-            "inbox_messages": len(self._inbox),
-            "inbox_bytes": self._bytes_in - self._bytes_out,
+            "inbox_messages": len(self.inbox),
+            "inbox_bytes": self.inbox.bytes,
         }
-
-    # -- paho callbacks (network thread): hand over and return at once ---------------------
-
-    def on_message(self, client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
-        if self._acks:
-            self._flush_acks()
-        size = len(msg.payload)
-        if msg.qos == 0 and (
-            len(self._inbox) >= self.cfg.max_inbox_messages
-            or self._bytes_in - self._bytes_out + size > self.cfg.max_inbox_bytes
-        ):
-            self._drop()
-            return
-        self._bytes_in += size
-        self._inbox.append((self._generation, client, msg))
-        waiting = len(self._inbox)
-        if waiting == 1 or waiting >= self._wanted:
-            self._arrived.set()
-
-    def _drop(self) -> None:
-        """A QoS 0 message with the inbox full: QoS 0 promises no delivery, and the broker
-        keeps none for us (QoS 1 messages are bounded by the receive maximum instead)."""
-        self._dropped += 1
-        now = time.monotonic()
-        if now - self._drop_logged_at >= _DROP_LOG_EVERY_S:
-            self._drop_logged_at = now
-            log.warning(
-                "inbox full (%d messages, %d bytes): dropping QoS 0 messages, %d so far",
-                len(self._inbox),
-                self._bytes_in - self._bytes_out,
-                self._dropped,
-            )
-
-    def on_pre_connect(self, _client: mqtt.Client, _userdata: object) -> None:
-        """Before each reconnect: the broker redelivers what the old connection left
-        unacknowledged, so its messages are written but never acknowledged (an ack could
-        reach a packet id the broker has since given to another message)."""
-        with self._ack_lock:
-            self._generation += 1
-
-    def _flush_acks(self) -> None:
-        """PUBACK what Redis holds, from paho's thread as it delivers the next message (or
-        from the loop when none comes): each ack is a syscall that hands the GIL over, which
-        from the loop's thread would cost two thread switches per message. Messages of an
-        older connection are left for the broker to redeliver."""
-        while True:
-            try:
-                generation, client, msg = self._acks.popleft()
-            except IndexError:
-                return
-            if generation == self._generation:
-                client.ack(msg.mid, msg.qos)
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -247,40 +186,12 @@ class Ingest:
         while not stop.is_set() and (max_messages is None or done < max_messages):
             if self._held_back(stop):
                 continue
-            batch = self._take(self.max_run if max_messages is None else max_messages - done)
+            limit = self.max_run if max_messages is None else max_messages - done
+            batch = self.inbox.take(limit, self.linger_s)
             if batch and self._process(batch, stop):
                 done += len(batch)
-        self._ack_now()
+        self.inbox.ack_now()
         return done
-
-    def _take(self, limit: int) -> list[Delivery]:
-        """Up to `limit` messages: wait for the first, then up to `linger_s` for more.
-
-        Long runs keep the Redis round trips, and the hand-overs of the GIL between this
-        thread and paho's, few per message.
-        """
-        self._wanted = limit
-        if not self._inbox:
-            self._ack_now()  # no message is coming to carry the acks
-        if not self._wait_for(1, 0.1):
-            return []
-        self._wait_for(limit, self.linger_s)
-        batch: list[Delivery] = []
-        while len(batch) < limit:
-            try:
-                batch.append(self._inbox.popleft())
-            except IndexError:
-                break
-            self._bytes_out += len(batch[-1][2].payload)
-        return batch
-
-    def _wait_for(self, count: int, timeout_s: float) -> bool:
-        """Wait until `count` messages are in the inbox, at most `timeout_s`; True if any."""
-        if len(self._inbox) < count:
-            self._arrived.clear()
-            if len(self._inbox) < count:
-                self._arrived.wait(timeout_s)
-        return bool(self._inbox)
 
     def _held_back(self, stop: threading.Event) -> bool:
         """Back-pressure: True (after a pause) while the learner is too far behind."""
@@ -292,7 +203,7 @@ class Ingest:
                 self._measured(measured)
         if not self._holding:
             return False
-        self._ack_now()
+        self.inbox.ack_now()
         stop.wait(self.poll_s)
         return True
 
@@ -325,7 +236,7 @@ class Ingest:
         if result is None:
             log.warning("stopping: %d messages left unacknowledged for redelivery", len(batch))
             return False
-        self._acks.extend(batch)
+        self.inbox.acknowledge(batch)
         written, windowed, stored = result
         if written.backlog is not None:
             self._measured(written.backlog)
@@ -445,10 +356,6 @@ class Ingest:
             deadletter_payload_bytes=self.cfg.deadletter_payload_bytes,
             backlog=measure,
         )
-
-    def _ack_now(self) -> None:
-        with self._ack_lock:  # a reconnect does not change the generation meanwhile
-            self._flush_acks()
 
     def _retry(
         self, call: Callable[[], T], stop: threading.Event, refusals_pass: bool = False

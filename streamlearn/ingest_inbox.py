@@ -1,0 +1,148 @@
+"""Ingest's inbox: sample messages handed over by paho's network thread to the ingest
+loop, and their PUBACKs handed back.
+
+paho's thread only appends here (and sends the PUBACKs queued for it) and returns at once;
+the loop takes runs of messages and, once Redis holds a run, queues its PUBACKs. QoS 1
+messages are bounded by the client's receive maximum. QoS 0 messages are not held by the
+broker: the inbox takes them up to `max_inbox_messages` and `max_inbox_bytes`, and drops
+(and counts) the rest; QoS 0 promises nothing more.
+
+A message is acknowledged only on the connection that delivered it: after a reconnect the
+broker redelivers what the old connection left unacknowledged, and an old packet id may
+by then name another message.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+
+import paho.mqtt.client as mqtt
+
+from streamlearn.config import IngestConfig
+
+log = logging.getLogger("streamlearn.ingest")  # its warnings are the ingest worker's
+
+_DROP_LOG_EVERY_S = 10.0
+
+Delivery = tuple[int, mqtt.Client, mqtt.MQTTMessage]  # (connection generation, client, msg)
+
+
+class IngestInbox:
+    """Messages waiting for the ingest loop, and the PUBACKs of those Redis holds."""
+
+    def __init__(self, cfg: IngestConfig) -> None:
+        self.cfg = cfg
+        self.dropped = 0  # QoS 0 messages dropped, inbox full (written by paho's thread)
+        self._messages: deque[Delivery] = deque()
+        # Payload bytes in the inbox: in - out, each written by one thread only.
+        self._bytes_in = self._bytes_out = 0
+        self._drop_logged_at = -math.inf
+        self._arrived = threading.Event()
+        self._wanted = 1  # how many messages the loop waits for
+        self._generation = 0
+        self._ack_lock = threading.Lock()
+        self._acks: deque[Delivery] = deque()  # in Redis, to acknowledge
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    @property
+    def bytes(self) -> int:
+        """Payload bytes waiting."""
+        return self._bytes_in - self._bytes_out
+
+    # -- paho callbacks (network thread): hand over and return at once ---------------------
+
+    def on_message(self, client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
+        if self._acks:
+            self._flush_acks()
+        size = len(msg.payload)
+        if msg.qos == 0 and (
+            len(self._messages) >= self.cfg.max_inbox_messages
+            or self._bytes_in - self._bytes_out + size > self.cfg.max_inbox_bytes
+        ):
+            self._drop()
+            return
+        self._bytes_in += size
+        self._messages.append((self._generation, client, msg))
+        waiting = len(self._messages)
+        if waiting == 1 or waiting >= self._wanted:
+            self._arrived.set()
+
+    def _drop(self) -> None:
+        """A QoS 0 message with the inbox full: QoS 0 promises no delivery, and the broker
+        keeps none for us (QoS 1 messages are bounded by the receive maximum instead)."""
+        self.dropped += 1
+        now = time.monotonic()
+        if now - self._drop_logged_at >= _DROP_LOG_EVERY_S:
+            self._drop_logged_at = now
+            log.warning(
+                "inbox full (%d messages, %d bytes): dropping QoS 0 messages, %d so far",
+                len(self._messages),
+                self.bytes,
+                self.dropped,
+            )
+
+    def on_pre_connect(self, _client: mqtt.Client, _userdata: object) -> None:
+        """Before each reconnect: the broker redelivers what the old connection left
+        unacknowledged, so its messages are written but never acknowledged (an ack could
+        reach a packet id the broker has since given to another message)."""
+        with self._ack_lock:
+            self._generation += 1
+
+    def _flush_acks(self) -> None:
+        """PUBACK what Redis holds, from paho's thread as it delivers the next message (or
+        from the loop when none comes): each ack is a syscall that hands the GIL over, which
+        from the loop's thread would cost two thread switches per message. Messages of an
+        older connection are left for the broker to redeliver."""
+        while True:
+            try:
+                generation, client, msg = self._acks.popleft()
+            except IndexError:
+                return
+            if generation == self._generation:
+                client.ack(msg.mid, msg.qos)
+
+    # -- the loop's side -------------------------------------------------------------------
+
+    def take(self, limit: int, linger_s: float) -> list[Delivery]:
+        """Up to `limit` messages: wait for the first, then up to `linger_s` for more.
+
+        Long runs keep the Redis round trips, and the hand-overs of the GIL between this
+        thread and paho's, few per message.
+        """
+        self._wanted = limit
+        if not self._messages:
+            self.ack_now()  # no message is coming to carry the acks
+        if not self._wait_for(1, 0.1):
+            return []
+        self._wait_for(limit, linger_s)
+        batch: list[Delivery] = []
+        while len(batch) < limit:
+            try:
+                batch.append(self._messages.popleft())
+            except IndexError:
+                break
+            self._bytes_out += len(batch[-1][2].payload)
+        return batch
+
+    def _wait_for(self, count: int, timeout_s: float) -> bool:
+        """Wait until `count` messages are in the inbox, at most `timeout_s`; True if any."""
+        if len(self._messages) < count:
+            self._arrived.clear()
+            if len(self._messages) < count:
+                self._arrived.wait(timeout_s)
+        return bool(self._messages)
+
+    def acknowledge(self, batch: list[Delivery]) -> None:
+        """Queue the PUBACKs of messages Redis holds; paho's thread sends them with the
+        next delivery, or `ack_now` does."""
+        self._acks.extend(batch)
+
+    def ack_now(self) -> None:
+        with self._ack_lock:  # a reconnect does not change the generation meanwhile
+            self._flush_acks()
