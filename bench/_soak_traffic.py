@@ -3,7 +3,8 @@
 `Traffic` sends the valid samples (each id in its ledger) and requests on a schedule, and
 the floods; `HostileSender` the catalogue of `bench.hostile`; `Watcher` sees every reply
 under the prefix, by Correlation Data and topic; `Audit` reads every stream entry (through
-a consumer group of its own) and every dead letter.
+a consumer group of its own) and every dead letter; `scrape` and `rss_kib` read the
+workers' metrics and memory.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import json
 import struct
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from itertools import zip_longest
+from pathlib import Path
 
 import redis
 
@@ -191,6 +194,33 @@ class Audit(threading.Thread):
             self.deadletters.append(
                 (f[b"source"].decode(), f[b"reason"].decode(), head, int(f[b"size"]))
             )
+
+
+def rss_kib(pid: int) -> int | None:
+    """VmRSS of a live process, KiB; None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A worker's /metrics, summed over labels (dead letters also by reason)."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    except OSError:
+        return {}
+    out: dict[str, float] = defaultdict(float)
+    for line in text.decode().splitlines():
+        if line.startswith("streamlearn_"):
+            name, _, value = line.rpartition(" ")
+            out[name.split("{")[0]] += float(value)
+            if "reason=" in name:
+                out[name] += float(value)
+    return dict(out)
 
 
 class Traffic:

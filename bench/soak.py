@@ -26,15 +26,22 @@ import tempfile
 import threading
 import time
 import tomllib
-import urllib.request
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import redis
 
 from bench import hostile
 from bench._report import report
-from bench._soak_traffic import AUDIT_GROUP, VALID, Audit, HostileSender, Traffic
+from bench._soak_traffic import (
+    AUDIT_GROUP,
+    VALID,
+    Audit,
+    HostileSender,
+    Traffic,
+    rss_kib,
+    scrape,
+)
 from bench._stack import Proc, Stack, broker
 from streamlearn import embedded
 from streamlearn.config import parse_config
@@ -55,32 +62,6 @@ learning_rate = 0.01
 max_backlog_samples = 5000   # a 10,000-sample message turns back-pressure on
 """
 ROLES = ("learner", "ingest", "actor")
-
-
-def _rss_kib(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _scrape(port: int) -> dict[str, float]:
-    """A worker's /metrics, summed over labels (dead letters also by reason)."""
-    try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-    except OSError:
-        return {}
-    out: dict[str, float] = defaultdict(float)
-    for line in text.decode().splitlines():
-        if line.startswith("streamlearn_"):
-            name, _, value = line.rpartition(" ")
-            out[name.split("{")[0]] += float(value)
-            if "reason=" in name:
-                out[name] += float(value)
-    return dict(out)
 
 
 def start_stack(stack: Stack, config: Path) -> tuple[dict[str, Proc], dict[str, int]]:
@@ -137,8 +118,8 @@ class Soak:
             stop_audit.set()
             audit.join(5)
             audit.poll(block_ms=None)
-            metrics = {role: _scrape(port) for role, port in ports.items()}
-            rss_end = {role: _rss_kib(pid) for role, pid in self.pids.items()}
+            metrics = {role: scrape(port) for role, port in ports.items()}
+            rss_end = {role: rss_kib(pid) for role, pid in self.pids.items()}
             alive = {
                 role: p.proc.poll() is None and p.proc.pid == self.pids[role]
                 for role, p in procs.items()
@@ -173,7 +154,7 @@ class Soak:
             while (now := time.monotonic() - t0) < duration:
                 self.watch(now)
                 if not self.rss_warm and now >= warmup:
-                    self.rss_warm = {role: _rss_kib(pid) for role, pid in self.pids.items()}
+                    self.rss_warm = {role: rss_kib(pid) for role, pid in self.pids.items()}
                     print(f"  {now:.0f} s: RSS after warm-up (KiB) {self.rss_warm}", flush=True)
                 if now >= next_big:
                     traffic.big_message_and_flood()
@@ -186,7 +167,7 @@ class Soak:
                     r.config_set("maxmemory-policy", "noeviction")
                     r.config_set("maxmemory", used + 256 * 1024)
                     state = "capped"
-                    self.redis_errors_at_cap = _scrape(self.ports["ingest"]).get(
+                    self.redis_errors_at_cap = scrape(self.ports["ingest"]).get(
                         "streamlearn_ingest_redis_errors_total", 0
                     )
                     print(f"  {now:.0f} s: Redis maxmemory = used {used} + 256 KiB", flush=True)
@@ -201,7 +182,7 @@ class Soak:
 
     def watch(self, now: float) -> None:
         """Deaths, and the workers' RSS (KiB): the maximum, and a sample every 10 s."""
-        rss = {role: _rss_kib(pid) for role, pid in self.pids.items()}
+        rss = {role: rss_kib(pid) for role, pid in self.pids.items()}
         for role, p in self.procs.items():
             if role not in self.deaths and p.proc.poll() is not None:
                 self.deaths[role] = now
@@ -216,7 +197,7 @@ class Soak:
         ledger = traffic.ledger | traffic.hostile.valid_ids
         while time.monotonic() < deadline:
             self.watch(-1)
-            learner = _scrape(self.ports["learner"])
+            learner = scrape(self.ports["learner"])
             trained = learner.get("streamlearn_learner_samples_total", -1) + learner.get(
                 "streamlearn_learner_dead_lettered_samples_total", 0
             )
@@ -393,16 +374,24 @@ def _mib(kib: int | None) -> str:
     return "?" if not kib else f"{kib / 1024:.0f} MiB"
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.soak", description=__doc__.split("\n")[0])
-    parser.add_argument("--duration-s", type=float, default=300.0)
-    parser.add_argument("--rate", type=float, default=200.0, help="QoS 1 samples/s")
-    parser.add_argument("--request-rate", type=float, default=50.0, help="valid requests/s")
-    parser.add_argument("--hostile-rate", type=float, default=4.0, help="hostile messages/s")
-    parser.add_argument("--big-every-s", type=float, default=45.0, help="10,000-sample messages")
-    parser.add_argument("--flood-requests", type=int, default=10000, help="QoS 0, per flood")
-    parser.add_argument("--flood-samples", type=int, default=20000, help="QoS 0, per flood")
-    parser.add_argument("--drain-s", type=float, default=180.0)
+    add = parser.add_argument
+    add("--duration-s", type=_positive, default=300.0, help="of traffic (then the drain)")
+    add("--rate", type=_positive, default=200.0, help="QoS 1 samples/s, one per message")
+    add("--request-rate", type=_positive, default=50.0, help="valid requests/s")
+    add("--hostile-rate", type=_positive, default=4.0, help="hostile messages/s")
+    add("--big-every-s", type=_positive, default=45.0, help="a 10,000-sample message each")
+    add("--flood-requests", type=int, default=10_000, help="requests per flood (two)")
+    add("--flood-samples", type=int, default=20_000, help="QoS 0 samples per flood")
+    add("--drain-s", type=_positive, default=180.0, help="for the learner to catch up, at most")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         work = Path(tmp)
