@@ -237,6 +237,11 @@ REQUEST_KINDS: list[Kind] = [
         lambda m, s: _req({"id": m, "x": s.x()}, "replies/h/#"),
     ),
     Kind(
+        "Response Topic with U+FEFF",
+        "predict",
+        lambda m, s: _req({"id": m, "x": s.x()}, "replies/soak-h/\ufeff"),
+    ),
+    Kind(
         "Response Topic control char",
         "predict",
         lambda m, s: _req({"id": m, "x": s.x()}, "replies/h/\x01"),
