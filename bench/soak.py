@@ -255,8 +255,8 @@ class Soak:
             )
         )
         checks[
-            f"every QoS 1 sample learned exactly once (ledger {len(ledger)}: missing "
-            f"{len(missing)}, twice {len(twice)}, unknown {len(unknown)})"
+            f"learned exactly once, 1: every QoS 1 sample in the stream once (ledger "
+            f"{len(ledger)}: missing {len(missing)}, twice {len(twice)}, unknown {len(unknown)})"
         ] = not missing and not twice and not unknown
         q_in = traffic.qos0 & counts.keys()
         rows.append(
@@ -284,7 +284,8 @@ class Soak:
             )
         )
         checks[
-            f"the learner trained on every appended sample once (appended {appended}, trained "
+            f"learned exactly once, 2: the learner trained on every appended sample (appended "
+            f"{appended}, trained "
             f"{trained}, dead-lettered {lettered}, pending {pending})"
         ] = trained == appended == audit.samples and lettered == 0 and pending == 0
 
