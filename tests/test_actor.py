@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import paho.mqtt.client as paho
 
 from streamlearn.names import Names
-from tests.conftest import plain_paho
+from tests.conftest import eventually, plain_paho
 
 TOML = """
 [models.a]
@@ -37,22 +36,23 @@ def test_mqtt311_client_gets_the_reply_on_reply_to(start_role, settings):
     start_role("actor", TOML)
     reply_to = names.topic(f"replies/{uuid.uuid4().hex[:8]}")
     got: list[paho.MQTTMessage] = []
+    subscribed: set[int] = set()
     legacy = plain_paho(settings)  # MQTT 3.1.1: no response topic, no correlation data
     legacy.on_message = lambda _c, _u, msg: got.append(msg)
-    legacy.subscribe(reply_to, qos=1)
-    legacy.subscribe(names.predictions_topic, qos=1)
-    time.sleep(0.3)
-    legacy.publish(
-        names.predict_topic, json.dumps({"x": [1, 2], "id": "r1", "reply_to": reply_to}), qos=1
-    )
-    legacy.publish(names.predict_topic, json.dumps({"x": [1, 2], "id": "r2"}), qos=1)
-    legacy.publish(
-        names.predict_topic, json.dumps({"x": [1], "id": "r3", "reply_to": reply_to}), qos=1
-    )
-    deadline = time.monotonic() + 10
-    while len(got) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    legacy.disconnect()
+    legacy.on_subscribe = lambda _c, _u, mid, _codes, _props: subscribed.add(mid)
+    try:
+        mids = {legacy.subscribe(t, qos=1)[1] for t in (reply_to, names.predictions_topic)}
+        eventually(lambda: mids <= subscribed, 10, "the SUBACKs of the reply topics")
+        legacy.publish(
+            names.predict_topic, json.dumps({"x": [1, 2], "id": "r1", "reply_to": reply_to}), qos=1
+        )
+        legacy.publish(names.predict_topic, json.dumps({"x": [1, 2], "id": "r2"}), qos=1)
+        legacy.publish(
+            names.predict_topic, json.dumps({"x": [1], "id": "r3", "reply_to": reply_to}), qos=1
+        )
+        eventually(lambda: len(got) >= 3, 10, "three replies")
+    finally:
+        legacy.disconnect()
     by_id = {json.loads(m.payload)["id"]: m.topic for m in got}
     assert by_id == {"r1": reply_to, "r2": names.predictions_topic, "r3": reply_to}
     assert all("error" in json.loads(m.payload) for m in got), "no weights yet, r3 invalid too"
