@@ -40,6 +40,7 @@ from streamlearn.names import Names
 
 AUDIT_GROUP = "soak-audit"
 VALID, FLOOD = "soak-v", "soak-f"  # the {client} of valid requests and of request floods
+DEVICE = "soak-dev"  # sends keyed observations; a third of the valid requests are key-only
 
 
 def _verdict(payload: bytes) -> tuple[str, str]:
@@ -245,7 +246,7 @@ class Traffic:
         self.flood: dict[bytes, float] = {}
         self.flood_windows: list[tuple[float, float]] = []
         self._lock = threading.Lock()  # the samples connection: two threads publish on it
-        self._n = self._big = self._q = 0
+        self._n = self._big = self._q = self._seq = 0
         self._threads = [threading.Thread(target=self._valid, daemon=True)]
 
     def _sample(self, prefix: str) -> bytes:
@@ -261,12 +262,23 @@ class Traffic:
             reply=False,
         )
 
+    def _observation(self) -> bytes:
+        """The device's next observation (QoS 1): once its window is full, a sample."""
+        self._seq += 1
+        step = self.demo.sample(1).x[0, -1].astype(float).round(3).tolist()
+        doc = {"key": DEVICE, "seq": self._seq, "x": step, "y": round(sum(step) / 4, 3)}
+        return self.samples.request(
+            self.names.samples_topic, json.dumps(doc).encode(), b"", reply=False
+        )
+
     def warm_up(self, r: redis.Redis, timeout_s: float) -> None:
         """Samples until the learner published weights and the actor answers with them."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                self.samples.send(b"".join(self._sample("w") for _ in range(50)))
+                packets = [self._sample("w") for _ in range(50)]
+                packets += [self._observation() for _ in range(self.cfg.window or 0)]
+                self.samples.send(b"".join(packets))
             if r.get(self.names.latest_key) and any(
                 b'"y"' in rep.payload for rep in self.requests.replies
             ):
@@ -276,11 +288,15 @@ class Traffic:
             time.sleep(0.5)
         raise RuntimeError("no prediction served during warm-up")
 
-    def _request(self, corr: bytes, bare: bool, client: LoadClient | None = None) -> bytes:
+    def _request(
+        self, corr: bytes, bare: bool, client: LoadClient | None = None, keyed: bool = False
+    ) -> bytes:
+        """A whole window, or with `keyed` the device's newest step alone (key-only)."""
         client = client or self.requests
         name = client.reply_topic.split("/")[-2]
         topic = self.names.predict_topic + ("" if bare else f"/{name}")
-        return client.request(topic, json.dumps({"x": self._x()}).encode(), corr, qos=0)
+        doc = {"key": DEVICE, "x": self._x()[-1]} if keyed else {"x": self._x()}
+        return client.request(topic, json.dumps(doc).encode(), corr, qos=0)
 
     def _x(self) -> list:
         return self.demo.sample(1).x[0].astype(float).round(3).tolist()
@@ -292,7 +308,8 @@ class Traffic:
         self.hostile.start()
 
     def _valid(self) -> None:
-        """Samples at `rate` and requests at `request_rate`, every 20 ms what is due."""
+        """Samples at `rate` (and the device's observations) and requests at `request_rate`,
+        every 20 ms what is due."""
         tick, i, sent, asked = 0.02, 0, 0, 0
         while not self.stop_event.wait(max(0.0, self.t0 + i * tick - time.monotonic())):
             i += 1
@@ -300,13 +317,17 @@ class Traffic:
             due = int(elapsed * self.args.rate) - sent
             if due > 0:
                 with self._lock:
-                    self.samples.send(b"".join(self._sample("s") for _ in range(due)))
+                    packets = [self._sample("s") for _ in range(due)]
+                    if self.cfg.window and i % 2:
+                        packets.append(self._observation())  # 25/s
+                    self.samples.send(b"".join(packets))
                 sent += due
             due = int(elapsed * self.args.request_rate) - asked
             for _ in range(max(0, due)):
                 corr = b"v%d" % asked
                 self.valid[corr] = (time.monotonic(), asked % 2 == 1)
-                self.requests.send(self._request(corr, bare=asked % 2 == 1))
+                keyed = bool(self.cfg.window) and asked % 3 == 0
+                self.requests.send(self._request(corr, asked % 2 == 1, keyed=keyed))
                 asked += 1
 
     def big_message_and_flood(self) -> None:

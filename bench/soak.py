@@ -302,7 +302,7 @@ class Soak:
                 bad += 1
         rows.append(
             _row(
-                "valid requests (predict/{client} and bare predict)",
+                "valid requests (windows, key-only; predict/{client}, bare)",
                 len(traffic.valid),
                 ok,
                 bad,
