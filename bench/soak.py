@@ -228,7 +228,8 @@ class Soak:
                 _row(
                     f"process {role} (pid {self.pids[role]})",
                     detail=f"{state}; RSS {_mib(warm)} after warm-up, {_mib(end)} at the end "
-                    f"({ratios[role]:.2f}x), max {_mib(self.rss_max[role])}",
+                    f"({ratios[role]:.2f}x), max {_mib(self.rss_max[role])}; tracebacks "
+                    f"logged {sum('Traceback' in line for line in self.procs[role].lines)}",
                 )
             )
         checks["no process died or restarted (same pids, alive)"] = (
