@@ -8,6 +8,7 @@ which weights computed it: a swap that mixed two versions would give another num
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import tomllib
 from collections import Counter
@@ -210,13 +211,19 @@ def test_actors_share_the_load_and_one_can_die(settings, redis, template, tmp_pa
             eventually(
                 lambda: load.answered(range(alone, alone + 150)), 15, "the survivor answers alone"
             )
+            # Paused, the survivor holds what the broker sends it, more than one batch; then
+            # stopped gracefully, it answers all of it before it leaves.
+            paused = len(load.sent_at)
+            actors["b"].proc.send_signal(signal.SIGSTOP)
+            eventually(lambda: len(load.sent_at) >= paused + 200, 15, "requests held")
             stopping = len(load.sent_at)
-            actors["b"].proc.terminate()  # graceful: answers what it received, then leaves
+            actors["b"].proc.terminate()
+            actors["b"].proc.send_signal(signal.SIGCONT)
             assert actors["b"].proc.wait(20) == 0
             eventually(
                 lambda: load.answered(range(alone, stopping)),
                 10,
-                "every request sent after the broker dropped the dead actor is answered",
+                "every request sent from the dead actor's drop to the survivor's stop answered",
             )
         finally:
             load.stop(timeout_s=0)
