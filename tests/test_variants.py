@@ -26,6 +26,7 @@ from streamlearn.names import Names
 from streamlearn.queue import SampleQueue
 from streamlearn.records import Samples
 from streamlearn.weights import VariantWeights, WeightsStore
+from tests.conftest import eventually
 from tests.deployed import redis_as
 
 TOML = """
@@ -297,6 +298,34 @@ def test_trim_keeps_what_any_group_has_not_acknowledged(redis, settings):
     left = {eid for eid, _ in redis.xrange(names.samples_key)}
     assert {e.id for e in some[200:]} <= left, "pending in fast's group: kept"
     assert {e.id for e in done[250:]} <= left, "not yet read by fast: kept"
+
+
+def test_a_stopped_or_far_behind_variant_no_longer_holds_back_the_trim(redis, settings):
+    """learner.stale_group_s and max_stream_length: the stream keeps what the base group
+    needs, and a live variant's backlog up to the cap; a stopped variant's, nothing."""
+    names = Names("r", settings.topic_prefix, settings.key_prefix)
+    queues = {v: SampleQueue(redis, names, (3,), group=group_of(v)) for v in ("base", "fast")}
+    for q in queues.values():
+        q.ensure_group()
+    base, fast = queues["base"], queues["fast"]
+    x, y = np.zeros((1, 3), np.float32), np.zeros(1, np.float32)
+    base.write([Samples(x, y)] * 300)
+    fast.ack([e.id for e in fast.read("f", 50, None)])  # then the variant stops
+    base.ack([e.id for e in base.read("b", 300, None)])
+
+    assert base.trim(stale_group_s=60, max_unread=1000) == {}
+    assert base.length() >= 250, "a live variant 250 entries behind is waited for"
+    passed = base.trim(stale_group_s=60, max_unread=200)
+    assert "250 entries unread > max_stream_length=200" in passed["learners:fast"]
+    assert base.length() < 100, "beyond the cap it is not"
+
+    base.write([Samples(x, y)] * 300)
+    base.ack([e.id for e in base.read("b", 300, None)])
+    eventually(lambda: "learners:fast" in base.trim(stale_group_s=0.2), 10, "fast found stale")
+    assert "stale_group_s=0.2" in base.trim(stale_group_s=0.2)["learners:fast"]
+    assert base.length() < 100, "a stopped variant holds back nothing"
+    fast.read("f", 1, None)  # the variant is back: waited for again
+    assert base.trim(stale_group_s=60) == {}
 
 
 # -- learners --------------------------------------------------------------------------------
