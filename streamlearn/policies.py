@@ -1,0 +1,224 @@
+"""Policies: how each role treats its traffic, one frozen model per role.
+
+`[ingest]`, `[learner]`, `[actor]` and `[models.NAME.promotion]` in `streamlearn.toml`.
+`streamlearn.config` composes them into a model's config (and re-exports them); a role
+that needs only its own policy imports it from here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Frozen(BaseModel):
+    """Validated once, then immutable; an unknown field is an error, not ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IngestConfig(Frozen):
+    """How MQTT messages become stream entries."""
+
+    replicas: int = Field(1, ge=1, description="ingest processes `streamlearn up` starts")
+    max_payload_bytes: int = Field(1_048_576, ge=64, description="larger payloads are rejected")
+    max_samples_per_message: int = Field(10_000, ge=1)
+    deadletter_maxlen: int = Field(10_000, ge=1, description="dead-letter stream cap (entries)")
+    deadletter_payload_bytes: int = Field(1024, ge=0, description="payload kept per dead letter")
+    max_pending_messages: int = Field(
+        1000, ge=1, description="messages received but not yet in Redis (MQTT receive maximum)"
+    )
+    dedup_window_s: int = Field(
+        300,
+        ge=0,
+        description="a sample id seen again within this many seconds is dropped (0: off); "
+        "Redis keeps a key of ~100 bytes per id for this long",
+    )
+    max_backlog_samples: int = Field(
+        100_000,
+        ge=1,
+        description="above this many samples not yet acknowledged by the learner, ingest "
+        "stops acknowledging (the broker holds the messages) until it drains",
+    )
+    window_ttl_s: int = Field(
+        86_400,
+        ge=1,
+        description="a device's stored observations (keyed samples) expire after this many "
+        "seconds without a new one",
+    )
+    max_dedup_ids: int = Field(
+        1_000_000,
+        ge=2,
+        description="sample ids remembered for de-duplication, at most (~100 bytes of Redis "
+        "each): beyond it the oldest are forgotten before dedup_window_s",
+    )
+    max_keys_per_message: int = Field(
+        1000,
+        ge=1,
+        description="distinct device keys in one message; observations of further keys are "
+        "rejected (dead-lettered with the message)",
+    )
+    max_devices: int = Field(
+        10_000,
+        ge=1,
+        description="devices (keys) whose windows are kept; a new one evicts the window of "
+        "the device idle the longest",
+    )
+    max_inbox_messages: int = Field(
+        10_000,
+        ge=1,
+        description="messages received and not yet processed; beyond it (or max_inbox_bytes) "
+        "QoS 0 messages are dropped and counted (QoS 1 ones are held at the broker)",
+    )
+    max_inbox_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="their payloads together, at most"
+    )
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> IngestConfig:
+        if self.max_keys_per_message > self.max_devices:
+            raise ValueError(
+                f"max_keys_per_message must be <= max_devices ({self.max_devices}), "
+                f"got {self.max_keys_per_message}"
+            )
+        return self
+
+
+class LearnerConfig(Frozen):
+    """Micro-batching and publish policy of the learner."""
+
+    max_batch: int = Field(256, ge=1, description="samples per train step, at most")
+    max_wait_ms: float = Field(20, ge=0, description="wait for more samples once one arrived")
+    buckets: tuple[int, ...] | None = Field(
+        None, description="padded batch sizes; default: powers of 4 from 16 up to max_batch"
+    )
+    publish_every_steps: int = Field(50, ge=1)
+    publish_every_ms: float = Field(250, gt=0)
+    keep_versions: int = Field(5, ge=1, description="weights versions kept in Redis")
+    status_every_ms: float = Field(1000, gt=0, le=2000)
+    prefetch_batches: int = Field(
+        2, ge=0, description="micro-batches read ahead by a background thread; 0: none"
+    )
+    checkpoint_dir: str | None = Field(
+        None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
+    )
+    checkpoint_every_s: float = Field(10, gt=0, description="seconds between checkpoints")
+    checkpoint_every_samples: int = Field(
+        50_000,
+        ge=1,
+        description="or sooner, after this many samples: entries are acknowledged at each "
+        "checkpoint, so keep it below ingest.max_backlog_samples",
+    )
+    clip_norm: float | None = Field(
+        None, gt=0, description="clip gradients to this global norm (built-in architectures)"
+    )
+    tensorboard_dir: str | None = Field(
+        None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
+    )
+    distribute: Literal["none", "mirrored"] = Field(
+        "none", description="mirrored: data-parallel with tf.distribute.MirroredStrategy"
+    )
+    devices: tuple[str, ...] = Field(
+        (), description="devices to mirror over, e.g. ['/gpu:0', '/gpu:1']; default: all GPUs"
+    )
+    retry_max_ms: float = Field(
+        5000,
+        gt=0,
+        description="longest wait before retrying a Redis call that failed (a publish, "
+        "status report, read or acknowledgement refused while Redis is full or down)",
+    )
+    stale_group_s: float = Field(
+        3600,
+        gt=0,
+        description="a variant's group whose consumers have all been idle this long no "
+        "longer holds back the trimming of the stream",
+    )
+    max_stream_length: int = Field(
+        1_000_000,
+        ge=1,
+        description="nor does a variant's group with more unread entries than this",
+    )
+
+    @model_validator(mode="after")
+    def _check_buckets(self) -> LearnerConfig:
+        if self.devices and self.distribute != "mirrored":
+            raise ValueError(f"devices need distribute = 'mirrored', got {list(self.devices)}")
+        if self.buckets is not None:
+            if not self.buckets or any(b < 1 for b in self.buckets):
+                raise ValueError(f"buckets must be positive sizes, got {list(self.buckets)}")
+            if max(self.buckets) < self.max_batch:
+                raise ValueError(
+                    f"the largest bucket must be >= max_batch ({self.max_batch}), "
+                    f"got {list(self.buckets)}"
+                )
+        return self
+
+    def bucket_sizes(self) -> tuple[int, ...]:
+        """The sorted padded sizes every train step uses (so it never retraces)."""
+        if self.buckets is not None:
+            return tuple(sorted(set(self.buckets)))
+        sizes, size = [], 16
+        while size < self.max_batch:
+            sizes.append(size)
+            size *= 4
+        return (*sizes, self.max_batch)
+
+
+class ActorConfig(Frozen):
+    """Dynamic batching and reload policy of the actors."""
+
+    replicas: int = Field(1, ge=1, description="actor processes `streamlearn up` starts")
+    max_batch: int = Field(64, ge=1, description="rows per forward pass, at most")
+    max_wait_ms: float = Field(2, ge=0, description="wait for more requests once one arrived")
+    reload_check_ms: float = Field(1000, gt=0, description="fallback poll for a new version")
+    status_every_ms: float = Field(
+        2000, gt=0, description="retained per-actor status (version, weights age) refresh"
+    )
+    max_request_rows: int = Field(
+        1024, ge=1, description="rows in one request, at most; more get an error reply"
+    )
+    max_reply_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description="a reply's JSON, at most (and below the broker's maximum packet size); "
+        "a larger one is replaced by an error reply",
+    )
+    max_queued_requests: int = Field(
+        1000, ge=1, description="requests received and not yet served; more are shed (counted)"
+    )
+    max_queued_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="their payloads together, at most; more are shed"
+    )
+    request_deadline_ms: float = Field(
+        5000,
+        gt=0,
+        description="a request that waited longer (or past its MQTT v5 Message Expiry "
+        "Interval) is not computed: it gets a 'deadline exceeded' error reply",
+    )
+
+
+class PromotionConfig(Frozen):
+    """`[models.NAME.promotion]`: when a challenger replaces the champion.
+
+    Each learner keeps the mean of its test-then-train loss and metric over its last
+    `window_samples` samples; a challenger whose figure beats the champion's by `margin`
+    (relative) while both windows hold `min_samples` takes over.
+    """
+
+    on: Literal["loss", "metric"] = Field(
+        "metric", description="metric: accuracy (higher is better) or MAE; loss: lower is better"
+    )
+    margin: float = Field(0.05, ge=0, lt=1, description="relative, 0.05: 5% better")
+    window_samples: int = Field(5000, ge=1, description="samples the figures are a mean over")
+    min_samples: int = Field(1000, ge=1, description="samples both windows need to compare")
+    cooldown_s: float = Field(60, ge=0, description="no promotion this soon after the last one")
+
+    @model_validator(mode="after")
+    def _check_window(self) -> PromotionConfig:
+        if self.min_samples > self.window_samples:
+            raise ValueError(
+                f"min_samples must be <= window_samples ({self.window_samples}), "
+                f"got {self.min_samples}"
+            )
+        return self
