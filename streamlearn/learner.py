@@ -5,10 +5,12 @@
 - Test-then-train: the loss and metric `train_on_batch` returns are computed on the batch
   with the weights from before its update; their running means go into the status.
 - Guards: a step whose loss, weights or optimizer state is non-finite is undone (restore
-  the last good snapshot, replay the good batches since) and its batch dead-lettered.
+  the last good snapshot, replay the good batches since: `guard`) and its batch
+  dead-lettered.
 - Durability: entries are acknowledged once the state that learned them is durable (a
   checkpoint when `checkpoint_dir` is set, else a published version). A restart resumes
-  from that state and trains again on what is still pending, so no sample is lost.
+  from that state (`resume`) and trains again on what is still pending, so no sample is
+  lost.
 - Variants: a learner may be one of several variants of its model (`streamlearn.champion`);
   its `Contest` reports its figures at each status tick and may promote it, and only the
   champion's learner publishes the model's status.
@@ -24,7 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import keras
@@ -37,37 +39,15 @@ from streamlearn.champion import Contest, Window
 from streamlearn.checkpoint import CheckpointDir
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.errors import ConfigError, WeightsError
+from streamlearn.guard import StepGuard
 from streamlearn.queue import SampleQueue
+from streamlearn.resume import LearnerState, from_checkpoint, from_published
 from streamlearn.weights import VariantWeights, WeightsStore
 from streamlearn.writes import LearnerWrites
 
 log = logging.getLogger(__name__)
 
 StatusSink = Callable[[dict[str, object]], None]
-_REPLAY_MAX = 200  # steps between rollback snapshots: bounds the batches kept and replayed
-
-
-@dataclass
-class LearnerState:
-    """Counters that a checkpoint saves and the status reports."""
-
-    step: int = 0
-    version: int = 0
-    samples_seen: int = 0
-    online_loss: float | None = None
-    online_metric: float | None = None
-    rollbacks: int = 0
-    dead_lettered: int = 0  # samples of undone steps
-
-    @classmethod
-    def from_json(cls, doc: dict) -> LearnerState:
-        """Counters saved in a checkpoint; ValueError or TypeError when one is not a number."""
-        counts = ("step", "version", "samples_seen", "rollbacks", "dead_lettered")
-        means = ("online_loss", "online_metric")
-        return cls(
-            **{k: int(doc.get(k, 0)) for k in counts},
-            **{k: None if doc.get(k) is None else float(doc[k]) for k in means},
-        )
 
 
 class Learner:
@@ -103,7 +83,6 @@ class Learner:
         self.probe = models.TrainProbe(self.model, self.replicas)
         self.spec = models.spec(self.model)
         self._variables = models.training_variables(self.model)
-        self._names = models.training_names(self.model)
         self.buckets = bucket_sizes(policy.bucket_sizes(), policy.max_batch, self.replicas)
         self.state = LearnerState()
         self.writes = LearnerWrites(sample_queue, store, policy, cfg.ingest)
@@ -127,8 +106,7 @@ class Learner:
             CheckpointDir(Path(policy.checkpoint_dir, *where)) if policy.checkpoint_dir else None
         )
         self.metric_name: str | None = None
-        self._good = self._snapshot()  # last known-good variables, the rollback point
-        self._since_good: list[Batch] = []  # good steps since, replayed after a rollback
+        self.guard = StepGuard(self._variables, self._fit, self._rolled_back)
         self._warm_traces = 0
         self._steps_since_publish = self._samples_since_checkpoint = 0
         self._last_publish = self._last_status = self._last_checkpoint = clock()
@@ -138,9 +116,9 @@ class Learner:
     def start(self) -> None:
         """Resume (checkpoint, else latest weights), take pending entries, trace every bucket."""
         self.queue.ensure_group()
-        source = self._resume_checkpoint() or self._resume_published() or "fresh weights"
+        source = self._resume()
         self.state.version = max(self.state.version, self.store.latest_version())
-        self._good, self._since_good = self._snapshot(), []
+        self.guard.reset()
         pending = self.drainer.resume()
         self.warm_up()
         log.info(
@@ -156,7 +134,7 @@ class Learner:
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
-        before = self._snapshot()
+        before = models.snapshot(self._variables)
         for size in self.buckets:
             x = np.zeros((size, *self.cfg.sample_shape), np.float32)
             y = np.zeros((size,) if self.cfg.task == "multiclass" else (size, 1), np.float32)
@@ -230,7 +208,7 @@ class Learner:
             return
         logs = self._fit(batch.x, batch.y, batch.w)
         loss = float(logs["loss"])
-        if not self._finite(logs):
+        if not self.guard.finite(logs):
             what = "loss" if not math.isfinite(loss) else "weights or optimizer state"
             self._undo(batch, f"non-finite {what} at step {self.state.step + 1} (loss {loss})")
             return
@@ -245,9 +223,7 @@ class Learner:
         if metric is not None:
             s.online_metric = _ema(s.online_metric, metric, rate)
         self.window.add(batch.n, loss, metric)
-        self._since_good.append(batch)
-        if len(self._since_good) >= _REPLAY_MAX:
-            self._mark_good()
+        self.guard.kept(batch)
 
     def publish(self) -> None:
         """Publish the current weights as a new version; non-finite weights never leave.
@@ -256,7 +232,7 @@ class Learner:
         try:
             codec.check_fits(arrays, self.spec)
         except WeightsError as exc:
-            self._back_to_good(f"refused to publish: {exc}")
+            self.guard.back(f"refused to publish: {exc}")
             return
         s = self.state
 
@@ -276,9 +252,9 @@ class Learner:
 
     def checkpoint(self) -> None:
         """Save every training variable and the counters, then acknowledge what they cover."""
-        if self.checkpoints is None or not self._mark_good():
+        if self.checkpoints is None or not self.guard.mark():
             return
-        arrays = dict(zip(self._names, self._good, strict=True))
+        arrays = dict(zip(models.training_names(self.model), self.guard.good, strict=True))
         try:
             self.checkpoints.save(arrays, {**asdict(self.state), "model": self.cfg.name})
         except OSError as exc:  # entries stay pending; the next interval tries again
@@ -331,12 +307,6 @@ class Learner:
             x, y, w = (models.split_per_replica(self.strategy, a) for a in (x, y, w))
         return self.model.train_on_batch(x, y, sample_weight=w, return_dict=True)
 
-    def _finite(self, logs: dict[str, float]) -> bool:
-        if not math.isfinite(logs["loss"]):
-            return False
-        flag = logs.get(models.FINITE)
-        return flag >= 1.0 if flag is not None else models.all_finite(self._snapshot())
-
     def _tick(self) -> None:
         now = self.clock()
         if (
@@ -377,34 +347,14 @@ class Learner:
         if self.status_sink:
             self.status_sink(status)
 
-    def _snapshot(self) -> list[np.ndarray]:
-        return models.snapshot(self._variables)
-
-    def _mark_good(self) -> bool:
-        """Make the current variables the rollback point; False (and undone) if not finite."""
-        values = self._snapshot()
-        if not models.all_finite(values):
-            self._back_to_good("non-finite variables")
-            return False
-        self._good, self._since_good = values, []
-        return True
-
-    def _back_to_good(self, reason: str) -> None:
-        """Past the per-step checks (a bug if it happens): no culprit to name, no replay."""
+    def _rolled_back(self, reason: str) -> None:
         log.error("%s at step %d; back to the last good snapshot", reason, self.state.step)
-        models.restore(self._variables, self._good)
-        self._since_good = []
         self.state.rollbacks += 1
 
     def _undo(self, batch: Batch, reason: str) -> None:
-        """Back to the variables before `batch`: the last good snapshot plus a replay."""
+        """Back to the variables before `batch`, which is dead-lettered."""
         log.warning("undoing a step and dead-lettering its %d samples: %s", batch.n, reason)
-        models.restore(self._variables, self._good)
-        for i, good in enumerate(self._since_good):
-            if not self._finite(self._fit(good.x, good.y, good.w)):  # replays are deterministic
-                log.error("replay diverged at %d of %d", i, len(self._since_good))
-                self._mark_good()
-                break
+        self.guard.undo()
         self.state.rollbacks += 1
         self.state.dead_lettered += batch.n
         detail = {
@@ -414,43 +364,17 @@ class Learner:
         }
         self.writes.deadletter(reason, json.dumps(detail).encode())
 
-    def _resume_checkpoint(self) -> str | None:
-        if self.checkpoints is None:
-            return None
-        try:
-            found = self.checkpoints.load()
-            if found is None:
-                return None
-            codec.check_fits(found.arrays, models.training_spec(self.model))
-            state = LearnerState.from_json(found.state)
-        except (WeightsError, TypeError, ValueError) as exc:
-            log.warning(
-                "checkpoint %s unusable, not resuming from it: %s", self.checkpoints.path, exc
-            )
-            return None
-        values, lr = dict(found.arrays), "optimizer/learning_rate"
-        if lr in values:  # the configured learning rate wins over the saved one
-            values[lr] = models.snapshot([self._variables[self._names.index(lr)]])[0]
-        models.restore(self._variables, [values[k] for k in self._names])
-        self.state = state
-        return f"resumed from checkpoint {self.checkpoints.path}"
-
-    def _resume_published(self) -> str | None:
-        found = self.store.fetch(self.store.latest_version())
-        if found is None:
-            return None
-        try:
-            arrays, meta = codec.decode(found[1])
-            if meta.get("variant", BASE_VARIANT) != self.variant:
-                raise WeightsError(f"they are variant {meta.get('variant')!r}'s")
-            codec.check_fits(arrays, self.spec)
-            step, seen = int(meta.get("step", 0)), int(meta.get("samples_seen", 0))
-        except (WeightsError, ValueError) as exc:
-            log.warning("latest weights v%d unusable, starting fresh: %s", found[0], exc)
-            return None
-        models.set_arrays(self.model, arrays)
-        self.state.step, self.state.samples_seen = step, seen
-        return f"resumed from published weights v{found[0]}"
+    def _resume(self) -> str:
+        """Counters and variables from the checkpoint, else the latest published weights."""
+        if self.checkpoints and (
+            state := from_checkpoint(self.checkpoints, self.model, self._variables)
+        ):
+            self.state = state
+            return f"resumed from checkpoint {self.checkpoints.path}"
+        if found := from_published(self.store, self.model, self.variant):
+            version, self.state.step, self.state.samples_seen = found
+            return f"resumed from published weights v{version}"
+        return "fresh weights"
 
 
 def _ema(prev: float | None, value: float, rate: float) -> float:
