@@ -129,7 +129,7 @@ MUTANTS = (
     ),
     Mutant(
         "serve_eagerly",
-        "streamlearn/actor.py",
+        "streamlearn/forward.py",
         (
             (
                 "self._call = lambda x: concrete(tf.constant(x)).numpy()",

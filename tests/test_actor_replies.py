@@ -6,7 +6,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from streamlearn.actor import bucket_sizes
+from streamlearn.forward import bucket_sizes
 from streamlearn.mqtt import reply_properties, request_properties
 
 

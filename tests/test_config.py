@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import doctest
+import importlib
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
-import streamlearn.codec
-import streamlearn.mqtt
-import streamlearn.names
 from streamlearn.config import (
     DEFAULT_CONFIG,
     LearnerConfig,
@@ -401,9 +399,25 @@ def test_bad_environment_value_names_the_variable(clean_env, var, value):
 # -- doctests -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "module", [streamlearn.names, streamlearn.codec, streamlearn.mqtt], ids=lambda m: m.__name__
-)
+DOCTESTED = [
+    importlib.import_module(f"streamlearn.{name}")
+    for name in (
+        "appends",
+        "champion",
+        "codec",
+        "config",
+        "forward",
+        "inbox",
+        "mqtt",
+        "names",
+        "replies",
+        "retries",
+        "windows",
+    )
+]
+
+
+@pytest.mark.parametrize("module", DOCTESTED, ids=lambda m: m.__name__)
 def test_doctests(module):
     failed, attempted = doctest.testmod(module, verbose=False, report=True)
     assert attempted > 0, f"{module.__name__} has no doctests any more"
