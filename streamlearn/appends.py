@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,6 +184,27 @@ if not f['c'] then return redis.call('XLEN', stream) end
 return tonumber(redis.call('GET', counter) or '0') - tonumber(f['c']) + tonumber(f['n'])
 """
 
+
+def per_call(accepted: Sequence[Samples]) -> list[int]:
+    """How many messages of `accepted`, in order, each script call of `Appender.append`
+    takes: up to `CHUNK_SAMPLES` samples, a message never split. Each call is atomic, so a
+    caller can tell from a pipeline's replies which messages are in (`streamlearn.ingest`).
+
+    >>> per_call([Samples(np.zeros((n, 1)), np.zeros(n)) for n in (1500, 400, 300, 5000)])
+    [2, 1, 1]
+    """
+    counts: list[int] = []
+    size = 0
+    for samples in accepted:
+        if counts and size + len(samples) <= CHUNK_SAMPLES:
+            counts[-1] += 1
+            size += len(samples)
+        else:
+            counts.append(1)
+            size = len(samples)
+    return counts
+
+
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
@@ -231,17 +252,13 @@ class Appender:
         if window_s:
             keys += [self.names.key(f"ingest:seen:{leaf}") for leaf in ("0", "1", "gen")]
         head = [window_s, repr(float(self.clock())), max_ids, self.row_bytes]
-        calls, run, size = 0, [], 0
-        for samples in accepted:
-            if run and size + len(samples) > CHUNK_SAMPLES:
-                pipe.evalsha(self._append.sha, len(keys), *keys, *head, *self._args(run, window_s))
-                calls, run, size = calls + 1, [], 0
-            run.append(samples)
-            size += len(samples)
-        if run:
+        accepted = list(accepted)
+        calls, at = per_call(accepted), 0
+        for n in calls:
+            run = accepted[at : at + n]
             pipe.evalsha(self._append.sha, len(keys), *keys, *head, *self._args(run, window_s))
-            calls += 1
-        return calls
+            at += n
+        return len(calls)
 
     def backlog(self, pipe: redis.client.Pipeline | None = None) -> int | None:
         """Samples in the stream the learners have not acknowledged (queued when `pipe`)."""

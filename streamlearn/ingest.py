@@ -16,16 +16,21 @@ loop stops taking messages. Unacknowledged messages fill the client's receive ma
 the broker then holds the rest in the persistent session until the loop resumes. QoS 0
 messages, which the broker does not hold, wait in the bounded inbox or are dropped.
 
-Redis failures: one that passes (down, out of memory, busy, loading, ...) is retried with
-a capped backoff for as long as it lasts, nothing acknowledged meanwhile. One that will
-not pass (a Redis error reply, e.g. a key of the wrong type) is found out message by
-message: each message of the run is written alone, and one that Redis refuses alone is
-dead-lettered with Redis's reason (kind `redis_refused`) and acknowledged, so it can never
-crash-loop the worker; the others are stored.
+Redis failures: each script call of a write (a run's samples, up to `CHUNK_SAMPLES` each)
+and each dead letter is applied whole or not at all, and only what Redis did not take is
+written again: a partly applied write stores nothing twice, samples without ids included.
+One that passes (down, busy, loading, ...) is retried with a capped backoff for as long as
+it lasts, nothing acknowledged meanwhile. Out of memory, the run is written in halves (a
+command's own bytes count against maxmemory: a run larger than the memory left would be
+refused for ever), down to one message retried with backoff; success doubles the pieces
+again. One that will not pass (an error reply, e.g. a key of the wrong type) is narrowed
+down by halves too: the message Redis refuses alone is dead-lettered with Redis's reason
+(kind `redis_refused`) and acknowledged, so it can never crash-loop the worker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -34,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import paho.mqtt.client as mqtt
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -46,12 +52,12 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from streamlearn.appends import Appended
+from streamlearn.appends import per_call
 from streamlearn.config import IngestConfig
 from streamlearn.ingest_inbox import Delivery, IngestInbox
 from streamlearn.payloads import Parsed, PayloadParser, Rejection
 from streamlearn.queue import SampleQueue
-from streamlearn.windows import WindowsAppended, WindowStore
+from streamlearn.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +90,19 @@ def reply(exc: redis.RedisError) -> str:
     return str(exc).rpartition(" of pipeline caused error: ")[2]
 
 
-class _Refused(Exception):
-    """Redis refused a write for good; `deadletters_written`: the run's dead letters went
-    in with the part of the write that ran."""
+class _Message:
+    """A message of the run being written, and what of it Redis does not hold yet."""
 
-    def __init__(self, error: redis.RedisError, deadletters_written: bool) -> None:
-        super().__init__(reply(error))
-        self.error = error
-        self.deadletters_written = deadletters_written
+    def __init__(self, msg: mqtt.MQTTMessage, parsed: Parsed) -> None:
+        self.msg = msg
+        self.parsed = parsed
+        self.observed = parsed.observations is None  # in their windows
+        self.appended = parsed.samples is None  # in the stream
+        self.rejections = list(parsed.rejections)  # dead letters not written yet
+
+    @property
+    def done(self) -> bool:
+        return self.observed and self.appended and not self.rejections
 
 
 T = TypeVar("T")
@@ -154,6 +165,7 @@ class Ingest:
         self.on_message = self.inbox.on_message
         self.on_pre_connect = self.inbox.on_pre_connect
         self._backoff = ExponentialBackoff(cap=2.0, base=0.05)
+        self._piece = max_run  # messages per write: halved while Redis is full
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
@@ -224,34 +236,24 @@ class Ingest:
         self.backlog, self._measured_at = backlog, self.clock()
 
     def _process(self, batch: list[Delivery], stop: threading.Event) -> bool:
-        """Validate and append, then queue the PUBACKs; False if stopped before Redis took it."""
-        parsed = [(msg.topic, self.parser.parse_message(msg.payload)) for _, _, msg in batch]
-        adding = sum(len(p.samples or ()) + len(p.observations or ()) for _, p in parsed)
-        measure = self._measure_due(adding)
-        try:
-            result = self._retry(lambda: self._write(parsed, measure=measure), stop)
-        except _Refused as exc:
-            log.warning("redis refused a run of %d messages (%s): one by one", len(batch), exc)
-            result = self._isolate(batch, parsed, exc.deadletters_written, stop)
-        if result is None:
-            log.warning("stopping: %d messages left unacknowledged for redelivery", len(batch))
-            return False
-        self.inbox.acknowledge(batch)
-        written, windowed, stored = result
-        if written.backlog is not None:
-            self._measured(written.backlog)
-        c = self.counters
-        c.messages += len(batch)
-        c.samples += written.added + windowed.added
-        c.duplicates += written.duplicates
-        c.observations += stored - windowed.duplicates - windowed.late
-        c.duplicate_observations += windowed.duplicates
-        c.late_observations += windowed.late
-        c.short_windows += windowed.short
-        c.evicted_windows += windowed.evicted
-        for _, p in parsed:
-            self._count_rejections(p.rejections)
-        return True
+        """Validate and store, then queue the PUBACKs; False if stopped before Redis took it
+        all (what it took is acknowledged)."""
+        messages = [_Message(msg, self.parser.parse_message(msg.payload)) for *_, msg in batch]
+        adding = sum(
+            len(m.parsed.samples or ()) + len(m.parsed.observations or ()) for m in messages
+        )
+        stored = self._store(messages, self._measure_due(adding), stop)
+        done = [delivery for delivery, m in zip(batch, messages, strict=True) if m.done]
+        self.inbox.acknowledge(done)
+        self.counters.messages += len(done)
+        for m in messages:
+            if m.done:
+                self._count_rejections(m.parsed.rejections)
+        if not stored:
+            log.warning(
+                "stopping: %d messages left unacknowledged for redelivery", len(batch) - len(done)
+            )
+        return stored
 
     def _count_rejections(self, rejections: list[Rejection]) -> None:
         c = self.counters
@@ -259,43 +261,62 @@ class Ingest:
         for rejection in rejections:
             c.rejected_by_reason[rejection.kind] = c.rejected_by_reason.get(rejection.kind, 0) + 1
 
-    def _isolate(
-        self,
-        batch: list[Delivery],
-        parsed: list[tuple[str, Parsed]],
-        deadletters_written: bool,
-        stop: threading.Event,
-    ) -> tuple[Appended, WindowsAppended, int] | None:
-        """Write each message alone; dead-letter those Redis refuses alone.
+    def _store(self, messages: list[_Message], measure: bool, stop: threading.Event) -> bool:
+        """Write `messages` in pieces of up to `_piece`, each write only what Redis does not
+        hold yet; False if stopped first.
 
-        A refused call wrote nothing (the scripts check every key before writing), and
-        what the run's other calls wrote is skipped when written again (ids and seqs seen),
-        so only samples without ids of such a run may be stored twice.
+        A piece Redis refuses for lack of memory is halved (its command's bytes count
+        against maxmemory too), down to one message retried with backoff; a piece refused
+        for good is halved down to the one message to dead-letter. Success doubles the
+        piece again, up to `max_run`.
         """
-        added, dups = 0, 0
-        windowed, stored = WindowsAppended(), 0
-        refused: list[tuple[str, Rejection]] = []
-        for (_, _, msg), (topic, p) in zip(batch, parsed, strict=True):
-            one = [(topic, p)]
-            rejections = [] if deadletters_written else [(topic, r) for r in p.rejections]
-            try:
-                result = self._retry(lambda o=one, r=rejections: self._write(o, r), stop)
-            except _Refused as exc:
-                reason = f"redis refused it: {exc}"
-                log.warning("message dead-lettered: %s", reason)
-                refused.append((topic, Rejection(reason, msg.payload, "redis_refused")))
+        failures = 0
+        pending = messages
+        while pending:
+            piece = pending[: self._piece]
+            error = self._write_piece(piece, measure)
+            measure = False
+            pending = [m for m in pending if not m.done]
+            if error is None:
+                self._piece, failures = min(self.max_run, 2 * self._piece), 0
                 continue
-            if result is None:
-                return None
-            written, more, n = result
-            added, dups = added + written.added, dups + written.duplicates
-            windowed, stored = windowed + more, stored + n
-        self.counters.refused += len(refused)
-        self._count_rejections([r for _, r in refused])
-        write = lambda: self._write_samples([], refused, False)  # noqa: E731
-        if refused and self._retry(write, stop, refusals_pass=True) is None:
-            return None
-        return Appended(added, dups), windowed, stored
+            self.counters.redis_errors += 1
+            failed = [m for m in piece if not m.done]
+            if len(failed) > 1 and (isinstance(error, OutOfMemoryError) or not transient(error)):
+                self._piece = len(failed) // 2
+                log.warning(
+                    "redis refused %d messages (%s): %d at a time", len(failed), error, self._piece
+                )
+            elif not transient(error):
+                self._refuse(failed[0], error)
+            else:
+                failures += 1
+                delay = self._backoff.compute(failures)
+                log.warning("redis unavailable (%s); retry %d in %.2f s", error, failures, delay)
+                if stop.wait(delay):
+                    return False
+        return True
+
+    def _refuse(self, message: _Message, error: redis.RedisError) -> None:
+        """Give up what Redis refuses of `message` alone: a write refused for good would
+        refuse again, and stall or crash-loop the worker. The refused call wrote nothing
+        (the scripts check every key before writing); the message is dead-lettered with
+        Redis's reason. Only its dead letters refused: they are logged instead."""
+        if message.observed and message.appended:
+            log.error(
+                "redis refused dead letters (%s), logged instead: %s",
+                reply(error),
+                [(r.kind, r.reason) for r in message.rejections],
+            )
+            message.rejections = []
+            return
+        reason = f"redis refused it: {reply(error)}"
+        log.warning("message dead-lettered: %s", reason)
+        refusal = Rejection(reason, message.msg.payload, "redis_refused")
+        message.observed = message.appended = True
+        message.rejections.append(refusal)
+        self.counters.refused += 1
+        self._count_rejections([refusal])
 
     def _measure_due(self, adding: int) -> bool:
         """Measure the backlog with this write? Every `poll_s`, or sooner when what was
@@ -309,68 +330,96 @@ class Ingest:
         self._added = 0
         return True
 
-    def _write(
-        self,
-        parsed: list[tuple[str, Parsed]],
-        rejected: list[tuple[str, Rejection]] | None = None,
-        measure: bool = False,
-    ) -> tuple[Appended, WindowsAppended, int]:
-        """Observations first, so the backlog measured with the samples counts them too;
-        `rejected`: the dead letters to write (default: those of `parsed`).
+    def _write_piece(self, piece: list[_Message], measure: bool) -> redis.RedisError | None:
+        """Write what `piece` has left and mark what Redis took; the error, if any (one
+        that passes first: what will not pass is given up only when nothing else failed).
 
-        Returns what was appended, what the windows did, and how many observations were
-        offered. Retried whole after a failure: observations already added are skipped.
+        Observations first (a call again skips those stored), so the backlog measured with
+        the samples counts them too. Then one round trip: each script call of samples and
+        each dead letter succeeds or fails alone, and only what failed is written again, so
+        a partly applied write adds nothing twice, samples without ids included.
         """
-        observed = [p.observations for _, p in parsed if p.observations is not None]
-        offered = sum(map(len, observed))
-        windowed = WindowsAppended()
-        if observed:
+        observing = [m for m in piece if not m.observed]
+        if observing:
             assert self.windows is not None  # only a model with a window accepts them
+            observations = [m.parsed.observations for m in observing]
             try:
                 windowed = self.windows.append(
-                    observed, self.cfg.window_ttl_s, self.cfg.max_devices
+                    observations, self.cfg.window_ttl_s, self.cfg.max_devices
                 )
             except redis.RedisError as exc:
-                if transient(exc):
-                    raise
-                raise _Refused(exc, deadletters_written=False) from exc
-        if rejected is None:
-            rejected = [(topic, r) for topic, p in parsed for r in p.rejections]
-        accepted = [p.samples for _, p in parsed if p.samples is not None]
+                return exc
+            for m in observing:
+                m.observed = True
+            c = self.counters
+            offered = sum(len(o) for o in observations if o is not None)
+            c.samples += windowed.added
+            c.observations += offered - windowed.duplicates - windowed.late
+            c.duplicate_observations += windowed.duplicates
+            c.late_observations += windowed.late
+            c.short_windows += windowed.short
+            c.evicted_windows += windowed.evicted
+        appending = [m for m in piece if not m.appended]  # each with samples
+        letters = [(m, r) for m in piece for r in m.rejections]
+        if not appending and not letters:
+            return None
+        pipe = self.queue.redis.pipeline(transaction=False)
+        accepted = [s for m in appending if (s := m.parsed.samples) is not None]
+        self.queue.appender.append(pipe, accepted, self.cfg.dedup_window_s, self.cfg.max_dedup_ids)
+        for m, rejection in letters:
+            self.queue.deadletter(
+                pipe,
+                m.msg.topic,
+                rejection,
+                self.cfg.deadletter_maxlen,
+                self.cfg.deadletter_payload_bytes,
+            )
+        if measure:
+            self.queue.appender.backlog(pipe)
         try:
-            return self._write_samples(accepted, rejected, measure), windowed, offered
+            replies = pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
-            if transient(exc):
-                raise
-            raise _Refused(exc, deadletters_written=True) from exc
+            return exc
+        return self._took(appending, per_call(accepted), letters, replies)
 
-    def _write_samples(
-        self, accepted: list, rejected: list[tuple[str, Rejection]], measure: bool
-    ) -> Appended:
-        return self.queue.write(
-            accepted,
-            rejected,
-            dedup_window_s=self.cfg.dedup_window_s,
-            max_dedup_ids=self.cfg.max_dedup_ids,
-            deadletter_maxlen=self.cfg.deadletter_maxlen,
-            deadletter_payload_bytes=self.cfg.deadletter_payload_bytes,
-            backlog=measure,
-        )
+    def _took(
+        self,
+        appending: list[_Message],
+        calls: list[int],
+        letters: list[tuple[_Message, Rejection]],
+        replies: list,
+    ) -> redis.RedisError | None:
+        """Mark what the pipeline's `replies` say Redis took; the error to act on, if any."""
+        errors = [r for r in replies if isinstance(r, redis.RedisError)]
+        replies = iter(replies)
+        at = 0
+        for n in calls:
+            call = next(replies)
+            if not isinstance(call, redis.RedisError):
+                for m in appending[at : at + n]:
+                    m.appended = True
+                self.counters.samples += int(call[0])
+                self.counters.duplicates += int(call[1])
+            at += n
+        refused = [(m, r) for m, r in letters if isinstance(next(replies), redis.RedisError)]
+        for m in {id(m): m for m, _ in letters}.values():
+            m.rejections = [r for n, r in refused if n is m]
+        measured = next(replies, None)
+        if measured is not None and not isinstance(measured, redis.RedisError):
+            self._measured(int(measured))
+        if any(isinstance(e, NoScriptError) for e in errors):
+            with contextlib.suppress(redis.RedisError):  # else the retry finds out
+                self.queue.appender.load()
+        return next((e for e in errors if transient(e)), errors[0] if errors else None)
 
-    def _retry(
-        self, call: Callable[[], T], stop: threading.Event, refusals_pass: bool = False
-    ) -> T | None:
-        """`call()`, retried with backoff while Redis is unavailable; None if stopped.
-
-        A Redis error that will not pass is raised, unless `refusals_pass` (the last write
-        of a run, its dead letters: nothing is left to give up).
-        """
+    def _retry(self, call: Callable[[], T], stop: threading.Event) -> T | None:
+        """`call()`, retried with backoff while Redis is unavailable; None if stopped."""
         failures = 0
         while True:
             try:
                 return call()
-            except (redis.RedisError, _Refused) as exc:
-                if not (refusals_pass or isinstance(exc, redis.RedisError) and transient(exc)):
+            except redis.RedisError as exc:
+                if not transient(exc):
                     raise
                 failures += 1
                 self.counters.redis_errors += 1

@@ -192,7 +192,7 @@ class SampleQueue:
         pipe = self.redis.pipeline(transaction=False)
         calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids)
         for source, rejection in rejected:
-            self._deadletter(pipe, source, rejection, deadletter_maxlen, deadletter_payload_bytes)
+            self.deadletter(pipe, source, rejection, deadletter_maxlen, deadletter_payload_bytes)
         if backlog:
             self.appender.backlog(pipe)
         try:
@@ -211,7 +211,7 @@ class SampleQueue:
             backlog=int(replies[-1]) if backlog else None,
         )
 
-    def _deadletter(
+    def deadletter(
         self, pipe: redis.client.Pipeline, source: str, rej: Rejection, maxlen: int, keep: int
     ) -> None:
         fields = {

@@ -98,10 +98,16 @@ def explained(client: redis_lib.Redis, names: Names, *procs) -> Iterator[None]:
     try:
         yield
     except AssertionError as exc:
-        keys = {k.decode(): client.memory_usage(k) for k in client.scan_iter(count=1000)}
+        keys = {k.decode(): client.memory_usage(k, samples=0) for k in client.scan_iter(count=1000)}
         memory = client.info("memory")
         where = [
             f"used_memory {memory['used_memory']}, maxmemory {memory['maxmemory']}",
+            f"{client.xlen(names.samples_key)} entries",
+            *(
+                f"client {c['name'] or c['id']}: tot-mem {c['tot-mem']} qbuf {c['qbuf']} "
+                f"omem {c['omem']} cmd {c['cmd']}"
+                for c in client.client_list()
+            ),
             f"published (version, samples_seen) {published(client, names)}",
             f"keys {keys}",
             *("\n".join(p.lines[-15:]) for p in procs),
@@ -175,8 +181,7 @@ dedup_window_s = 5
     device = client_for(MODEL)
     device.publish_samples(messages(0, 5))
     eventually(lambda: published(own_redis, names)[1] == 50, 60, "the first samples learned")
-    # Room for a run of ingest (its command's own bytes count while Redis takes it: a
-    # run larger than the memory left is refused for ever), and for a part of what comes.
+    # Room for a part of what comes (ingest writes a refused run in smaller pieces).
     limit = own_redis.info("memory")["used_memory"] + 512 * 1024
     own_redis.config_set("maxmemory", limit)
     device.publish_samples(messages(5, 12_000, per=1))
@@ -187,3 +192,41 @@ dedup_window_s = 5
     assert int(own_redis.config_get("maxmemory")["maxmemory"]) == limit, "nobody raised it"
     assert int(own_redis.get(names.ingest_count_key)) == total
     assert learner.proc.poll() is None and ingest.proc.poll() is None, "same processes, alive"
+
+
+def test_a_run_partly_refused_for_lack_of_memory_stores_each_sample_once(
+    start_role, own_redis, settings, client_for
+):
+    """A run's pipeline holds many script calls (2,000 samples each), of which a full Redis
+    takes some and refuses the rest; the run is written again in smaller pieces, each
+    without what Redis took. Samples without ids (nothing de-duplicates them) show that
+    none is appended twice. No learner: only raising maxmemory frees room."""
+    names = Names(MODEL, settings.topic_prefix, settings.key_prefix)
+    env = {
+        "STREAMLEARN_REDIS_URL": f"redis://127.0.0.1:{own_redis.connection_pool.connection_kwargs['port']}/0"
+    }
+    ingest = start_role("ingest", TOML.format(extra=""), env=env)
+    pid = ingest.proc.pid
+    device = client_for(MODEL)
+    device.publish_samples(messages(0, 5, per=100, ids=False))
+    eventually(lambda: own_redis.xlen(names.samples_key) == 5, 30, "the first samples stored")
+    # No room: the messages gather in ingest's inbox while it retries the first of them.
+    used = own_redis.info("memory")["used_memory"]
+    own_redis.config_set("maxmemory", 1)
+    device.publish_samples(messages(5, 30, per=2000, ids=False))
+    with explained(own_redis, names, ingest):
+        eventually(lambda: "retry 5 " in ingest.output, 60, "ingest refused by the full Redis")
+    # Room for ~6 messages of 2,000 samples (40 kB each, a script call each): the next run
+    # holds the other 29 in one pipeline, and Redis takes its first calls only.
+    own_redis.config_set("maxmemory", used + 256 * 1024)
+    with explained(own_redis, names, ingest):
+        eventually(lambda: "at a time" in ingest.output, 60, "a refused run written in pieces")
+    assert own_redis.xlen(names.samples_key) < 35, "Redis was full before all were in"
+    own_redis.config_set("maxmemory", own_redis.info("memory")["used_memory"] + 4 * 1024**2)
+    with explained(own_redis, names, ingest):
+        eventually(lambda: own_redis.xlen(names.samples_key) >= 35, 60, "every message stored")
+    assert int(own_redis.get(names.ingest_count_key)) == 60_500, "each sample appended once"
+    assert own_redis.xlen(names.samples_key) == 35, "each message appended once"
+    assert own_redis.xlen(names.deadletter_key) == 0, "a full Redis is no message's fault"
+    assert ingest.proc.pid == pid and ingest.proc.poll() is None, "the same ingest, alive"
+    assert "Traceback" not in ingest.output
