@@ -326,6 +326,7 @@ class Learner:
             or self._samples_since_checkpoint >= self.policy.checkpoint_every_samples
         ):
             self.checkpoint()
+        self.writes.maybe_trim()
         if (self.status_sink or self.contest) and (
             now - self._last_status
         ) * 1000 >= self.policy.status_every_ms:

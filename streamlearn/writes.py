@@ -80,6 +80,14 @@ class LearnerWrites:
             done = self.unacked
             if self.acking.run(lambda: self.queue.ack(done)):
                 self.unacked = self.unacked[len(done) :]
+        self.maybe_trim()
+
+    def maybe_trim(self) -> None:
+        """Trim the stream at most every `_TRIM_EVERY_S`, on the learner's own clock.
+
+        Not only when acknowledging: a learner that caught up acknowledges no more, and
+        the entries it acknowledged last would stay, holding memory a full Redis needs.
+        """
         now = time.monotonic()
         if now - self._last_trim >= _TRIM_EVERY_S and self.trimming.due():
             self._last_trim = now

@@ -211,6 +211,26 @@ def test_the_stream_gets_shorter_but_never_below_a_lagging_group(redis, settings
     assert redis.xlen(queue.key) < 250
 
 
+def test_a_caught_up_learner_trims_what_it_acknowledged_last(redis, settings, tmp_path):
+    # a full Redis frees memory only by trimming: the last acknowledged entries must go too
+    policy = {"checkpoint_dir": str(tmp_path), "checkpoint_every_s": 0.05}
+    learner = make_learner(redis, settings, regression(**policy))
+    key, stop = learner.queue.key, threading.Event()
+    learner.start()
+    runner = threading.Thread(target=learner.run, kwargs={"stop": stop})
+    runner.start()
+    try:
+        fill(learner.queue, 20)
+        eventually(lambda: redis.xlen(key) == 0, 20, "the first entries acknowledged, trimmed")
+        fill(learner.queue, 20, seed=1)  # acknowledged within the trim's rate limit
+        eventually(lambda: pending(redis, key) == 0, 20, "the next entries acknowledged")
+        eventually(lambda: redis.xlen(key) == 0, 10, "and trimmed with no more to learn")
+    finally:
+        stop.set()
+        runner.join(30)
+    assert learner.state.samples_seen == 40
+
+
 def test_a_new_learner_claims_what_a_dead_one_of_another_name_left_pending(redis, settings):
     """A learner on another host (another consumer name) takes over the entries a dead one
     read but never acknowledged, and learns them."""
