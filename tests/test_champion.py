@@ -161,7 +161,10 @@ def test_a_clearly_better_challenger_is_promoted_and_actors_switch_without_a_fai
         # fast's predictions are accurate; the actor built its architecture and serves it.
         reply = device.request({"x": PROBE.tolist()})
         assert reply["variant"] == "fast"
-        assert np.abs(np.array(reply["y"]) - TRUTH).max() < 0.35, (reply["y"], TRUTH)
+        # (relative to base's first answer: how far fast got depends on the machine's load)
+        fast_error = np.abs(np.array(reply["y"]) - TRUTH).max()
+        base_error = np.abs(np.array(first["y"]) - TRUTH).max()
+        assert fast_error < 0.5 * base_error, (reply["y"], first["y"], TRUTH)
         actor.wait_for("built and warmed up a model for variant fast")
         print(next(line for line in actor.lines if "built and warmed up" in line))
 
