@@ -89,7 +89,7 @@ MUTANTS = (
     ),
     Mutant(
         "dedupe_off",
-        "streamlearn/ingest.py",
+        "streamlearn/ingest_writes.py",
         (("dedup_window_s=self.cfg.dedup_window_s,", "dedup_window_s=0,"),),
         (G + "test_a_redelivered_or_repeated_id_is_stored_once",),
         "ingest stores a redelivered sample id again",
@@ -169,7 +169,7 @@ MUTANTS = (
     ),
     Mutant(
         "window_ttl_ignored",
-        "streamlearn/ingest.py",
+        "streamlearn/ingest_writes.py",
         (
             (
                 ("observed, self.cfg.window_ttl_s,", "observed, 86_400,"),
