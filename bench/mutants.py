@@ -49,11 +49,12 @@ class Mutant:
 MUTANTS = (
     Mutant(
         "ack_before_write",
-        "streamlearn/ingest.py",
+        "streamlearn/ingest_inbox.py",
         (
             (
-                "self._inbox.append((self._generation, client, msg))",
-                "client.ack(msg.mid, msg.qos)\nself._inbox.append((self._generation, client, msg))",
+                "self._messages.append((self._generation, client, msg))",
+                "client.ack(msg.mid, msg.qos)\n"
+                "self._messages.append((self._generation, client, msg))",
             ),
         ),
         (
@@ -67,9 +68,9 @@ MUTANTS = (
         "streamlearn/ingest.py",
         (
             (
-                "result = self._retry(lambda: self._write(",
-                "self._acks.extend(batch)\nself._ack_now()\n"
-                "result = self._retry(lambda: self._write(",
+                "stored = self.writer.store(messages, self._measure_due(adding), stop)",
+                "self.inbox.acknowledge(batch)\nself.inbox.ack_now()\n"
+                "stored = self.writer.store(messages, self._measure_due(adding), stop)",
             ),
         ),
         (G + "test_ingest_killed_while_redis_refuses_writes_loses_no_sample",),
@@ -89,8 +90,13 @@ MUTANTS = (
     ),
     Mutant(
         "dedupe_off",
-        "streamlearn/ingest_writes.py",
-        (("dedup_window_s=self.cfg.dedup_window_s,", "dedup_window_s=0,"),),
+        "streamlearn/appends.py",
+        (
+            (
+                "if hit == 1 then known[named[i + j - 1]], dedup = true, true end",
+                "if hit == 2 then known[named[i + j - 1]], dedup = true, true end",
+            ),
+        ),
         (G + "test_a_redelivered_or_repeated_id_is_stored_once",),
         "ingest stores a redelivered sample id again",
     ),
@@ -107,6 +113,13 @@ MUTANTS = (
         (("floor = min(floors)", "floor = max(floors)"),),
         (G + "test_the_stream_gets_shorter_but_never_below_a_lagging_group",),
         "trimming follows the group furthest ahead, dropping what a slower one still needs",
+    ),
+    Mutant(
+        "trim_only_when_acking",
+        "streamlearn/learner.py",
+        (("        self.writes.maybe_trim()\n", "        pass\n"),),
+        (G + "test_a_caught_up_learner_trims_what_it_acknowledged_last",),
+        "a caught-up learner leaves its last acknowledged entries in the stream: Redis stays full",
     ),
     Mutant(
         "no_claim",
@@ -172,6 +185,10 @@ MUTANTS = (
         "streamlearn/ingest_writes.py",
         (
             (
+                (
+                    "observations, self.cfg.window_ttl_s, self.cfg.max_devices",
+                    "observations, 86_400, self.cfg.max_devices",
+                ),
                 ("observed, self.cfg.window_ttl_s,", "observed, 86_400,"),
                 (
                     "self.windows.append(observed, self.cfg.window_ttl_s)",
