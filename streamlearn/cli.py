@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("--timeout", type=float, default=10.0)
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
-    bench.add_argument("name", choices=["ingest", "learner", "serve"])
+    bench.add_argument("name", choices=["ingest", "learner", "serve", "soak", "device", "mutants"])
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
     bench.set_defaults(func=_bench)
 
