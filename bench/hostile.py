@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.loadgen import _vbi
 from streamlearn.names import Names
 
 MARKER = re.compile(rb"hostile-(\d{6})")
@@ -54,15 +55,6 @@ def publish_packet(
         body += struct.pack("!H", packet_id)
     rest = body + _vbi(len(props)) + props + payload
     return bytes([0x30 | qos << 1]) + _vbi(len(rest)) + rest
-
-
-def _vbi(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        n, digit = divmod(n, 128)
-        out.append(digit | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _str(b: bytes) -> bytes:
