@@ -260,7 +260,7 @@ class Prefetcher:
                     self._retry.failed(exc)
                     self._stop.wait(self._retry.delay())
                     continue
-                if self._retry is not None and self._retry.failures:
+                if self._retry is not None:
                     self._retry.succeeded()
                 if batch is None:
                     self.idle.set()

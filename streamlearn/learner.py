@@ -195,8 +195,7 @@ class Learner:
         except redis.RedisError as exc:
             reading.failed(exc)
             return None
-        if reading.failures:
-            reading.succeeded()
+        reading.succeeded()
         return batch
 
     # -- the work ------------------------------------------------------------------------

@@ -119,8 +119,10 @@ class Retried:
         )
 
     def succeeded(self) -> None:
-        if self.failures:
-            log.info("redis took %s again after %d failures", self.call, self.failures)
+        """Clear the backoff; free (no lock taken) after a success, so hot paths call it."""
+        if not self.failures:
+            return  # nothing to clear: only failed() sets the backoff and the OOM flag
+        log.info("redis took %s again after %d failures", self.call, self.failures)
         self.failures = 0
         self._next = -math.inf
         self.health.succeeded(self.call)
