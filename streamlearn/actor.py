@@ -69,9 +69,8 @@ class Actor:
         self.policy = cfg.actor
         self.names = names
         self.publish = publish
-        self.routes = ReplyRoutes(names)
         self.replier = Replier(publish, cfg.name, self.policy.max_reply_bytes)
-        self.admission = inbox.Admission(cfg, self.routes, self.replier)
+        self.admission = inbox.Admission(cfg, ReplyRoutes(names), self.replier)
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
         self.buckets = bucket_sizes(self.policy.max_batch)

@@ -81,11 +81,6 @@ class ReplyRoutes:
         self.replies = names.topic("replies")
         self.predictions = names.predictions_topic
 
-    @property
-    def subscriptions(self) -> tuple[str, str]:
-        """The request topics: bare `predict` and `predict/{client}`."""
-        return self.predict, f"{self.predict}/+"
-
     def client_of(self, request_topic: str) -> str | None:
         """The client a request topic names (`predict/{client}`); None for bare `predict`."""
         if request_topic.startswith(self.predict + "/"):
