@@ -39,19 +39,10 @@ GROUP = "learners"
 # A message is never split (one entry each), so a call holds up to max_samples_per_message.
 CHUNK_SAMPLES = 2000
 
-# KEYS: stream, counter; with de-duplication also the seen sets of generations 0 and 1 (by
-# parity) and the generation's state ("gen started_s size").
-# ARGV: window (s; 0: no de-duplication), now (s), max ids, bytes per x row, layout ("n" or
-# "n:L" per message, L: length of its ids field), then back to back for all messages: x
-# rows (float32), y (float32), ids fields (JSON lists); and one JSON-encoded id (or null)
-# per line for each sample that has an ids field.
-# Lua returns at most ~8000 values from `unpack`: ids go to Redis 1000 at a time.
-_APPEND = """#!lua
-local stream, counter = KEYS[1], KEYS[2]
-local window, now, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local xrow = tonumber(ARGV[4])
-local x, y, idsblob = ARGV[6], ARGV[7], ARGV[8]
-local function failed(reply, key)
+# Lua the scripts that append to the stream run first, `stream` and `counter` bound: reads
+# and checks, so a call that fails has written nothing. Defines `failed` (an error reply
+# naming its key, or nil), `err`, and `count` (the counter, checked to be a number).
+CHECK_COUNT = """local function failed(reply, key)
   if type(reply) == 'table' and reply.err then
     return redis.error_reply(reply.err .. ' (key ' .. key .. ')')
   end
@@ -60,8 +51,27 @@ end
 local count = redis.pcall('GET', counter)
 local err = failed(count, counter) or failed(redis.pcall('XLEN', stream), stream)
 if err then return err end
-local total = tonumber(count or '0')
-if not total then return redis.error_reply('WRONGTYPE ' .. counter .. ' holds no count') end
+if not tonumber(count or '0') then
+  return redis.error_reply('WRONGTYPE ' .. counter .. ' holds no count')
+end
+"""
+
+# KEYS: stream, counter; with de-duplication also the seen sets of generations 0 and 1 (by
+# parity) and the generation's state ("gen started_s size").
+# ARGV: window (s; 0: no de-duplication), now (s), max ids, bytes per x row, layout ("n" or
+# "n:L" per message, L: length of its ids field), then back to back for all messages: x
+# rows (float32), y (float32), ids fields (JSON lists); and one JSON-encoded id (or null)
+# per line for each sample that has an ids field.
+# Lua returns at most ~8000 values from `unpack`: ids go to Redis 1000 at a time.
+_APPEND = (
+    """#!lua
+local stream, counter = KEYS[1], KEYS[2]
+local window, now, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local xrow = tonumber(ARGV[4])
+local x, y, idsblob = ARGV[6], ARGV[7], ARGV[8]
+"""
+    + CHECK_COUNT
+    + """local total = tonumber(count or '0')
 local frags, named, known, fresh = {}, {}, {}, {}
 local dedup = false
 if window > 0 then
@@ -159,6 +169,7 @@ end
 redis.call('SET', counter, total)
 return {added, dups}
 """
+)
 
 # KEYS: stream, counter. ARGV: group. Returns the samples not yet acknowledged by the group.
 _BACKLOG = """#!lua flags=no-writes

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
+from streamlearn.appends import CHECK_COUNT
 from streamlearn.names import Names
 from streamlearn.records import Observations
 
@@ -50,26 +51,17 @@ CHUNK_OBSERVATIONS = 1000
 # the KEYS index of each observation's set (comma-separated), their seqs (exact decimal
 # text, one a line), members back to back, y (float32) back to back, one flag a
 # character: '1' when the observation has a target; now (s), max devices.
-_APPEND = """#!lua
+_APPEND = (
+    """#!lua
 local stream, counter, index = KEYS[1], KEYS[2], KEYS[3]
 local window, keep, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local mlen = tonumber(ARGV[4])
 local members, ys, flags = ARGV[7], ARGV[8], ARGV[9]
 local now, devices = tonumber(ARGV[10]), tonumber(ARGV[11])
-local function failed(reply, key)
-  if type(reply) == 'table' and reply.err then
-    return redis.error_reply(reply.err .. ' (key ' .. key .. ')')
-  end
-end
--- reads and checks first: a call that fails has written nothing
-local count = redis.pcall('GET', counter)
-local err = failed(count, counter) or failed(redis.pcall('XLEN', stream), stream)
-  or failed(redis.pcall('ZCARD', index), index)
-if err then return err end
-if not tonumber(count or '0') then
-  return redis.error_reply('WRONGTYPE ' .. counter .. ' holds no count')
-end
-for k = 4, #KEYS do
+"""
+    + CHECK_COUNT
+    + """-- the device index and the windows: sorted sets
+for k = 3, #KEYS do
   err = failed(redis.pcall('ZCARD', KEYS[k]), KEYS[k])
   if err then return err end
 end
@@ -105,7 +97,7 @@ for k in string.gmatch(ARGV[5], '%d+') do
 end
 local added = #ty
 if added > 0 then
-  local total = tonumber(redis.call('GET', counter) or '0') + added
+  local total = tonumber(count or '0') + added
   redis.call('XADD', stream, '*', 'n', added, 'x', table.concat(xs), 'y', table.concat(ty),
     'c', total)
   redis.call('SET', counter, total)
@@ -126,6 +118,7 @@ if next(touched) then
 end
 return {added, dups, late, short, evicted}
 """
+)
 
 # KEYS: the window set of each request (repeats allowed). ARGV: count, then each request's
 # upper bound (exclusive "(seq", or "+inf"). Returns, per request, its newest `count`
