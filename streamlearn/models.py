@@ -132,15 +132,13 @@ class TrainProbe:
             self.calls += 1
             out = inner(*args)
             if isinstance(out, dict):  # TensorFlow, PyTorch: variables updated in place
-                return {**out, FINITE: _all_finite([*model.trainable_variables, *opt_vars()])}
+                variables = [*model.trainable_variables, *model.optimizer.variables]
+                return {**out, FINITE: _all_finite(variables)}
             if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict):
                 # JAX: (logs, state), state = (trainable, non-trainable, optimizer, metrics)
                 logs, state = out
                 return {**logs, FINITE: _all_finite([*state[0], *state[2]])}, state
             return out
-
-        def opt_vars() -> list[Any]:
-            return list(model.optimizer.variables)
 
         model.train_step = train_step
         if getattr(model, "train_function", None) is not None:

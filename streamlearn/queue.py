@@ -354,7 +354,9 @@ class SampleQueue:
             self.redis.xtrim(self.key, minid=f"{floor[0]}-{floor[1]}", approximate=True)
         return passed
 
-    def _passed(self, group: dict, stale_group_s: float | None, max_unread: int | None):
+    def _passed(
+        self, group: dict, stale_group_s: float | None, max_unread: int | None
+    ) -> str | None:
         """Why trimming no longer waits for `group`, or None."""
         lag = group.get("lag")
         if max_unread is not None and lag is not None and lag > max_unread:
