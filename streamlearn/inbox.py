@@ -134,10 +134,11 @@ def too_deep(raw: bytes) -> bool:
     return int(np.cumsum(steps).max(initial=0)) > MAX_DEPTH
 
 
-def decode(raw: bytes, limit: int) -> dict[str, Any]:
-    """A request's JSON object, decoded once; PayloadError with the reason a user sees."""
-    if len(raw) > limit:
-        raise PayloadError(f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}")
+def decode(raw: bytes) -> dict[str, Any]:
+    """A request's JSON object, decoded once; PayloadError with the reason a user sees.
+
+    Its size was checked before: the inbox keeps only the size of one over the limit.
+    """
     if too_deep(raw):
         raise PayloadError(f"invalid JSON: nested more than {MAX_DEPTH} levels deep")
     try:
@@ -242,7 +243,7 @@ class Admission:
         if arrival.size > limit:  # the inbox kept only its size
             return {}, f"payload of {arrival.size} bytes exceeds max_payload_bytes={limit}"
         try:
-            return decode(arrival.msg.payload, limit), None
+            return decode(arrival.msg.payload), None
         except PayloadError as exc:
             return {}, str(exc)
 
