@@ -11,6 +11,7 @@ acknowledged only with a published version, so they wait until the publish goes 
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -23,7 +24,7 @@ from streamlearn.champion import Contest, Promotion
 from streamlearn.config import IngestConfig, LearnerConfig
 from streamlearn.queue import SampleQueue
 from streamlearn.records import Rejection
-from streamlearn.retries import CALLS, RedisHealth, Retried
+from streamlearn.retries import RedisHealth, Retried
 from streamlearn.weights import VariantWeights, WeightsStore
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,12 @@ class LearnerWrites:
         self.policy = policy
         self.limits = limits  # dead letters: the model's ingest limits
         self.health = RedisHealth()
-        max_s = policy.retry_max_ms / 1000
-        self.publishing, self.acking, self.trimming, self.reporting, self.reading = (
-            Retried(call, self.health, max_s) for call in CALLS[:5]
-        )
+        retried = functools.partial(Retried, health=self.health, max_s=policy.retry_max_ms / 1000)
+        self.publishing = retried("publish")
+        self.acking = retried("ack")
+        self.trimming = retried("trim")
+        self.reporting = retried("status")
+        self.reading = retried("read")
         self.unacked: list[bytes] = []  # entries done since the last durable point
         self.passed_groups: dict[str, str] = {}  # groups trimming no longer waits for
         self._last_trim = -math.inf
