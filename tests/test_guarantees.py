@@ -418,16 +418,23 @@ def linear_cfg() -> ModelConfig:
     )
 
 
-def test_a_reply_names_the_version_whose_weights_computed_it(redis, settings):
-    """A version staged while a batch waits is swapped in between batches, never inside
-    one: each reply's `y` comes from the weights of the version it names."""
+def serving_v1_with_v2_staged(redis, settings) -> tuple[Actor, Replies]:
+    """A linear actor serving version 1 (every weight 1.0) with version 2 (2.0) staged:
+    the serving loop swaps it in before its next batch."""
     cfg = linear_cfg()
     actor, store, replies = make_actor(redis, settings, cfg)
     publish_constant(store, cfg, 1, 1.0)
     actor.reloader.poll(block=True)
     actor.reload(block=True)
     publish_constant(store, cfg, 2, 2.0)
-    actor.reloader.poll(block=True)  # staged: the serving loop swaps it before its next batch
+    actor.reloader.poll(block=True)
+    return actor, replies
+
+
+def test_a_reply_names_the_version_whose_weights_computed_it(redis, settings):
+    """A version staged while a batch waits is swapped in between batches, never inside
+    one: each reply's `y` comes from the weights of the version it names."""
+    actor, replies = serving_v1_with_v2_staged(redis, settings)
     for rid in range(3):
         request(actor, 3, rid)
     actor.serve(actor._gather(idle_s=1.0))
@@ -443,13 +450,7 @@ def test_a_reply_names_the_version_whose_weights_computed_it(redis, settings):
 def test_a_reload_in_progress_never_holds_up_a_batch(redis, settings):
     """While the reload thread is loading a version (it holds the models' lock), the serving
     loop's swap check returns at once and the batch is served with the current version."""
-    cfg = linear_cfg()
-    actor, store, replies = make_actor(redis, settings, cfg)
-    publish_constant(store, cfg, 1, 1.0)
-    actor.reloader.poll(block=True)
-    actor.reload(block=True)
-    publish_constant(store, cfg, 2, 2.0)
-    actor.reloader.poll(block=True)
+    actor, replies = serving_v1_with_v2_staged(redis, settings)
     served = threading.Event()
 
     def one_batch() -> None:
