@@ -87,7 +87,6 @@ class IngestCounters:
     late_observations: int = 0  # older than everything their key keeps
     short_windows: int = 0  # had a target, but fewer than `window` observations known
     evicted_windows: int = 0  # windows of idle devices deleted to keep max_devices
-    refused: int = 0  # messages Redis refused alone: dead-lettered
 
     def count_rejections(self, rejections: list[Rejection]) -> None:
         self.rejected += len(rejections)
@@ -203,7 +202,6 @@ class RunWriter:
         refusal = Rejection(reason, message.msg.payload, "redis_refused")
         message.observed = message.appended = True
         message.rejections.append(refusal)
-        self.counters.refused += 1
         self.counters.count_rejections([refusal])
 
     def _write_piece(self, piece: list[RunMessage], measure: bool) -> redis.RedisError | None:
