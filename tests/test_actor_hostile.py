@@ -90,7 +90,9 @@ class Device:
 
     def reply(self, correlation: bytes, timeout_s: float = 15) -> tuple[str, dict]:
         """The topic and body of the reply echoing `correlation`."""
-        msg = self.wait(lambda m: getattr(m.properties, "CorrelationData", None) == correlation)
+        msg = self.wait(
+            lambda m: getattr(m.properties, "CorrelationData", None) == correlation, timeout_s
+        )
         return msg.topic, json.loads(msg.payload)
 
     def ask(self, payload: bytes | dict, **kwargs: object) -> tuple[str, dict]:
@@ -356,13 +358,20 @@ max_reply_bytes = 16777216
 # -- 7: floods, the inbox bound and deadlines -------------------------------------------
 
 
-def test_a_flood_beyond_the_inbox_bound_is_shed_and_counted(serve, devices, status):
-    actor = serve(ACTOR + "max_queued_requests = 2\n")
-    pid = actor.proc.pid
+def flood_target(serve, devices, status, setting: str) -> tuple[RoleProcess, int, Device]:
+    """A serving actor with `setting`, its pid, and a device to flood it from."""
+    actor = serve(ACTOR + setting + "\n")
     me = devices()
     eventually(lambda: status().get("version") == 1, 15, "the actor's status")
-    request = json.dumps({"x": [[0.25, 0.5]] * 64}).encode()
-    sent = [me.send(request, qos=0) for _ in range(600)]
+    return actor, actor.proc.pid, me
+
+
+FLOOD = json.dumps({"x": [[0.25, 0.5]] * 64}).encode()  # one forward pass (max_batch 64)
+
+
+def test_a_flood_beyond_the_inbox_bound_is_shed_and_counted(serve, devices, status):
+    actor, pid, me = flood_target(serve, devices, status, "max_queued_requests = 2")
+    sent = [me.send(FLOOD, qos=0) for _ in range(600)]
     eventually(
         lambda: status()["requests_shed"] + len(me.got) == len(sent),
         30,
@@ -375,13 +384,8 @@ def test_a_flood_beyond_the_inbox_bound_is_shed_and_counted(serve, devices, stat
 
 
 def test_requests_past_their_deadline_are_not_computed(serve, devices, status):
-    actor = serve(ACTOR + "request_deadline_ms = 10\n")
-    pid = actor.proc.pid
-    me = devices()
-    eventually(lambda: status().get("version") == 1, 15, "the actor's status")
-    # one forward pass each (max_batch 64): together far more than 10 ms of work
-    request = json.dumps({"x": [[0.25, 0.5]] * 64}).encode()
-    sent = [me.send(request, qos=0) for _ in range(500)]
+    actor, pid, me = flood_target(serve, devices, status, "request_deadline_ms = 10")
+    sent = [me.send(FLOOD, qos=0) for _ in range(500)]  # far more than 10 ms of work
     eventually(lambda: len(me.got) >= len(sent), 30, "every request answered")
     replies = [json.loads(m.payload) for m in me.got]
     expired = [r for r in replies if "error" in r]
