@@ -229,7 +229,6 @@ class Actor:
                 reason = f"key {p.key!r}: stored observations unavailable ({exc})"
                 self._reply_error(p, reason)
             return [p for p in batch if p.key is None]
-        answered: set[int] = set()
         for p, steps in zip(keyed, earlier, strict=True):
             if len(steps) < need:
                 before = "" if p.seq is None else f" before seq {_number(p.seq)}"
@@ -238,10 +237,9 @@ class Actor:
                     f"a window needs are known{before}"
                 )
                 self._reply_error(p, reason)
-                answered.add(id(p))
             else:
                 p.x = np.concatenate([steps, p.x])[None]
-        return [p for p in batch if id(p) not in answered]
+        return [p for p in batch if not p.done]
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Forward pass over any number of rows, in padded bucket-sized chunks."""
