@@ -193,13 +193,14 @@ class Admission:
             msg = arrival.msg
             correlation = getattr(msg.properties, "CorrelationData", None)
             request_topic = msg.topic  # paho decodes it here: invalid UTF-8 raises
-            topic = self.routes.default(request_topic).topic
+            default = self.routes.default(request_topic)
+            topic = default.topic
             doc, problem = self._decode(arrival)
             rid = _request_id(doc.get("id"))
             asked = getattr(msg.properties, "ResponseTopic", None)
-            route = self.routes.route(
-                request_topic, doc.get("reply_to") if asked is None else asked
-            )
+            if asked is None:
+                asked = doc.get("reply_to")
+            route = self.routes.route(request_topic, asked, default)
             topic, problem = route.topic, route.refused or problem
             if problem is None and arrival.expired(time.monotonic()):
                 self.expired += 1

@@ -94,9 +94,13 @@ class ReplyRoutes:
         problem = topic_problem(topic) if client is not None else None
         return Route(None, problem) if problem else Route(topic)
 
-    def route(self, request_topic: str, asked: object | None) -> Route:
-        """The reply topic for a request on `request_topic` that asked for `asked`."""
-        default = self.default(request_topic)
+    def route(
+        self, request_topic: str, asked: object | None, default: Route | None = None
+    ) -> Route:
+        """The reply topic for a request on `request_topic` that asked for `asked`;
+        `default` is `self.default(request_topic)` where the caller has it already."""
+        if default is None:
+            default = self.default(request_topic)
         if asked is None or default.topic is None:
             return default
         problem = topic_problem(asked)
