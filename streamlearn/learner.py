@@ -31,7 +31,6 @@ from pathlib import Path
 
 import keras
 import numpy as np
-import redis
 
 from streamlearn import codec, models
 from streamlearn.batching import Batch, Drainer, Prefetcher, bucket_sizes
@@ -190,13 +189,7 @@ class Learner:
         if not reading.due():
             time.sleep(min(0.1, reading.delay()))
             return None
-        try:
-            batch = self.drainer.drain(idle_block_ms=100)
-        except redis.RedisError as exc:
-            reading.failed(exc)
-            return None
-        reading.succeeded()
-        return batch
+        return reading.result(lambda: self.drainer.drain(idle_block_ms=100))
 
     # -- the work ------------------------------------------------------------------------
 

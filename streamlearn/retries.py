@@ -14,12 +14,14 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CALLS = ("publish", "ack", "trim", "status", "read", "deadletter")  # the learner's
 
@@ -95,15 +97,24 @@ class Retried:
         """Seconds until due."""
         return max(0.0, self._next - self.clock())
 
-    def run(self, fn: Callable[[], object]) -> bool:
-        """`fn()`; False, logged and scheduled for later, if Redis failed it."""
+    def result(self, fn: Callable[[], T]) -> T | None:
+        """`fn()`'s result; None, logged and scheduled for later, if Redis failed it."""
         try:
-            fn()
+            result = fn()
         except redis.RedisError as exc:
             self.failed(exc)
-            return False
+            return None
         self.succeeded()
-        return True
+        return result
+
+    def run(self, fn: Callable[[], object]) -> bool:
+        """`fn()`; False, logged and scheduled for later, if Redis failed it."""
+
+        def done() -> bool:
+            fn()
+            return True
+
+        return bool(self.result(done))
 
     def failed(self, exc: redis.RedisError) -> None:
         self.failures += 1

@@ -60,21 +60,20 @@ class LearnerWrites:
     def publish(self, after: int, blob_of: Callable[[int], bytes]) -> int | None:
         """Store `blob_of(v)` as the next version `v` above `after` and every published
         one; None when Redis refused it (tried again once `publishing.due()`)."""
-        version: list[int] = []
 
-        def attempt() -> None:
-            for tries in range(3):  # a version is taken between two reads only at a promotion
+        def attempt() -> int:
+            tries = 0
+            while True:  # a version is taken between two reads only at a promotion
                 v = max(after, self.store.latest_version()) + 1
                 try:
                     self.store.publish(v, blob_of(v))
+                    return v
                 except ValueError:
-                    if tries == 2:
+                    tries += 1
+                    if tries == 3:
                         raise
-                else:
-                    version.append(v)
-                    return
 
-        return version[0] if self.publishing.run(attempt) else None
+        return self.publishing.result(attempt)
 
     def made_durable(self) -> None:
         """Acknowledge what the durable state covers, and now and then trim the stream;
@@ -109,13 +108,7 @@ class LearnerWrites:
         """Report to the contest; when Redis refuses, the last standings it read stand."""
         if not self.reporting.due():
             return None
-        promoted: list[Promotion | None] = [None]
-
-        def tick() -> None:
-            promoted[0] = contest.tick(status)
-
-        self.reporting.run(tick)
-        return promoted[0]
+        return self.reporting.result(lambda: contest.tick(status))
 
     def deadletter(self, reason: str, payload: bytes) -> None:
         """Dead-letter `payload`; when Redis refuses, log it instead (the entry is done)."""
