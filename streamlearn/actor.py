@@ -15,7 +15,7 @@ is that client's timeout and retry, as with HTTP. QoS 1 costs a broker acknowled
 reply and, behind paho's 20-message in-flight window, caps the reply rate.
 
 Whatever a request holds, it costs the actor one error reply at most: the inbox is bounded
-and requests past their deadline are not computed (`streamlearn.inbox`), a payload is
+and requests past their deadline are not computed (`streamlearn.actor_inbox`), a payload is
 decoded once, size and nesting checked first, rows capped, a reply goes only to a topic in
 the request's reply space (`streamlearn.replies`), and an exception while serving one
 request or batch becomes error replies, never the end of the serving loop.
@@ -36,10 +36,10 @@ import paho.mqtt.client as mqtt
 import redis
 from paho.mqtt.properties import Properties
 
-from streamlearn import inbox, models
+from streamlearn import actor_inbox, models
+from streamlearn.actor_inbox import Pending
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.forward import Forward, bucket_sizes
-from streamlearn.inbox import Pending
 from streamlearn.names import Names
 from streamlearn.reloader import WeightsReloader
 from streamlearn.replies import Publish, Replier, ReplyRoutes
@@ -70,7 +70,7 @@ class Actor:
         self.names = names
         self.publish = publish
         self.replier = Replier(publish, cfg.name, self.policy.max_reply_bytes)
-        self.admission = inbox.Admission(cfg, ReplyRoutes(names), self.replier)
+        self.admission = actor_inbox.Admission(cfg, ReplyRoutes(names), self.replier)
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
         self.buckets = bucket_sizes(self.policy.max_batch)
@@ -92,7 +92,7 @@ class Actor:
         # Per-request observers (e.g. Prometheus histograms), set when metrics are on.
         self.observe_latency: Callable[[float], object] | None = None
         self.observe_batch: Callable[[int], object] | None = None
-        self.inbox = inbox.Inbox(
+        self.inbox = actor_inbox.Inbox(
             self.policy.max_queued_requests,
             self.policy.max_queued_bytes,
             self.policy.request_deadline_ms,
@@ -337,7 +337,7 @@ class Actor:
             return None
         batch: list[Pending] = []
         deadline = first.arrived + self.policy.max_wait_ms / 1000
-        arrival: inbox.Arrival | None = first
+        arrival: actor_inbox.Arrival | None = first
         rows = 0
         while arrival is not None:
             pending = self.admission.admit(arrival)

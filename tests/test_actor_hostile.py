@@ -20,8 +20,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from streamlearn import codec, models, mqtt
+from streamlearn.actor_inbox import Inbox, too_deep
 from streamlearn.config import Settings, parse_config
-from streamlearn.inbox import Inbox, too_deep
 from streamlearn.names import Names
 from streamlearn.replies import ReplyRoutes, topic_problem
 from streamlearn.weights import WeightsStore

@@ -407,7 +407,7 @@ DOCTESTED = [
         "codec",
         "config",
         "forward",
-        "inbox",
+        "actor_inbox",
         "mqtt",
         "names",
         "replies",
