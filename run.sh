@@ -22,15 +22,17 @@ need_debian_packages() {
 }
 
 python_env() {
+  # $1: the extras to install (the tests also run the quality bench's smoke tests: bench)
+  local extras="$1"
   local py="${PYTHON:-python3}"
   [ -x .venv/bin/python ] || "$py" -m venv .venv
   local stamp=.venv/.streamlearn-installed
   local want
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
+  if [ ! -f "$stamp" ] || ! grep -qxF "$want" "$stamp"; then
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -e '.[test]'
-    echo "$want" > "$stamp"
+    .venv/bin/python -m pip install -q -e ".[$extras]"
+    echo "$want" >> "$stamp"
   fi
 }
 
@@ -40,12 +42,12 @@ export PATH="$PATH:/usr/sbin"
 case "$verb" in
   up)
     need_debian_packages up
-    python_env
+    python_env service
     exec .venv/bin/streamlearn up --demo "$@"
     ;;
   test)
     need_debian_packages test
-    python_env
+    python_env service,test,bench
     exec .venv/bin/python -m pytest "$@"
     ;;
   *)

@@ -37,6 +37,7 @@ from bench.loadgen import LoadClient
 from streamlearn.config import ModelConfig
 from streamlearn.demo import DemoStream
 from streamlearn.names import Names
+from streamlearn.stream import SampleStream
 
 AUDIT_GROUP = "soak-audit"
 VALID, FLOOD = "soak-v", "soak-f"  # the {client} of valid requests and of request floods
@@ -161,9 +162,12 @@ class Audit(threading.Thread):
     is trimmed unread; dead letters are read often enough that the stream's cap loses none.
     """
 
-    def __init__(self, r: redis.Redis, names: Names, stop: threading.Event) -> None:
+    def __init__(
+        self, r: redis.Redis, names: Names, sample_shape: tuple[int, ...], stop: threading.Event
+    ) -> None:
         super().__init__(daemon=True)
         self.r, self.names, self.stop = r, names, stop
+        self.stream = SampleStream(r, names, sample_shape, group=AUDIT_GROUP)
         self.ids: Counter[str] = Counter()
         self.samples = 0  # samples in the entries read
         self.deadletters: list[tuple[str, str, bytes, int]] = []  # source, reason, head, size
@@ -179,15 +183,12 @@ class Audit(threading.Thread):
                 self.stop.wait(0.5)
 
     def poll(self, block_ms: int = 200) -> None:
-        key = self.names.samples_key
-        got = self.r.xreadgroup(AUDIT_GROUP, "audit", {key: ">"}, count=100, block=block_ms)
-        rows = [row for _, rows in got or () for row in rows]
-        for _, fields in rows:
-            self.samples += int(fields[b"n"])
-            if b"ids" in fields:
-                self.ids.update(i for i in json.loads(fields[b"ids"]) if i is not None)
-        if rows:
-            self.r.xack(key, AUDIT_GROUP, *[eid for eid, _ in rows])
+        entries = self.stream.read("audit", 100, block_ms)
+        for entry in entries:
+            self.samples += len(entry.samples)
+            self.ids.update(i for i in entry.samples.ids or () if i is not None)
+        if entries:
+            self.stream.ack([e.id for e in entries])
         dead = self.r.xrange(self.names.deadletter_key, f"({self._last_dead}", "+", count=20000)
         for eid, f in dead:
             self._last_dead = eid.decode()

@@ -34,8 +34,8 @@ from streamlearn.batching import Batch, samples_batch
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue
 from streamlearn.records import Samples
+from streamlearn.stream import SampleStream
 from streamlearn.weights import WeightsStore
 
 INPUTS = 9
@@ -77,7 +77,7 @@ def per_message(cfg: ModelConfig, samples: int) -> float:
     return samples / (time.perf_counter() - start)
 
 
-def prefill(queue: SampleQueue, samples: int, per_entry: int) -> int:
+def prefill(queue: SampleStream, samples: int, per_entry: int) -> int:
     x, y = data(samples, seed=3)
     entries = [
         Samples(x[i : i + per_entry], y[i : i + per_entry]) for i in range(0, samples, per_entry)
@@ -90,7 +90,7 @@ def prefill(queue: SampleQueue, samples: int, per_entry: int) -> int:
 def drain_stream(client: redis.Redis, cfg: ModelConfig, samples: int, per_entry: int) -> dict:
     """A learner draining a pre-filled stream; the clock runs from its first read."""
     names = Names(cfg.name, "bench", f"b{uuid.uuid4().hex[:8]}")
-    queue = SampleQueue(client, names, cfg.sample_shape)
+    queue = SampleStream(client, names, cfg.sample_shape)
     entries = prefill(queue, samples, per_entry)
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.start()  # resume and warm-up: not timed
@@ -124,7 +124,7 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
     """Mean step time of random drained sizes, padded, against full steps and unpadded."""
     batch = cfg.learner.max_batch
     names = Names(cfg.name, "bench", f"r{uuid.uuid4().hex[:8]}")
-    queue = SampleQueue(client, names, cfg.sample_shape)
+    queue = SampleStream(client, names, cfg.sample_shape)
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.warm_up()  # train_step is driven directly with padded in-memory batches
     plain = models.build_model(cfg)

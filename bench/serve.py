@@ -77,7 +77,7 @@ def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int)
 
     arrays = models.get_arrays(models.build_model(cfg))
     store = WeightsStore(redis.Redis.from_url(stack.redis_url), names)
-    store.publish(version, codec.encode(arrays, {"version": str(version)}))
+    store.publish(codec.encode(arrays), after=version - 1)
 
 
 def _wait_serving(stack: Stack, names: Names, timeout_s: float = 60) -> None:
@@ -250,7 +250,7 @@ def reload_cost(stack: Stack, reloads: int = 30) -> dict:
     stage, swap, assign = [], [], []
     for version in range(1, reloads + 1):
         shifted = {k: v + np.float32(version * 1e-3) for k, v in arrays.items()}
-        store.publish(version, codec.encode(shifted))
+        store.publish(codec.encode(shifted))
         t = time.perf_counter()
         actor.reloader.poll(block=True)
         stage.append((time.perf_counter() - t) * 1000)

@@ -34,7 +34,6 @@ import redis
 from bench import hostile
 from bench._report import report
 from bench._soak_traffic import (
-    AUDIT_GROUP,
     VALID,
     Audit,
     HostileSender,
@@ -99,9 +98,10 @@ class Soak:
 
     def run(self) -> int:
         args, r, names = self.args, self.r, self.names
-        r.xgroup_create(names.samples_key, AUDIT_GROUP, id="0", mkstream=True)
         stop_audit = threading.Event()
-        audit = Audit(redis.Redis.from_url(self.stack.redis_url), names, stop_audit)
+        audit_redis = redis.Redis.from_url(self.stack.redis_url)
+        audit = Audit(audit_redis, names, self.cfg.sample_shape, stop_audit)
+        audit.stream.ensure_group()
         audit.start()
         procs, ports = start_stack(self.stack, self.config)
         self.procs, self.ports = procs, ports

@@ -23,7 +23,6 @@ request or batch becomes error replies, never the end of the serving loop.
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import threading
@@ -36,10 +35,10 @@ import paho.mqtt.client as mqtt
 import redis
 from paho.mqtt.properties import Properties
 
-from streamlearn import actor_inbox, models
+from streamlearn import actor_inbox, buckets, models
 from streamlearn.actor_inbox import Pending
 from streamlearn.config import BASE_VARIANT, ModelConfig
-from streamlearn.forward import Forward, bucket_sizes
+from streamlearn.forward import Forward
 from streamlearn.names import Names
 from streamlearn.reloader import WeightsReloader
 from streamlearn.replies import Publish, Replier, ReplyRoutes
@@ -73,7 +72,7 @@ class Actor:
         self.admission = actor_inbox.Admission(cfg, ReplyRoutes(names), self.replier)
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
-        self.buckets = bucket_sizes(self.policy.max_batch)
+        self.buckets = buckets.ladder(self.policy.max_batch)
         serving, spare = models.build_model(cfg), models.build_model(cfg)
         self._forward = {id(m): self._compile(m) for m in (serving, spare)}
         self.model = serving
@@ -247,11 +246,7 @@ class Actor:
         for start in range(0, len(x), self.policy.max_batch):
             chunk = x[start : start + self.policy.max_batch]
             n = len(chunk)
-            bucket = self.buckets[bisect.bisect_left(self.buckets, n)]
-            if bucket != n:
-                padded = np.zeros((bucket, *chunk.shape[1:]), np.float32)
-                padded[:n] = chunk
-                chunk = padded
+            chunk = buckets.pad(chunk, buckets.fit(self.buckets, n))
             out.append(self._forward[id(self.model)](chunk)[:n])
         return out[0] if len(out) == 1 else np.concatenate(out)
 

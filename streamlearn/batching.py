@@ -11,7 +11,6 @@ does, once the state that learned it is durable.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import threading
@@ -23,11 +22,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import redis
 
+from streamlearn import buckets
 from streamlearn.config import LearnerConfig
 from streamlearn.errors import StreamlearnError
-from streamlearn.queue import Packed, SampleQueue
 from streamlearn.records import Samples
 from streamlearn.retries import Retried
+from streamlearn.stream import Packed, SampleStream
 
 _READ_BATCHES = 4
 
@@ -48,26 +48,18 @@ class Batch:
 
 
 def padded(
-    xs: Iterable[np.ndarray], ys: Iterable[np.ndarray], buckets: tuple[int, ...], y_tail: tuple
+    xs: Iterable[np.ndarray], ys: Iterable[np.ndarray], sizes: tuple[int, ...], y_tail: tuple
 ) -> Batch:
-    """Copy the parts into one batch of the smallest bucket that holds them."""
+    """Copy the parts into one batch of the smallest bucket of `sizes` that holds them."""
     xs, ys = list(xs), list(ys)
-    n = sum(len(y) for y in ys)
-    size = buckets[min(bisect.bisect_left(buckets, n), len(buckets) - 1)]
-    size = max(size, n)
-    x = np.zeros((size, *xs[0].shape[1:]), np.float32)
+    x = xs[0] if len(xs) == 1 else np.concatenate(xs)
+    n = len(x)
+    size = buckets.fit(sizes, n)
     y = np.zeros((size, *y_tail), np.float32)
-    x[:n] = xs[0] if len(xs) == 1 else np.concatenate(xs)
     y.reshape(size)[:n] = ys[0] if len(ys) == 1 else np.concatenate(ys)
     w = np.zeros(size, np.float32)
     w[:n] = size / n
-    return Batch(x, y, w, n)
-
-
-def bucket_sizes(sizes: tuple[int, ...], max_batch: int, replicas: int = 1) -> tuple[int, ...]:
-    """The sizes a drained batch can be padded to, each a multiple of the replica count."""
-    used = [b for b in sizes if b < max_batch] + [min(b for b in sizes if b >= max_batch)]
-    return tuple(sorted({-(-b // replicas) * replicas for b in used}))
+    return Batch(buckets.pad(x.astype(np.float32, copy=False), size), y, w, n)
 
 
 def samples_batch(samples: Samples, buckets: tuple[int, ...], multiclass: bool = False) -> Batch:
@@ -126,7 +118,7 @@ class Drainer:
 
     def __init__(
         self,
-        sample_queue: SampleQueue,
+        stream: SampleStream,
         consumer: str,
         policy: LearnerConfig,
         buckets: tuple[int, ...],
@@ -135,7 +127,7 @@ class Drainer:
         stale_after_ms: int = 30_000,
         deadletter: Callable[[str, bytes], None] | None = None,
     ) -> None:
-        self.queue = sample_queue
+        self.stream = stream
         self.consumer = consumer
         self.policy = policy
         self.buckets = buckets
@@ -148,18 +140,19 @@ class Drainer:
 
     def resume(self) -> int:
         """Take back this consumer's pending entries and stale ones of dead consumers."""
-        entries = self.queue.pending(self.consumer)
-        entries += self.queue.claim_stale(self.consumer, self.stale_after_ms)
-        self._accept(Packed.of(entries, self.queue.sample_shape))
+        entries = self.stream.pending(self.consumer)
+        entries += self.stream.claim_stale(self.consumer, self.stale_after_ms)
+        self._accept(Packed.of(entries, self.stream.sample_shape))
         return len(entries)
 
-    def drain(self, idle_block_ms: int = 100) -> Batch | None:
-        """Up to `max_batch` samples: block for the first, then wait `max_wait_ms` for more."""
+    def drain(self, idle_block_ms: int | None = 100) -> Batch | None:
+        """Up to `max_batch` samples: block up to `idle_block_ms` for the first (None: not
+        at all), then wait `max_wait_ms` for more."""
         limit = self.policy.max_batch
         if time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.stale_after_ms / 2000
-            stale = self.queue.claim_stale(self.consumer, self.stale_after_ms)
-            self._accept(Packed.of(stale, self.queue.sample_shape))
+            stale = self.stream.claim_stale(self.consumer, self.stale_after_ms)
+            self._accept(Packed.of(stale, self.stream.sample_shape))
         if self._carry.available == 0:
             self._read(limit, idle_block_ms)
             if self._carry.available == 0:
@@ -176,7 +169,7 @@ class Drainer:
         # Reads of a few batches at once spread the cost of a round trip.
         want = max(samples, _READ_BATCHES * self.policy.max_batch)
         count = max(1, math.ceil(want / self._per_entry))
-        packed = self.queue.read_packed(self.consumer, count, block_ms)
+        packed = self.stream.read_packed(self.consumer, count, block_ms)
         if packed.ids:
             got = int(packed.ends[-1]) / len(packed.ids)
             self._per_entry = max(1.0, 0.8 * self._per_entry + 0.2 * got)

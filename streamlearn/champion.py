@@ -1,9 +1,9 @@
 """Champion and challengers: variants of one model that learn from the same stream.
 
 Each variant (`[models.NAME.variants.VNAME]`, plus `base`, the model's own config) has its
-own learner, reading the stream in its own consumer group (`group_of`). Every learner keeps
+own learner, reading the stream in its own consumer group (`stream.group_of`). Every learner keeps
 the mean of its test-then-train loss and metric over its last `window_samples` samples
-(`Window`) and reports them, at each status tick, in the hash `sl:{model}:variants`.
+(`RecentFigures`) and reports them, at each status tick, in the hash `sl:{model}:variants`.
 
 The champion pointer `sl:{model}:champion` (absent: `base`) names the variant the actors
 serve: only the champion's learner also publishes to the model's weights keys
@@ -29,21 +29,11 @@ import redis
 
 from streamlearn.config import BASE_VARIANT, PromotionConfig
 from streamlearn.names import Names
-from streamlearn.queue import GROUP
 
 log = logging.getLogger(__name__)
 
 FRESH_S = 10.0  # a champion whose learner reported longer ago than this is not compared
 _HIGHER_IS_BETTER = ("accuracy", "auc", "precision", "recall")
-
-
-def group_of(variant: str) -> str:
-    """The consumer group a variant's learner reads the stream in.
-
-    >>> group_of("base"), group_of("fast")
-    ('learners', 'learners:fast')
-    """
-    return GROUP if variant == BASE_VARIANT else f"{GROUP}:{variant}"
 
 
 def higher_is_better(metric: str | None) -> bool:
@@ -55,7 +45,7 @@ def higher_is_better(metric: str | None) -> bool:
     return metric is not None and any(word in metric for word in _HIGHER_IS_BETTER)
 
 
-class Window:
+class RecentFigures:
     """Means of the test-then-train loss and metric over the last `size` samples.
 
     Kept per batch, so the window holds between `size` and `size` + one batch samples.

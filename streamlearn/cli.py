@@ -6,9 +6,7 @@ import argparse
 import csv
 import json
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("--timeout", type=float, default=10.0)
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
-    bench.add_argument("name", choices=["ingest", "learner", "serve", "soak", "device", "mutants"])
+    bench.add_argument(
+        "name", choices=["ingest", "learner", "serve", "soak", "device", "mutants", "quality"]
+    )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
     bench.set_defaults(func=_bench)
 
@@ -126,7 +126,7 @@ def _config_path(given: str | None) -> str | None:
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from streamlearn import mqtt
+    from streamlearn.client import Client
 
     model = load_config(args.config).model(args.model)
     settings = load_settings()
@@ -140,30 +140,31 @@ def _publish(args: argparse.Namespace) -> int:
     if args.count is not None and total is not None:
         total = min(total, args.count)
     progress = Progress(total)
-    client = mqtt.connect(settings.mqtt, ca_file=settings.mqtt_ca_file)
     sent = messages = 0
     start = time.monotonic()
-    info = None
-    try:
+
+    def paced() -> Iterator[bytes]:
+        """The payloads up to --count, at --rate, counted as the client takes them."""
+        nonlocal sent, messages
         for n, payload in payloads:
             if args.count is not None and sent >= args.count:
-                break
-            info = client.publish(names.samples_topic, payload, qos=1)
+                return
+            yield payload
             messages += 1
             sent += n
-            if messages % 100 == 0:
-                info.wait_for_publish(10)  # bounded in-flight: the broker acknowledges as we go
             progress.update(sent)
             if args.rate:
                 ahead = sent / args.rate - (time.monotonic() - start)
                 if ahead > 0:
                     time.sleep(ahead)
-        if info is not None:
-            info.wait_for_publish(30)
+
+    client = Client(settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=names.topic_prefix)
+    try:
+        client.publish_payloads(model.name, paced(), timeout=30)
     except KeyboardInterrupt:
         pass
     finally:
-        mqtt.close(client)
+        client.close()
         progress.finish(sent)
     elapsed = time.monotonic() - start
     print(
@@ -257,11 +258,10 @@ def _file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from streamlearn import mqtt
+    from streamlearn.client import Client
 
     model = load_config(args.config).model(args.model)
     settings = load_settings()
-    names = Names(model.name, settings.topic_prefix, settings.key_prefix)
     if args.seq is not None and args.key is None:
         raise ConfigError("--seq needs --key")
     if args.x:
@@ -272,47 +272,24 @@ def _predict(args: argparse.Namespace) -> int:
         from streamlearn.demo import DemoStream
 
         x = DemoStream(model).sample(1).x[0].tolist()
-    # Devices may publish requests only on predict/{their client id} and read only
-    # replies/{their client id}/# (deploy/mosquitto/acl; `streamlearn.replies`).
-    # With an account (deploy: one per device) the client id is its username, as the
-    # broker's TLS listener enforces (use_username_as_clientid).
-    user = mqtt.BrokerAddress.parse(settings.mqtt).username
-    client_id = user or f"sl-predict-{uuid.uuid4().hex[:12]}"
-    reply_topic = names.topic(f"replies/{client_id}/{uuid.uuid4().hex[:8]}")
-    correlation = uuid.uuid4().bytes
-    got: list[bytes] = []
-    done = threading.Event()
-
-    def on_message(_c: object, _u: object, msg: object) -> None:
-        if getattr(msg.properties, "CorrelationData", None) == correlation:  # type: ignore[attr-defined]
-            got.append(msg.payload)  # type: ignore[attr-defined]
-            done.set()
-
-    client = mqtt.connect(
-        settings.mqtt,
-        client_id,
-        subscriptions=[(reply_topic, 1)],
-        on_message=on_message,
-        ca_file=settings.mqtt_ca_file,
-    )
-    try:
-        body: dict = {"x": x}
-        if args.key is not None:
-            body["key"] = args.key
-        if args.seq is not None:
-            body["seq"] = args.seq
-        client.publish(
-            names.topic(f"predict/{client_id}"),
-            json.dumps(body),
-            qos=1,
-            properties=mqtt.request_properties(reply_topic, correlation),
-        )
-        if not done.wait(args.timeout):
-            raise StreamlearnError(f"no reply within {args.timeout} s: is an actor running?")
-    finally:
-        mqtt.close(client)
-    print(got[0].decode())
-    return 0 if "error" not in json.loads(got[0]) else 1
+    body: dict = {"x": x}
+    if args.key is not None:
+        body["key"] = args.key
+    if args.seq is not None:
+        body["seq"] = args.seq
+    # With an account (deploy: one per device) the client's id is its username, and its
+    # requests and replies stay in what the broker lets that device use.
+    with Client(
+        settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=settings.topic_prefix
+    ) as client:
+        try:
+            reply = client.request(model.name, body, timeout=args.timeout)
+        except TimeoutError:
+            raise StreamlearnError(
+                f"no reply within {args.timeout} s: is an actor running?"
+            ) from None
+    print(json.dumps(reply))
+    return 0 if "error" not in reply else 1
 
 
 def _status(args: argparse.Namespace) -> int:

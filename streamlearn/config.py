@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamlearn.errors import ConfigError
@@ -30,7 +30,15 @@ _NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
 BASE_VARIANT = "base"  # the model's own config, as a variant
 # What a variant may change: how it learns. What its samples look like is the stream's.
-VARIANT_FIELDS = ("architecture", "hidden", "learning_rate", "optimizer", "factory", "learner")
+VARIANT_FIELDS = (
+    "architecture",
+    "hidden",
+    "learning_rate",
+    "optimizer",
+    "standardize",
+    "factory",
+    "learner",
+)
 STREAM_FIELDS = ("inputs", "task", "classes", "window")
 
 
@@ -41,6 +49,7 @@ class VariantConfig(Frozen):
     hidden: tuple[int, ...] | None = None
     learning_rate: float | None = Field(None, gt=0)
     optimizer: Literal["adam", "sgd"] | None = None
+    standardize: bool | None = None
     factory: str | None = Field(None, pattern=r"^[\w.]+:\w+$")
     learner: dict[str, Any] | None = None  # laid field by field over the model's learner
 
@@ -90,6 +99,11 @@ class ModelConfig(Frozen):
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0)
     optimizer: Literal["adam", "sgd"] = "adam"
+    standardize: bool = Field(
+        True,
+        description="the model's first layer standardises each input with its running mean "
+        "and variance, learned from the stream (built-in architectures)",
+    )
     factory: str | None = Field(
         None, pattern=r"^[\w.]+:\w+$", description="package.module:function returning a model"
     )
@@ -100,6 +114,7 @@ class ModelConfig(Frozen):
         {}, description="challengers learning from the same stream (`base` is the model)"
     )
     promotion: PromotionConfig = PromotionConfig()
+    _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelConfig:
@@ -122,7 +137,7 @@ class ModelConfig(Frozen):
                     f"and {BASE_VARIANT!r} is the model itself)"
                 )
             try:
-                self.variant(name)
+                self._merged[name] = self._merge(self.variants[name])
             except ValidationError as exc:
                 raise ValueError(_describe(exc, within=f"variants.{name}")) from None
         return self
@@ -144,11 +159,14 @@ class ModelConfig(Frozen):
         if name == BASE_VARIANT:
             return self
         try:
-            overrides = self.variants[name].overrides()
+            return self._merged[name]
         except KeyError:
             raise ConfigError(
                 f"model {self.name!r} has no variant {name!r}; known: {self.variant_names}"
             ) from None
+
+    def _merge(self, variant: VariantConfig) -> ModelConfig:
+        overrides = variant.overrides()
         if "factory" in overrides or "architecture" in overrides:
             overrides.setdefault("factory", None)  # the variant says what it is built from
         model = self.model_dump()

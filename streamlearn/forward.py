@@ -1,7 +1,7 @@
-"""The actor's compiled forward pass and the padded batch sizes it is warmed up for.
+"""The actor's compiled forward pass.
 
-Serving pads each batch to the next bucket size, so a forward pass compiled (and warmed
-up) once per bucket at start never traces again while serving.
+Serving pads each batch to the next bucket size (`streamlearn.buckets`), so a forward pass
+compiled (and warmed up) once per bucket at start never traces again while serving.
 """
 
 from __future__ import annotations
@@ -10,19 +10,6 @@ from collections.abc import Callable
 
 import keras
 import numpy as np
-
-
-def bucket_sizes(max_batch: int) -> tuple[int, ...]:
-    """Padded batch sizes: powers of 4 below `max_batch`, then `max_batch`.
-
-    >>> bucket_sizes(64), bucket_sizes(100), bucket_sizes(1)
-    ((1, 4, 16, 64), (1, 4, 16, 64, 100), (1,))
-    """
-    sizes, size = [], 1
-    while size < max_batch:
-        sizes.append(size)
-        size *= 4
-    return (*sizes, max_batch)
 
 
 class Forward:

@@ -5,7 +5,7 @@ paho's network thread only enqueues (and sends the PUBACKs queued for it: the in
 Redis in one round trip and only then lets them be acknowledged, so a crash at any point
 leaves unacknowledged messages with the broker, never a lost sample. A redelivered message
 adds nothing twice: sample ids are de-duplicated in the same atomic step as the append
-(`streamlearn.appends`).
+(`streamlearn.stream`).
 
 Keyed observations (models with a window) take the same path: they go to their keys'
 windows in Redis (`streamlearn.windows`, exactly once by key and seq) before the message is
@@ -33,23 +33,23 @@ from streamlearn.config import IngestConfig
 from streamlearn.ingest_inbox import Delivery, IngestInbox
 from streamlearn.ingest_writes import IngestCounters, RunMessage, RunWriter
 from streamlearn.payloads import PayloadParser
-from streamlearn.queue import SampleQueue
+from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
 
 class Ingest:
-    """Moves sample messages from an MQTT subscription into a `SampleQueue`.
+    """Moves sample messages from an MQTT subscription into a `SampleStream`.
 
     For a model with a window, keyed observations go to `windows` (by default a
-    `WindowStore` on the queue's Redis).
+    `WindowStore` on the stream's Redis).
     """
 
     def __init__(
         self,
         parser: PayloadParser,
-        sample_queue: SampleQueue,
+        stream: SampleStream,
         cfg: IngestConfig,
         windows: WindowStore | None = None,
         max_run: int = 500,
@@ -58,7 +58,7 @@ class Ingest:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.parser = parser
-        self.queue = sample_queue
+        self.stream = stream
         self.cfg = cfg
         self.max_run = max_run
         self.linger_s = linger_s
@@ -67,7 +67,7 @@ class Ingest:
         self.counters = IngestCounters()
         model = parser.model
         if windows is None and model.window is not None:
-            redis_client, names = sample_queue.redis, sample_queue.names
+            redis_client, names = stream.redis, stream.names
             windows = WindowStore(redis_client, names, model.window, model.inputs)
         self.windows = windows
         self.backlog: int | None = None  # unacknowledged samples, as last measured
@@ -78,7 +78,7 @@ class Ingest:
         # paho's callbacks, for the client that subscribes to the samples
         self.on_message = self.inbox.on_message
         self.on_pre_connect = self.inbox.on_pre_connect
-        self.writer = RunWriter(sample_queue, windows, cfg, self.counters, max_run, self._measured)
+        self.writer = RunWriter(stream, windows, cfg, self.counters, max_run, self._measured)
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
@@ -123,7 +123,7 @@ class Ingest:
         if not self._holding and self.backlog is not None:
             return False
         if self.clock() - self._measured_at >= self.poll_s:
-            measured = self.writer.retry(self.queue.appender.backlog, stop)
+            measured = self.writer.retry(self.stream.backlog, stop)
             if measured is not None:
                 self._measured(measured)
         if not self._holding:

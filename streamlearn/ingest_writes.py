@@ -34,10 +34,9 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from streamlearn.appends import per_call
 from streamlearn.config import IngestConfig
 from streamlearn.payloads import Parsed, Rejection
-from streamlearn.queue import SampleQueue
+from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
 
 log = logging.getLogger("streamlearn.ingest")  # its warnings are the ingest worker's
@@ -111,19 +110,19 @@ class RunMessage:
 
 
 class RunWriter:
-    """Writes runs of messages to `queue` (and observations to `windows`), counting into
+    """Writes runs of messages to `stream` (and observations to `windows`), counting into
     `counters`; a backlog measured with a write goes to `on_backlog`."""
 
     def __init__(
         self,
-        queue: SampleQueue,
+        stream: SampleStream,
         windows: WindowStore | None,
         cfg: IngestConfig,
         counters: IngestCounters,
         max_run: int,
         on_backlog: Callable[[int], None],
     ) -> None:
-        self.queue = queue
+        self.stream = stream
         self.windows = windows
         self.cfg = cfg
         self.counters = counters
@@ -237,24 +236,21 @@ class RunWriter:
         letters = [(m, r) for m in piece for r in m.rejections]
         if not appending and not letters:
             return None
-        pipe = self.queue.redis.pipeline(transaction=False)
+        pipe = self.stream.redis.pipeline(transaction=False)
         accepted = [s for m in appending if (s := m.parsed.samples) is not None]
-        self.queue.appender.append(pipe, accepted, self.cfg.dedup_window_s, self.cfg.max_dedup_ids)
-        for m, rejection in letters:
-            self.queue.deadletter(
-                pipe,
-                m.msg.topic,
-                rejection,
-                self.cfg.deadletter_maxlen,
-                self.cfg.deadletter_payload_bytes,
-            )
-        if measure:
-            self.queue.appender.backlog(pipe)
+        calls = self.stream.stage(
+            pipe,
+            accepted,
+            [(m.msg.topic, rejection) for m, rejection in letters],
+            self.cfg.dedup_window_s,
+            self.cfg.max_dedup_ids,
+            backlog=measure,
+        )
         try:
             replies = pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
             return exc
-        return self._took(appending, per_call(accepted), letters, replies)
+        return self._took(appending, calls, letters, replies)
 
     def _took(
         self,
@@ -283,5 +279,5 @@ class RunWriter:
             self.on_backlog(int(measured))
         if any(isinstance(e, NoScriptError) for e in errors):
             with contextlib.suppress(redis.RedisError):  # else the retry finds out
-                self.queue.appender.load()
+                self.stream.load_scripts()
         return next((e for e in errors if transient(e)), errors[0] if errors else None)

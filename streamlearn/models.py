@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
 from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
+from streamlearn.standardize import Standardize  # noqa: E402
 
 _HEADS = {
     "regression": (None, "mse", "mae"),
@@ -54,7 +55,7 @@ def _build(cfg: ModelConfig) -> keras.Model:
         return _from_factory(cfg)
     activation, loss, metric = _HEADS[cfg.task]
     inputs = keras.Input(shape=cfg.sample_shape, name="x")
-    h = inputs
+    h = Standardize(name="standardize")(inputs) if cfg.standardize else inputs
     if cfg.architecture == "lstm":
         *rest, last = cfg.hidden
         for i, units in enumerate(rest):

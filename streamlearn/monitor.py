@@ -20,7 +20,7 @@ from streamlearn import mqtt
 from streamlearn.champion import read_standings
 from streamlearn.config import AppConfig, Settings
 from streamlearn.names import Names
-from streamlearn.queue import GROUP
+from streamlearn.stream import GROUP
 
 # Mosquitto 2.0's $SYS topics (retained, republished every sys_interval) -> field names.
 BROKER_TOPICS = {

@@ -23,6 +23,7 @@ from streamlearn.config import ModelConfig
 from streamlearn.errors import PayloadError
 from streamlearn.fastparse import FastSamples
 from streamlearn.records import (
+    Kind,
     Observations,
     Parsed,
     Rejection,
@@ -96,7 +97,7 @@ def _nested(depth: int) -> TypeAdapter[Any]:
 
 
 # pydantic's error types -> dead-letter kinds (anything else: "other")
-_KINDS = {
+_KINDS: dict[str, Kind] = {
     "extra_forbidden": "unknown_field",
     "missing": "missing_field",
     "finite_number": "non_finite",
@@ -199,12 +200,6 @@ class PayloadParser:
         if isinstance(item, Observations):
             return Parsed(None, item, [])
         return Parsed(item, None, [])
-
-    def parse_samples(self, raw: bytes) -> tuple[Samples | None, list[Rejection]]:
-        """`parse_message` for whole samples: what a model without a window takes (keyed
-        observations are left out; such a model rejects them)."""
-        parsed = self.parse_message(raw)
-        return parsed.samples, parsed.rejections
 
     def _parse_list(self, doc: dict[str, Any], raw: bytes) -> Parsed:
         """Items are judged one by one; the rejected ones make one dead letter together

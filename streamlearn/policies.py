@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from streamlearn import buckets
+
 
 class Frozen(BaseModel):
     """Validated once, then immutable; an unknown field is an error, not ignored."""
@@ -139,6 +141,29 @@ class LearnerConfig(Frozen):
         ge=1,
         description="nor does a variant's group with more unread entries than this",
     )
+    replay_ratio: float = Field(
+        16.0,
+        ge=0,
+        description="samples replayed from the replay buffer per fresh sample, at most, in "
+        "the learner's spare time (no fresh batch waiting); 0: no replay",
+    )
+    replay_batch: int = Field(
+        16, ge=1, description="samples per replayed step (rounded up to a bucket size)"
+    )
+    replay_buffer: int = Field(
+        2_000, ge=1, description="the most recent fresh samples kept to replay from"
+    )
+    standardize_horizon: int = Field(
+        10_000,
+        ge=1,
+        description="input statistics are exact over the first N samples, then forget "
+        "exponentially with this horizon (models with standardize)",
+    )
+    drift_detection: bool = Field(
+        True,
+        description="watch the online loss for a lasting rise; on one, forget the replay "
+        "buffer's samples from before it",
+    )
 
     @model_validator(mode="after")
     def _check_buckets(self) -> LearnerConfig:
@@ -154,15 +179,10 @@ class LearnerConfig(Frozen):
                 )
         return self
 
-    def bucket_sizes(self) -> tuple[int, ...]:
-        """The sorted padded sizes every train step uses (so it never retraces)."""
-        if self.buckets is not None:
-            return tuple(sorted(set(self.buckets)))
-        sizes, size = [], 16
-        while size < self.max_batch:
-            sizes.append(size)
-            size *= 4
-        return (*sizes, self.max_batch)
+    def bucket_sizes(self, replicas: int = 1) -> tuple[int, ...]:
+        """The sorted padded sizes every train step uses (so it never retraces): powers of
+        4 from 16 up to `max_batch` unless `buckets` are given (`streamlearn.buckets`)."""
+        return buckets.ladder(self.max_batch, smallest=16, replicas=replicas, given=self.buckets)
 
 
 class ActorConfig(Frozen):

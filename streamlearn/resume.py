@@ -17,7 +17,7 @@ from streamlearn import codec, models
 from streamlearn.checkpoint import CheckpointDir
 from streamlearn.config import BASE_VARIANT
 from streamlearn.errors import WeightsError
-from streamlearn.weights import VariantWeights, WeightsStore
+from streamlearn.weights import WeightsStore
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def from_checkpoint(
 
 
 def from_published(
-    store: WeightsStore | VariantWeights, model: keras.Model, variant: str
+    store: WeightsStore, model: keras.Model, variant: str
 ) -> tuple[int, int, int] | None:
     """Set `model`'s weights to the latest version `variant` published and return that
     version, its step and samples seen; None, touching nothing, when there is none or it

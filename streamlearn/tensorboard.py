@@ -50,6 +50,3 @@ class ScalarLog:
                     tensor = self._tf.constant(float(value), dtype=self._tf.float32)
                     self._tf.summary.write(name, tensor, metadata=self._meta)
         self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()

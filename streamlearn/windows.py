@@ -5,8 +5,8 @@ number or timestamp), gets its windows built here. Each key keeps its newest obs
 in a sorted set `sl:{model}:window:{key}` (score: seq; member: the seq as float64 then x as
 float32, so equal x at two seqs stay two members), inside the model's hash tag.
 
-Ingest appends a run of observations with one Lua script call (atomic, like
-`streamlearn.appends`). For each observation in order, the script:
+Ingest appends a run of observations with one Lua script call (`lua/window_append.lua`,
+atomic like the stream's own appends). For each observation in order, the script:
 
 - skips it when its key already holds that seq (a redelivered message adds nothing twice),
   or when it is older than everything the key keeps (too late: its window is gone);
@@ -17,8 +17,8 @@ Ingest appends a run of observations with one Lua script call (atomic, like
   `y`. Out-of-order arrivals are so windowed by seq, not by arrival. Fewer known: nothing to
   train on yet (counted, not an error).
 
-The training samples of a call go to the samples stream as one entry, in exactly the format
-`streamlearn.appends` writes (`n`, `x`, `y`, `c`), keeping the running count consistent.
+The training samples of a call go to the samples stream as one entry, written by the
+stream's own `lua/entry.lua`, keeping its running count consistent.
 
 The script reads and checks every key before it writes any, so a call that fails (a key
 of the wrong type) has written nothing. Devices are bounded: the sorted set
@@ -27,7 +27,7 @@ of the wrong type) has written nothing. Devices are bounded: the sorted set
 longest are deleted (counted as evicted), and entries older than the expiry are dropped.
 
 Actors read the newest observations of the keys in a batch in one read-only script call
-(`WindowStore.recent`) to complete key-only prediction requests.
+(`WindowStore.recent`, `lua/window_recent.lua`) to complete key-only prediction requests.
 """
 
 from __future__ import annotations
@@ -39,102 +39,12 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from streamlearn.appends import CHECK_COUNT
+from streamlearn import scripts
 from streamlearn.names import Names
 from streamlearn.records import Observations
 
 # Observations per script call: a call blocks Redis while it runs, so keep each short.
 CHUNK_OBSERVATIONS = 1000
-
-# KEYS: stream, counter, device index, then the window set of each key in this run.
-# ARGV: window W, observations kept per key, expiry (s), member length (8 + 4 * inputs),
-# the KEYS index of each observation's set (comma-separated), their seqs (exact decimal
-# text, one a line), members back to back, y (float32) back to back, one flag a
-# character: '1' when the observation has a target; now (s), max devices.
-_APPEND = (
-    """#!lua
-local stream, counter, index = KEYS[1], KEYS[2], KEYS[3]
-local window, keep, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local mlen = tonumber(ARGV[4])
-local members, ys, flags = ARGV[7], ARGV[8], ARGV[9]
-local now, devices = tonumber(ARGV[10]), tonumber(ARGV[11])
-"""
-    + CHECK_COUNT
-    + """-- the device index and the windows: sorted sets
-for k = 3, #KEYS do
-  err = failed(redis.pcall('ZCARD', KEYS[k]), KEYS[k])
-  if err then return err end
-end
--- writes
-local seqs = {}
-for s in string.gmatch(ARGV[6], '[^\\n]+') do seqs[#seqs + 1] = s end
-local xs, ty, touched = {}, {}, {}
-local i, dups, late, short, evicted = 0, 0, 0, 0, 0
-for k in string.gmatch(ARGV[5], '%d+') do
-  i = i + 1
-  local key, seq = KEYS[tonumber(k)], seqs[i]
-  local card = redis.call('ZCARD', key)
-  local lowest = card >= keep and redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-  if redis.call('ZCOUNT', key, seq, seq) > 0 then
-    dups = dups + 1
-  elseif lowest and tonumber(seq) < tonumber(lowest) then
-    late = late + 1
-  else
-    redis.call('ZADD', key, seq, string.sub(members, (i - 1) * mlen + 1, i * mlen))
-    if card + 1 > keep then redis.call('ZREMRANGEBYRANK', key, 0, card - keep) end
-    redis.call('EXPIRE', key, ttl)
-    touched[key] = true
-    if string.sub(flags, i, i) == '1' then
-      local newest = redis.call('ZREVRANGEBYSCORE', key, seq, '-inf', 'LIMIT', 0, window)
-      if #newest < window then
-        short = short + 1
-      else
-        for j = window, 1, -1 do xs[#xs + 1] = string.sub(newest[j], 9) end
-        ty[#ty + 1] = string.sub(ys, (i - 1) * 4 + 1, i * 4)
-      end
-    end
-  end
-end
-local added = #ty
-if added > 0 then
-  local total = tonumber(count or '0') + added
-  redis.call('XADD', stream, '*', 'n', added, 'x', table.concat(xs), 'y', table.concat(ty),
-    'c', total)
-  redis.call('SET', counter, total)
-end
-if next(touched) then
-  for key in pairs(touched) do redis.call('ZADD', index, now, key) end
-  -- windows expired since (no need to wait for their TTL), then the idlest past the bound
-  local drop = redis.call('ZCOUNT', index, '-inf', '(' .. (now - ttl))
-  local over = redis.call('ZCARD', index) - drop - devices
-  if over > 0 then evicted = over else over = 0 end
-  if drop + over > 0 then
-    for _, key in ipairs(redis.call('ZRANGE', index, 0, drop + over - 1)) do
-      redis.call('UNLINK', key)
-    end
-    redis.call('ZREMRANGEBYRANK', index, 0, drop + over - 1)
-  end
-  redis.call('EXPIRE', index, ttl)
-end
-return {added, dups, late, short, evicted}
-"""
-)
-
-# KEYS: the window set of each request (repeats allowed). ARGV: count, then each request's
-# upper bound (exclusive "(seq", or "+inf"). Returns, per request, its newest `count`
-# members below the bound, oldest first, back to back in one string: one reply per
-# request keeps the client's parsing small.
-_RECENT = """#!lua flags=no-writes
-local count = tonumber(ARGV[1])
-local out = {}
-for i, key in ipairs(KEYS) do
-  local rows = redis.call('ZREVRANGEBYSCORE', key, ARGV[i + 1], '-inf', 'LIMIT', 0, count)
-  local steps = {}
-  for j = #rows, 1, -1 do steps[#steps + 1] = rows[j] end
-  out[i] = table.concat(steps)
-end
-return out
-"""
 
 
 @dataclass(frozen=True)
@@ -180,8 +90,8 @@ class WindowStore:
         self.counter = names.ingest_count_key
         self.index = names.key("ingest:devices")
         self.clock = clock
-        self._append = client.register_script(_APPEND)
-        self._recent = client.register_script(_RECENT)
+        self._append = scripts.load(client, "window_append")
+        self._recent = scripts.load(client, "window_recent")
         # A stored observation: its seq, then its x (the seq keeps equal x at two seqs apart).
         self._member = np.dtype([("seq", "<f8"), ("x", "<f4", (inputs,))])
 

@@ -3,7 +3,7 @@ dead letters; each one that Redis refuses is tried again later, never fatal.
 
 Redis full (`maxmemory` with `noeviction`) refuses the writes that take memory (a weights
 blob, a report, a dead letter) and takes those that free it: reads and acknowledgements
-run in scripts flagged `allow-oom` (`streamlearn.queue`), and trims need no memory. So
+run in scripts flagged `allow-oom` (`streamlearn.stream`), and trims need no memory. So
 a learner with `checkpoint_dir` goes on training, checkpointing, acknowledging and
 trimming while Redis is full, which frees memory for ingest; without one, entries are
 acknowledged only with a published version, so they wait until the publish goes through.
@@ -15,17 +15,16 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
 from typing import Any
 
 import redis
 
 from streamlearn.champion import Contest, Promotion
-from streamlearn.config import IngestConfig, LearnerConfig
-from streamlearn.queue import SampleQueue
+from streamlearn.config import LearnerConfig
 from streamlearn.records import Rejection
 from streamlearn.retries import RedisHealth, Retried
-from streamlearn.weights import VariantWeights, WeightsStore
+from streamlearn.stream import SampleStream
+from streamlearn.weights import WeightsStore
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +36,13 @@ class LearnerWrites:
 
     def __init__(
         self,
-        queue: SampleQueue,
-        store: WeightsStore | VariantWeights,
+        queue: SampleStream,
+        store: WeightsStore,
         policy: LearnerConfig,
-        limits: IngestConfig,
     ) -> None:
         self.queue = queue
         self.store = store
         self.policy = policy
-        self.limits = limits  # dead letters: the model's ingest limits
         self.health = RedisHealth()
         retried = functools.partial(Retried, health=self.health, max_s=policy.retry_max_ms / 1000)
         self.publishing = retried("publish")
@@ -57,23 +54,11 @@ class LearnerWrites:
         self.passed_groups: dict[str, str] = {}  # groups trimming no longer waits for
         self._last_trim = -math.inf
 
-    def publish(self, after: int, blob_of: Callable[[int], bytes]) -> int | None:
-        """Store `blob_of(v)` as the next version `v` above `after` and every published
-        one; None when Redis refused it (tried again once `publishing.due()`)."""
-
-        def attempt() -> int:
-            tries = 0
-            while True:  # a version is taken between two reads only at a promotion
-                v = max(after, self.store.latest_version()) + 1
-                try:
-                    self.store.publish(v, blob_of(v))
-                    return v
-                except ValueError:
-                    tries += 1
-                    if tries == 3:
-                        raise
-
-        return self.publishing.result(attempt)
+    def publish(self, after: int, blob: bytes) -> int | None:
+        """Store `blob` as a new version above `after` (the store numbers it); None when
+        Redis refused it (tried again once `publishing.due()`)."""
+        published = self.publishing.result(lambda: self.store.publish(blob, after))
+        return None if published is None else published[0]
 
     def made_durable(self) -> None:
         """Acknowledge what the durable state covers, and now and then trim the stream;
@@ -114,12 +99,7 @@ class LearnerWrites:
         """Dead-letter `payload`; when Redis refuses, log it instead (the entry is done)."""
         rejected = [("learner", Rejection(reason, payload))]
         try:
-            self.queue.write(
-                [],
-                rejected,
-                deadletter_maxlen=self.limits.deadletter_maxlen,
-                deadletter_payload_bytes=self.limits.deadletter_payload_bytes,
-            )
+            self.queue.write([], rejected)
         except redis.RedisError as exc:
             self.health.failed("deadletter", exc)
             log.error("redis refused a dead letter (%s): %s %r", exc, reason, payload[:200])

@@ -20,8 +20,9 @@ import pytest
 import redis as redis_lib
 from paho.mqtt.enums import CallbackAPIVersion
 
+import streamlearn
 from streamlearn import embedded, mqtt
-from streamlearn.config import Settings
+from streamlearn.config import LearnerConfig, Settings
 from streamlearn.names import Names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,10 +47,15 @@ def mosquitto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embed
 def settings(
     redis_server: embedded.ServerProcess, mosquitto_server: embedded.ServerProcess
 ) -> Settings:
+    return own_settings(redis_server, mosquitto_server)
+
+
+def own_settings(redis: embedded.ServerProcess, broker: embedded.ServerProcess) -> Settings:
+    """The session's servers, with a topic and key prefix of one's own."""
     tag = uuid.uuid4().hex[:8]
     return Settings(
-        mqtt_url=f"mqtt://127.0.0.1:{mosquitto_server.port}",
-        redis_url=f"redis://127.0.0.1:{redis_server.port}/0",
+        mqtt_url=f"mqtt://127.0.0.1:{broker.port}",
+        redis_url=f"redis://127.0.0.1:{redis.port}/0",
         topic_prefix=f"t{tag}",
         key_prefix=f"k{tag}",
         share_group=f"g{tag}",
@@ -91,18 +97,7 @@ def start_role(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Rol
     ) -> RoleProcess:
         config = tmp_path / "streamlearn.toml"
         config.write_text(toml)
-        argv = [
-            sys.executable,
-            "-m",
-            f"workers.{role}",
-            "--config",
-            str(config),
-            "--instance",
-            instance,
-        ]
-        if model:
-            argv += ["--model", model]
-        proc = RoleProcess(argv, {**role_env(settings), **(env or {})})
+        proc = launch_role(settings, role, config, model, instance, env)
         started.append(proc)
         proc.wait_for(" ready")
         return proc
@@ -112,22 +107,47 @@ def start_role(settings: Settings, tmp_path: Path) -> Iterator[Callable[..., Rol
         proc.stop()
 
 
+def launch_role(
+    settings: Settings,
+    role: str,
+    config: Path,
+    model: str | None = None,
+    instance: str = "0",
+    env: dict[str, str] | None = None,
+) -> RoleProcess:
+    """`python -m workers.ROLE` with `settings`, started (wait for its " ready" line)."""
+    argv = [
+        sys.executable,
+        "-m",
+        f"workers.{role}",
+        "--config",
+        str(config),
+        "--instance",
+        instance,
+    ]
+    if model:
+        argv += ["--model", model]
+    return RoleProcess(argv, {**role_env(settings), **(env or {})})
+
+
 class Client:
-    """A plain paho MQTT v5 client, as a device or user application would use."""
+    """A device or user application: streamlearn's public client, bound to one model.
+
+    Tests that publish requests themselves (so that an actor gets them at once) use the
+    same connection, `client`, and read their replies on `reply_topic` with `wait`.
+    """
 
     def __init__(self, settings: Settings, model: str, client_id: str | None = None) -> None:
         self.names = Names(model, settings.topic_prefix, settings.key_prefix)
+        self.device = streamlearn.Client(
+            settings.mqtt, topic_prefix=settings.topic_prefix, client_id=client_id
+        )
+        self.client = self.device.mqtt
         self.received: list[paho.MQTTMessage] = []
         self._cond = threading.Condition()
-        client_id = client_id or f"sl-test-{uuid.uuid4().hex[:8]}"
-        # Replies go to replies/{client id}/..., the one reply topic a device may read.
-        self.reply_topic = self.names.topic(f"replies/{client_id}/{uuid.uuid4().hex[:8]}")
-        self.client = mqtt.connect(
-            settings.mqtt,
-            client_id,
-            subscriptions=[(self.reply_topic, 1)],
-            on_message=self._on_message,
-        )
+        # Under replies/{client id}/, the one reply space a device may read.
+        self.reply_topic = self.names.topic(f"replies/{self.device.client_id}/raw")
+        self.client.message_callback_add(self.reply_topic, self._on_message)
 
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         with self._cond:
@@ -136,27 +156,14 @@ class Client:
 
     def publish_samples(self, payloads: list[bytes | str | dict]) -> None:
         """Publish with QoS 1 and wait for every PUBACK."""
-        infos = [
-            self.client.publish(
-                self.names.samples_topic, json.dumps(p) if isinstance(p, dict) else p, qos=1
-            )
-            for p in payloads
-        ]
-        for info in infos:
-            info.wait_for_publish(30)
-            assert info.is_published()
+        self.device.publish_payloads(self.names.model, payloads, timeout=30)
 
     def request(self, body: dict, timeout_s: float = 10) -> dict:
-        """One MQTT v5 request/response round trip; the reply must echo the correlation."""
-        correlation = uuid.uuid4().bytes
-        self.client.publish(
-            self.names.predict_topic,
-            json.dumps(body),
-            qos=1,
-            properties=mqtt.request_properties(self.reply_topic, correlation),
-        )
-        msg = self.wait(lambda m: m.properties.CorrelationData == correlation, timeout_s)
-        return json.loads(msg.payload)
+        """One MQTT v5 request/response round trip: the reply document, error or not."""
+        try:
+            return self.device.request(self.names.model, body, timeout=timeout_s)
+        except TimeoutError as exc:
+            raise AssertionError(str(exc)) from None
 
     def wait(
         self, match: Callable[[paho.MQTTMessage], bool], timeout_s: float = 10
@@ -173,7 +180,7 @@ class Client:
                 self._cond.wait(remaining)
 
     def close(self) -> None:
-        mqtt.close(self.client)
+        self.device.close()
 
 
 @pytest.fixture
@@ -205,3 +212,31 @@ def eventually(check: Callable[[], bool], timeout_s: float = 30, what: str = "co
             return
         time.sleep(0.1)
     raise AssertionError(f"{what} not reached within {timeout_s} s")
+
+
+def retained(settings: Settings, topic: str, timeout_s: float = 2) -> dict | None:
+    """The JSON document retained on `topic` (a status), read once; None when none."""
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def on_message(_c: object, _u: object, msg: paho.MQTTMessage) -> None:
+        got.append(msg.payload)
+        done.set()
+
+    client = mqtt.connect(settings.mqtt, subscriptions=[(topic, 1)], on_message=on_message)
+    try:
+        done.wait(timeout_s)
+    finally:
+        mqtt.close(client)
+    return json.loads(got[-1]) if got and got[-1] else None
+
+
+def settled(settings: Settings, redis: redis_lib.Redis, names: Names, samples: int) -> bool:
+    """Whether the learner of `names` trained on `samples` samples, spent its replay budget
+    on them and published all it learned: it stays idle until more samples come."""
+    status = retained(settings, names.status_topic)
+    if status is None or status["samples_seen"] < samples:
+        return False
+    budget = status["replayed_samples"] >= samples * LearnerConfig().replay_ratio - 256
+    latest = int(redis.get(names.latest_key) or 0)
+    return budget and status["unpublished_steps"] == 0 and status["version"] == latest

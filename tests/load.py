@@ -5,19 +5,22 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 
 import paho.mqtt.client as paho
 
+import streamlearn
 from streamlearn import mqtt
 from streamlearn.config import Settings
 from streamlearn.names import Names
 
 
 class RequestLoad:
-    """Requests for `x` on a fixed schedule from a plain MQTT v5 client, whatever the replies.
+    """Requests for `x` on a fixed schedule from the public client's connection, whatever
+    the replies.
 
-    Request i carries correlation data i, so every reply is matched to its request.
+    Request i carries correlation data i, so every reply is matched to its request. The
+    requests are published here rather than with `predict_async`, which keeps one reply
+    per request: a test of actors must see every reply, a second one to a request too.
     """
 
     def __init__(self, settings: Settings, names: Names, rate: float, x: list) -> None:
@@ -28,10 +31,12 @@ class RequestLoad:
         self.replies: dict[int, dict] = {}
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self.reply_topic = names.topic(f"replies/{uuid.uuid4().hex[:8]}")
-        self.client = mqtt.connect(
-            settings.mqtt, subscriptions=[(self.reply_topic, 1)], on_message=self._on_reply
-        )
+        self.device = streamlearn.Client(settings.mqtt, topic_prefix=settings.topic_prefix)
+        self.client = self.device.mqtt
+        own = self.device.client_id
+        self.request_topic = names.topic(f"predict/{own}")
+        self.reply_topic = names.topic(f"replies/{own}/load")
+        self.client.message_callback_add(self.reply_topic, self._on_reply)
         self._sender = threading.Thread(target=self._send)
         self._sender.start()
 
@@ -43,7 +48,7 @@ class RequestLoad:
             i = len(self.sent_at)
             props = mqtt.request_properties(self.reply_topic, i.to_bytes(4, "big"))
             body = json.dumps({"x": self.x, "id": i})
-            self.client.publish(self.names.predict_topic, body, qos=1, properties=props)
+            self.client.publish(self.request_topic, body, qos=1, properties=props)
             self.sent_at.append(time.monotonic())
 
     def _on_reply(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
@@ -70,7 +75,7 @@ class RequestLoad:
         self._sender.join()
         with self._cond:
             self._cond.wait_for(lambda: len(self.replies) >= len(self.sent_at), timeout_s)
-        mqtt.close(self.client)
+        self.device.close()
 
     def unanswered(self) -> list[int]:
         return [i for i in range(len(self.sent_at)) if i not in self.replies]

@@ -6,7 +6,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from streamlearn.forward import bucket_sizes
+from streamlearn.buckets import ladder
 from streamlearn.mqtt import reply_properties, request_properties
 
 
@@ -35,7 +35,7 @@ def test_no_correlation_means_no_properties():
 
 @pytest.mark.parametrize("max_batch", [1, 2, 4, 5, 16, 64, 100, 256])
 def test_every_batch_size_pads_to_a_bucket_no_larger_than_max_batch(max_batch):
-    buckets = bucket_sizes(max_batch)
+    buckets = ladder(max_batch)
     assert buckets == tuple(sorted(set(buckets)))
     assert buckets[0] == 1 and buckets[-1] == max_batch
     assert len(buckets) <= 6, "few sizes: each is compiled and warmed up once"

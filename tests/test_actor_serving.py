@@ -95,13 +95,13 @@ def redis_reads(redis: Any) -> int:
 def test_100_reloads_under_steady_load_fail_no_request(start_role, settings, redis, template):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
     store = WeightsStore(redis, names)
-    store.publish(1, blob(template, 1))
+    store.publish(blob(template, 1))
     start_role("actor", TOML)
     load = CountedLoad(settings, names, rate=300, x=[0.5, -0.5])
     try:
         load.wait_for_replies(1, 300)
         for v in range(2, 102):  # each version answers requests under load before the next
-            store.publish(v, blob(template, v))
+            assert store.publish(blob(template, v)) == (v, True)
             load.wait_for_replies(v, 10)
         load.wait_for_replies(101, 300)
     finally:
@@ -123,7 +123,7 @@ def test_invalid_blobs_are_refused_once_and_the_previous_version_keeps_serving(
 ):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
     store = WeightsStore(redis, names)
-    store.publish(1, blob(template, 1))
+    store.publish(blob(template, 1))
     actor = start_role("actor", TOML)
     client = client_for("r")
     assert client.request({"x": [1, 2]})["version"] == 1
@@ -138,7 +138,7 @@ def test_invalid_blobs_are_refused_once_and_the_previous_version_keeps_serving(
         4: codec.encode(not_finite),
     }
     for version, data in bad.items():
-        store.publish(version, data)
+        assert store.publish(data) == (version, True)
         actor.wait_for(f"refused weights v{version}")
         reply = client.request({"x": [1, 2], "id": version})
         assert (reply["version"], reply["y"], reply["id"]) == (1, 1004.0, version)
@@ -164,7 +164,7 @@ def test_invalid_blobs_are_refused_once_and_the_previous_version_keeps_serving(
             refusals = [line for line in actor.lines if f"refused weights v{version}," in line]
             assert len(refusals) == 1, "a refused blob is remembered, not fetched again"
 
-        store.publish(5, blob(template, 5))
+        store.publish(blob(template, 5))
         eventually(lambda: client.request({"x": [1, 2]})["version"] == 5, 10, "v5 served")
         eventually(lambda: statuses[-1]["version"] == 5, 10, "the status shows v5")
     finally:
@@ -176,7 +176,7 @@ def test_actors_share_the_load_and_one_can_die(settings, redis, template, tmp_pa
     answers everything sent once the broker dropped the dead one, and, stopped gracefully,
     what it had received; no request is answered twice."""
     names = Names("r", settings.topic_prefix, settings.key_prefix)
-    WeightsStore(redis, names).publish(1, blob(template, 1))
+    WeightsStore(redis, names).publish(blob(template, 1))
     config = tmp_path / "streamlearn.toml"
     config.write_text(TOML)
     argv = [sys.executable, "-m", "workers.actor", "--config", str(config), "--instance"]

@@ -403,15 +403,18 @@ DOCTESTED = [
     importlib.import_module(f"streamlearn.{name}")
     for name in (
         "appends",
+        "buckets",
         "champion",
         "codec",
         "config",
-        "forward",
         "actor_inbox",
         "mqtt",
         "names",
         "replies",
         "retries",
+        "scripts",
+        "standardize",
+        "stream",
         "windows",
     )
 ]

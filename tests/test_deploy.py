@@ -28,8 +28,8 @@ from streamlearn.config import Settings, load_config
 from streamlearn.errors import StreamlearnError
 from streamlearn.monitor import StatusMonitor
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue
 from streamlearn.records import Samples
+from streamlearn.stream import SampleStream
 from streamlearn.weights import WeightsStore
 from tests.conftest import ROOT, eventually, role_env
 from tests.deployed import (
@@ -260,16 +260,16 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     ingest, learner, actor = (redis_as(acl_redis, r) for r in ("ingest", "learner", "actor"))
 
     # Each role's real code path works under its user.
-    SampleQueue(learner, names, (2,)).ensure_group()
-    SampleQueue(ingest, names, (2,)).write(
+    SampleStream(learner, names, (2,)).ensure_group()
+    SampleStream(ingest, names, (2,)).write(
         [Samples(np.ones((3, 2), np.float32), np.ones(3, np.float32))]
     )
-    consumer = SampleQueue(learner, names, (2,))
+    consumer = SampleStream(learner, names, (2,))
     entries = consumer.read("l", 10, None)
     assert len(entries) == 1 and len(entries[0].samples) == 3
     consumer.ack([e.id for e in entries])
     consumer.trim()
-    WeightsStore(learner, names).publish(1, b"blob")
+    WeightsStore(learner, names).publish(b"blob")
     assert WeightsStore(actor, names).fetch() == (1, b"blob")
 
     denied = [

@@ -21,8 +21,8 @@ from streamlearn.config import ActorConfig, LearnerConfig, ModelConfig
 from streamlearn.embedded import free_port
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.queue import GROUP, SampleQueue, unpack
 from streamlearn.records import Samples
+from streamlearn.stream import GROUP, SampleStream, unpack
 from streamlearn.weights import WeightsStore
 from tests.conftest import eventually
 
@@ -67,12 +67,12 @@ def regression(**learner: object) -> ModelConfig:
 
 def make_learner(redis, settings, cfg: ModelConfig, consumer: str = "t", **kw) -> Learner:
     names = Names(cfg.name, settings.topic_prefix, settings.key_prefix)
-    queue = SampleQueue(redis, names, cfg.sample_shape)
-    store = WeightsStore(redis, names, cfg.learner.keep_versions)
+    queue = SampleStream(redis, names, cfg.sample_shape)
+    store = WeightsStore(redis, names, keep=cfg.learner.keep_versions)
     return Learner(cfg, queue, store, consumer=consumer, **kw)
 
 
-def fill(queue: SampleQueue, entries: int, per_entry: int = 1, seed: int = 0) -> int:
+def fill(queue: SampleStream, entries: int, per_entry: int = 1, seed: int = 0) -> int:
     rng = np.random.default_rng(seed)
     batch = []
     for _ in range(entries):
@@ -291,7 +291,7 @@ def test_status_is_refreshed_every_status_every_ms_while_learning(redis, setting
 
 def test_a_challenger_far_behind_does_not_hold_back_ingest(redis, settings):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
-    queue = SampleQueue(redis, names, (3,))
+    queue = SampleStream(redis, names, (3,))
     queue.ensure_group()
     redis.xgroup_create(queue.key, "learners:wide", id="0")
     fill(queue, 100, per_entry=5)
@@ -374,11 +374,13 @@ def make_actor(redis, settings, cfg: ModelConfig) -> tuple[Actor, WeightsStore, 
 
 
 def publish_constant(store: WeightsStore, cfg: ModelConfig, version: int, value: float) -> None:
-    """Every weight `value`: a linear model then predicts `value` for x = 0."""
+    """Every weight `value` (the input statistics left as they are, the identity): a linear
+    model then predicts `value` for x = 0."""
     arrays = {
-        k: np.full_like(v, value) for k, v in models.get_arrays(models.build_model(cfg)).items()
+        k: v if k.startswith("standardize/") else np.full_like(v, value)
+        for k, v in models.get_arrays(models.build_model(cfg)).items()
     }
-    store.publish(version, codec.encode(arrays, {"model": cfg.name, "version": str(version)}))
+    assert store.publish(codec.encode(arrays, {"model": cfg.name})) == (version, True)
 
 
 def request(actor: Actor, rows: int, rid: int) -> None:

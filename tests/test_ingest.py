@@ -11,8 +11,8 @@ import numpy as np
 
 from streamlearn.appends import CHUNK_SAMPLES
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue, unpack
 from streamlearn.records import Rejection, Samples
+from streamlearn.stream import SampleStream, unpack
 from tests.conftest import eventually, plain_paho
 from tests.deployed import redis_as
 
@@ -142,7 +142,7 @@ def _samples(ids: list[str | None], first: float = 0) -> Samples:
 
 def test_repeats_are_dropped_within_a_write_and_across_chunks(redis, settings):
     names = Names("d", settings.topic_prefix, settings.key_prefix)
-    queue = SampleQueue(redis, names, (3,))
+    queue = SampleStream(redis, names, (3,))
     big = [f"b{i}" for i in range(CHUNK_SAMPLES)]
     written = queue.write(
         [
@@ -163,7 +163,7 @@ def test_repeats_are_dropped_within_a_write_and_across_chunks(redis, settings):
 
 def test_an_id_is_remembered_for_the_window_and_no_longer(redis, settings):
     names = Names("w", settings.topic_prefix, settings.key_prefix)
-    queue = SampleQueue(redis, names, (3,))
+    queue = SampleStream(redis, names, (3,))
     now = [1000.0]
     queue.appender.clock = lambda: now[0]
 
@@ -182,7 +182,7 @@ def test_an_id_is_remembered_for_the_window_and_no_longer(redis, settings):
 
 def test_backlog_counts_the_samples_the_learner_has_not_acknowledged(redis, settings):
     names = Names("b", settings.topic_prefix, settings.key_prefix)
-    queue = SampleQueue(redis, names, (3,))
+    queue = SampleStream(redis, names, (3,))
     assert queue.appender.backlog() == 0
     queue.write([_samples(["a", "b"]), _samples([None]), _samples(["c", "d", "e"])])
     assert queue.appender.backlog() == 6, "no learner yet: everything"
@@ -231,7 +231,7 @@ def test_back_pressure_holds_samples_at_the_broker_until_the_learner_catches_up(
     assert 100 < held <= 100 + 500, "the limit, overshot by one run at most"
 
     # A learner catches up; ingest resumes by itself and everything arrives exactly once.
-    queue = SampleQueue(redis, names, (3,))
+    queue = SampleStream(redis, names, (3,))
     queue.ensure_group()
     got: list[str] = []
     deadline = time.monotonic() + 60
@@ -246,7 +246,7 @@ def test_back_pressure_holds_samples_at_the_broker_until_the_learner_catches_up(
 def test_the_deploy_acl_lets_ingest_append_once_and_measure(request):
     """Ingest's scripts run with its least-privilege Redis user (deploy/redis/make-acl.sh)."""
     server = request.getfixturevalue("acl_redis")
-    queue = SampleQueue(redis_as(server, "ingest"), Names("acl"), (3,))
+    queue = SampleStream(redis_as(server, "ingest"), Names("acl"), (3,))
     written = queue.write(
         [_samples(["a", "b"]), _samples(["b", None])],
         [("t", Rejection("bad", b"x"))],

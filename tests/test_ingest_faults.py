@@ -25,7 +25,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from streamlearn import embedded
 from streamlearn.config import Settings
 from streamlearn.names import Names
-from streamlearn.queue import unpack
+from streamlearn.stream import unpack
 from tests.conftest import RoleProcess, eventually, role_env
 
 TOML = """

@@ -25,8 +25,8 @@ from streamlearn.config import parse_config
 from streamlearn.ingest import Ingest
 from streamlearn.names import Names
 from streamlearn.payloads import PayloadParser
-from streamlearn.queue import SampleQueue, unpack
 from streamlearn.records import Rejection, Samples
+from streamlearn.stream import SampleStream, unpack
 from tests.conftest import eventually, plain_paho
 from tests.test_payloads import _mutate, json_values
 
@@ -89,7 +89,7 @@ def expected(raws: list[bytes], seen: set[str]) -> tuple[list[Samples], list[Rej
     kept: list[Samples] = []
     rejected: list[Rejection] = []
     for raw in raws:
-        samples, rejections = REFERENCE.parse_samples(raw)
+        samples, _, rejections = REFERENCE.parse_message(raw)
         rejected += rejections
         if samples is None:
             continue
@@ -130,7 +130,7 @@ def test_ten_thousand_payloads_through_the_ingest_loop(redis_server, batch):
     """The bulk, fed straight into the loop that paho's thread feeds in production."""
     client = redis_lib.Redis(port=redis_server.port)
     names = Names("fz", key_prefix=f"fz{uuid.uuid4().hex[:10]}")
-    ingest = Ingest(PayloadParser(MODEL), SampleQueue(client, names, (3,)), MODEL.ingest)
+    ingest = Ingest(PayloadParser(MODEL), SampleStream.of(client, names, MODEL), MODEL.ingest)
     device = paho.Client(CallbackAPIVersion.VERSION2)  # never connected: acks go nowhere
     for mid, raw in enumerate(batch, 1):
         ingest.on_message(device, None, message(mid, names.samples_topic, raw))
@@ -181,7 +181,7 @@ def test_the_dead_letter_stream_is_capped(redis, settings):
     model = MODEL.model_copy(
         update={"ingest": MODEL.ingest.model_copy(update={"deadletter_maxlen": 50})}
     )
-    ingest = Ingest(PayloadParser(model), SampleQueue(redis, names, (3,)), model.ingest)
+    ingest = Ingest(PayloadParser(model), SampleStream.of(redis, names, model), model.ingest)
     device = paho.Client(CallbackAPIVersion.VERSION2)
     for mid in range(1, 301):
         ingest.on_message(device, None, message(mid, names.samples_topic, b"junk %d" % mid))

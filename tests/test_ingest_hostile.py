@@ -19,7 +19,7 @@ import pytest
 from streamlearn.appends import CHUNK_SAMPLES
 from streamlearn.embedded import free_port
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue, unpack
+from streamlearn.stream import SampleStream, unpack
 from tests.conftest import RoleProcess, eventually, plain_paho
 
 FLAT = """
@@ -326,7 +326,7 @@ def test_a_qos0_flood_while_held_back_is_dropped_and_counted(held_worker, redis,
     assert grown < 50_000_000, f"RSS grew by {grown / 1e6:.0f} MB for a 200 MB flood"
 
     # The learner catches up: ingest resumes, and QoS 1 samples were never dropped.
-    queue = SampleQueue(redis, names, (3,))
+    queue = SampleStream(redis, names, (3,))
     queue.ensure_group()
     queue.ack([e.id for e in queue.read("learner", 1000, None)])
     eventually(lambda: "back-pressure off" in worker.output, 30, "back-pressure off")

@@ -17,8 +17,8 @@ import pytest
 from streamlearn import codec
 from streamlearn.checkpoint import CheckpointDir
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue
 from streamlearn.records import Samples
+from streamlearn.stream import SampleStream
 from tests.conftest import ROOT, eventually, role_env
 
 SAMPLES = 6000
@@ -37,7 +37,7 @@ checkpoint_every_s = 0.3
 """
 
 
-def produce(queue: SampleQueue, stop: threading.Event) -> None:
+def produce(queue: SampleStream, stop: threading.Event) -> None:
     """One entry per sample, as ingest writes one per MQTT message, at ~1,500 samples/s."""
     rng = np.random.default_rng(3)
     for start in range(0, SAMPLES, 60):
@@ -51,7 +51,8 @@ def produce(queue: SampleQueue, stop: threading.Event) -> None:
 def published(redis, names: Names) -> dict[str, str]:
     latest = int(redis.get(names.latest_key) or 0)
     blob = redis.get(names.weights_key(latest)) if latest else None
-    return {"version": "0", "samples_seen": "0"} if blob is None else codec.decode(blob)[1]
+    meta = {"samples_seen": "0"} if blob is None else codec.decode(blob)[1]
+    return {**meta, "version": str(latest)}
 
 
 def test_sigkilled_learner_restarts_from_its_checkpoint_and_loses_no_sample(
@@ -61,7 +62,7 @@ def test_sigkilled_learner_restarts_from_its_checkpoint_and_loses_no_sample(
     toml = TOML.format(dir=tmp_path / "ckpt")
     first = start_role("learner", toml)
     stop = threading.Event()
-    producer = threading.Thread(target=produce, args=(SampleQueue(redis, names, (4,)), stop))
+    producer = threading.Thread(target=produce, args=(SampleStream(redis, names, (4,)), stop))
     producer.start()
     try:
         checkpoint = CheckpointDir(tmp_path / "ckpt" / "k")
@@ -109,7 +110,7 @@ from streamlearn import models
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue
+from streamlearn.stream import SampleStream
 from streamlearn.records import Samples
 from streamlearn.weights import WeightsStore
 
@@ -119,7 +120,7 @@ mirrored = LearnerConfig(distribute="mirrored", devices=["/cpu:0", "/cpu:1"], **
 cfg = ModelConfig(name="m", inputs=3, task="binary", hidden=(8,), learner=mirrored)
 client = redis.Redis.from_url(url)
 names = Names("m", prefix, prefix)
-queue = SampleQueue(client, names, cfg.sample_shape)
+queue = SampleStream(client, names, cfg.sample_shape)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(230, 3)).astype(np.float32)
 y = (x[:, 0] > 0).astype(np.float32)

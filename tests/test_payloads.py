@@ -35,7 +35,7 @@ def dumps(doc: Any) -> bytes:
 
 def accept(parser: PayloadParser, doc: Any) -> Samples:
     """Parse and insist that everything was accepted."""
-    samples, rejections = parser.parse_samples(doc if isinstance(doc, bytes) else dumps(doc))
+    samples, _, rejections = parser.parse_message(doc if isinstance(doc, bytes) else dumps(doc))
     assert rejections == [], [r.reason for r in rejections]
     assert samples is not None
     return samples
@@ -44,7 +44,7 @@ def accept(parser: PayloadParser, doc: Any) -> Samples:
 def reject(parser: PayloadParser, raw: bytes | Any) -> str:
     """Parse and insist that the whole message was rejected; return the reason."""
     raw = raw if isinstance(raw, bytes) else dumps(raw)
-    samples, rejections = parser.parse_samples(raw)
+    samples, _, rejections = parser.parse_message(raw)
     assert samples is None
     assert len(rejections) == 1
     assert rejections[0].payload == raw
@@ -83,7 +83,7 @@ def test_sample_list_keeps_good_items_and_rejects_bad_ones_in_one_summary():
         {"x": [[1, 2, 3]], "y": [1]},
     ]
     raw = dumps({"samples": items})
-    samples, rejections = BINARY.parse_samples(raw)
+    samples, _, rejections = BINARY.parse_message(raw)
     assert samples is not None
     np.testing.assert_array_equal(samples.x, [[1, 2, 3], [4, 5, 6]])
     np.testing.assert_array_equal(samples.y, [1, 0])
@@ -99,7 +99,7 @@ def test_sample_list_keeps_good_items_and_rejects_bad_ones_in_one_summary():
 
 
 def test_sample_list_with_only_bad_items_accepts_nothing():
-    samples, rejections = BINARY.parse_samples(dumps({"samples": [{"x": [1], "y": 0}]}))
+    samples, _, rejections = BINARY.parse_message(dumps({"samples": [{"x": [1], "y": 0}]}))
     assert samples is None
     assert [r.reason for r in rejections] == [
         "samples.0: x must have shape [3], got [1] (1 of 1 samples rejected)"
@@ -108,7 +108,7 @@ def test_sample_list_with_only_bad_items_accepts_nothing():
 
 def test_a_list_of_ten_thousand_bad_items_is_one_rejection_listing_five():
     raw = dumps({"samples": [{"x": [1, 2], "y": 0}] * 10_000})
-    samples, rejections = BINARY.parse_samples(raw)
+    samples, _, rejections = BINARY.parse_message(raw)
     assert samples is None and len(rejections) == 1
     reason = rejections[0].reason
     assert reason.count("samples.") == 5 and reason.startswith("samples.0: ")
@@ -124,10 +124,12 @@ def test_a_document_of_many_unknown_fields_is_refused_naming_three():
     assert reason == (
         "90000 fields, at most 4 allowed; unknown: 'field0', 'field1', 'field2' (and 89997 more)"
     )
-    samples, [rejection] = parser.parse_samples(dumps({"x": [1, 2, 3], "y": 1, **doc}))
+    samples, _, [rejection] = parser.parse_message(dumps({"x": [1, 2, 3], "y": 1, **doc}))
     assert samples is None and rejection.kind == "unknown_field"
     assert "unknown: 'field0', 'field1', 'field2' (and 89997 more)" in rejection.reason
-    samples, [rejection] = parser.parse_samples(dumps({"samples": [{"x": [1, 2, 3], "y": 1}, doc]}))
+    samples, _, [rejection] = parser.parse_message(
+        dumps({"samples": [{"x": [1, 2, 3], "y": 1}, doc]})
+    )
     assert samples is not None and len(samples) == 1
     assert rejection.reason.startswith("samples.1: 90000 fields, at most 4 allowed")
 
@@ -487,11 +489,11 @@ _HUGE_INT = b'{"x": [1, 2, ' + b"1" * 5000 + b'], "y": 0}'  # 5 kB
 
 
 def test_deeply_nested_json_is_rejected_not_raised():
-    assert BINARY.parse_samples(_DEEP)[1][0].reason
+    assert BINARY.parse_message(_DEEP).rejections[0].reason
 
 
 def test_huge_integer_literal_is_rejected_not_raised():
-    samples, rejections = BINARY.parse_samples(_HUGE_INT)
+    samples, _, rejections = BINARY.parse_message(_HUGE_INT)
     assert samples is None and rejections[0].reason
 
 
@@ -677,7 +679,7 @@ def check_outcome(parser: PayloadParser, samples: Samples | None, rejections: li
 @given(parser_and_payload())
 def test_any_payload_is_accepted_well_formed_or_rejected_with_reason(case):
     parser, raw = case
-    samples, rejections = parser.parse_samples(raw)
+    samples, _, rejections = parser.parse_message(raw)
     event("accepted some" if samples is not None else "rejected all")
     check_outcome(parser, samples, rejections)
 

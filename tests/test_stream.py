@@ -11,7 +11,7 @@ import numpy as np
 
 from streamlearn import codec
 from streamlearn.names import Names
-from tests.conftest import eventually, plain_paho
+from tests.conftest import eventually, plain_paho, settled
 
 TOML = """
 [models.f]
@@ -87,6 +87,11 @@ def test_stream_learns_a_known_function_and_actors_serve_it(
         return blob is not None and int(codec.decode(blob)[1]["samples_seen"]) == SAMPLES
 
     eventually(trained_on_all, 10, "a version trained on every sample published")
+    eventually(
+        lambda: settled(settings, redis, names, SAMPLES),
+        60,
+        "the learner replayed its budget and published what it learned",
+    )
     eventually(lambda: versions[-1] == int(redis.get(names.latest_key)), 5, "it was announced")
     stop.set()
     listener.join()

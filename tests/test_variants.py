@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import tomllib
 
@@ -13,19 +12,18 @@ import pytest
 from streamlearn import codec
 from streamlearn.champion import (
     Contest,
-    Window,
+    RecentFigures,
     beats,
     current_champion,
-    group_of,
     read_standings,
 )
 from streamlearn.config import PromotionConfig, parse_config
 from streamlearn.errors import ConfigError
 from streamlearn.learner import Learner
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue
 from streamlearn.records import Samples
-from streamlearn.weights import VariantWeights, WeightsStore
+from streamlearn.stream import SampleStream, group_of
+from streamlearn.weights import WeightsStore
 from tests.conftest import eventually
 from tests.deployed import redis_as
 
@@ -123,14 +121,14 @@ def test_variant_names_and_promotion_fields_are_checked():
 
 
 def test_the_window_is_the_mean_over_the_last_samples():
-    window = Window(100)
+    window = RecentFigures(100)
     for i in range(10):
         window.add(30, loss=float(i), metric=2.0 * i)
     figures = window.figures()
     assert figures["window_samples"] == 120  # whole batches: 100 plus less than one batch
     assert figures["window_loss"] == pytest.approx((6 + 7 + 8 + 9) / 4)
     assert figures["window_metric"] == pytest.approx(2 * (6 + 7 + 8 + 9) / 4)
-    assert Window(10).figures()["window_loss"] is None
+    assert RecentFigures(10).figures()["window_loss"] is None
 
 
 def entry(metric: float, samples: int = 500, at: float = 1000.0, name: str = "mae") -> dict:
@@ -221,25 +219,23 @@ def variant_of(found: tuple[int, bytes] | None) -> str | None:
 
 def test_only_the_champion_publishes_the_models_weights(redis, settings):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
-    base, fast = (VariantWeights(redis, names, v, keep=3) for v in ("base", "fast"))
-    main = base.main
-    assert base.publish(1, blob("base", 1)) is True
-    assert fast.publish(2, blob("fast", 2)) is False
+    base, fast = (WeightsStore(redis, names, v, keep=3) for v in ("base", "fast"))
+    main = WeightsStore(redis, names)
+    assert base.publish(blob("base", 1)) == (1, True)
+    assert fast.publish(blob("fast", 2)) == (2, False)
     assert (main.latest_version(), variant_of(main.fetch())) == (1, "base")
     assert variant_of(fast.fetch()) == "fast" and fast.latest_version() == 2
 
     redis.set(names.champion_key, "fast")
-    assert base.publish(3, blob("base", 3)) is False, "demoted: its own keys only"
+    assert base.publish(blob("base", 2)) == (2, False), "demoted: its own keys only"
     assert main.latest_version() == 1
-    with pytest.raises(ValueError, match="version must increase"):
-        fast.publish(1, blob("fast", 1))  # below the model's latest: nothing is written
     assert fast.latest_version() == 2  # the highest of its own and the model's
-    assert fast.publish(4, blob("fast", 4)) is True
-    assert (main.latest_version(), variant_of(main.fetch())) == (4, "fast")
-    for v in range(5, 12):
-        fast.publish(v, blob("fast", v))
-    kept = [v for v in range(1, 12) if redis.exists(names.weights_key(v))]
-    assert kept == [9, 10, 11], "the model keeps its last 3 versions, skipped numbers or not"
+    assert fast.publish(blob("fast", 3)) == (3, True), "numbered above both"
+    assert (main.latest_version(), variant_of(main.fetch())) == (3, "fast")
+    for v in range(4, 11):
+        assert fast.publish(blob("fast", v))[0] == v
+    kept = [v for v in range(1, 11) if redis.exists(names.weights_key(v))]
+    assert kept == [8, 9, 10], "the model keeps its last 3 versions, skipped numbers or not"
     own = Names("r", settings.topic_prefix, settings.key_prefix, variant="fast")
     assert redis.llen(own.versions_key) == 3 and redis.llen(names.versions_key) == 3
 
@@ -248,31 +244,27 @@ def test_a_demoted_champion_never_publishes_the_models_weights_again(redis, sett
     """Publishing as fast as it can while the pointer moves: the model's versions show one
     switch, base then fast, and keep increasing."""
     names = Names("r", settings.topic_prefix, settings.key_prefix)
-    base, fast = (VariantWeights(redis, names, v, keep=10_000) for v in ("base", "fast"))
+    base, fast = (WeightsStore(redis, names, v, keep=10_000) for v in ("base", "fast"))
+    main = WeightsStore(redis, names)
     stop = threading.Event()
 
-    def publish_forever(store: VariantWeights) -> None:
+    def publish_forever(store: WeightsStore) -> None:
         while not stop.is_set():
-            v = store.latest_version() + 1
-            with contextlib.suppress(ValueError):  # the other took it between two reads
-                store.publish(v, blob(store.variant, v))
+            store.publish(blob(store.variant, 0))
 
     threads = [threading.Thread(target=publish_forever, args=(s,)) for s in (base, fast)]
     for t in threads:
         t.start()
     try:
-        eventually(lambda: base.main.latest_version() >= 50, 30, "50 versions published")
+        eventually(lambda: main.latest_version() >= 50, 30, "50 versions published")
         pipe = redis.pipeline(transaction=True)  # the model's latest at the very switch
         pipe.set(names.champion_key, "fast").get(names.latest_key)
         at_switch = int(pipe.execute()[1])
-        eventually(
-            lambda: base.main.latest_version() >= at_switch + 50, 30, "50 more after the switch"
-        )
+        eventually(lambda: main.latest_version() >= at_switch + 50, 30, "50 more after the switch")
     finally:
         stop.set()
         for t in threads:
             t.join()
-    main = base.main
     published = [(v, variant_of(main.fetch(v))) for v in range(1, main.latest_version() + 1)]
     published = [(v, who) for v, who in published if who is not None]
     who = [w for _, w in published]
@@ -285,7 +277,7 @@ def test_a_stopped_or_far_behind_variant_no_longer_holds_back_the_trim(redis, se
     """learner.stale_group_s and max_stream_length: the stream keeps what the base group
     needs, and a live variant's backlog up to the cap; a stopped variant's, nothing."""
     names = Names("r", settings.topic_prefix, settings.key_prefix)
-    queues = {v: SampleQueue(redis, names, (3,), group=group_of(v)) for v in ("base", "fast")}
+    queues = {v: SampleStream(redis, names, (3,), group=group_of(v)) for v in ("base", "fast")}
     for q in queues.values():
         q.ensure_group()
     base, fast = queues["base"], queues["fast"]
@@ -319,8 +311,8 @@ def test_a_better_learner_takes_over_and_publishes_the_models_weights(redis, set
     learners = {
         v: Learner(
             model.variant(v),
-            SampleQueue(redis, names, model.sample_shape, group=group_of(v)),
-            VariantWeights(redis, names, v),
+            SampleStream(redis, names, model.sample_shape, group=group_of(v)),
+            WeightsStore(redis, names, v),
             variant=v,
             contest=Contest(redis, names, v, model.promotion),
             clock=lambda: 0.0,  # no status tick or timed publish: the test calls them
@@ -336,7 +328,7 @@ def test_a_better_learner_takes_over_and_publishes_the_models_weights(redis, set
         learner.start()  # each creates its group, at the start of the stream
     for learner in learners.values():
         learner.run(burst=True)
-    main = VariantWeights(redis, names, "base").main
+    main = WeightsStore(redis, names)
     before = main.latest_version()
     assert variant_of(main.fetch()) == "base"
     learners["base"].report()
@@ -363,10 +355,10 @@ def test_variant_learners_work_under_the_learner_acl(acl_redis):
     base, fast = (Contest(learner, names, v, rule) for v in ("base", "fast"))
     base.tick(entry(1.0))
     assert fast.tick(entry(0.5)) is not None and current_champion(learner, names) == "fast"
-    VariantWeights(learner, names, "base").publish(1, blob("base", 1))
-    VariantWeights(learner, names, "fast").publish(2, blob("fast", 2))
+    WeightsStore(learner, names, "base").publish(blob("base", 1))
+    WeightsStore(learner, names, "fast").publish(blob("fast", 2))
     assert variant_of(WeightsStore(actor, names).fetch()) == "fast"
-    queue = SampleQueue(learner, names, (3,), group=group_of("fast"))
+    queue = SampleStream(learner, names, (3,), group=group_of("fast"))
     queue.ensure_group()
     queue.trim()
     status_rows = read_standings(learner, names)

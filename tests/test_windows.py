@@ -15,11 +15,12 @@ import redis as redis_lib
 
 from streamlearn import codec, mqtt
 from streamlearn.names import Names
-from streamlearn.queue import SampleQueue
 from streamlearn.records import Observations
+from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
 from tests.conftest import Client, eventually, role_env
 from tests.deployed import redis_as
+from tests.factories import deadletters
 
 W = 3  # window of the store tests
 TTL_S = 600
@@ -42,7 +43,7 @@ def store(redis, settings) -> WindowStore:
 
 def trained(store: WindowStore) -> list[tuple[list[float], float]]:
     """Every training sample in the stream: (window of x, y)."""
-    queue = SampleQueue(store.redis, store.names, (W, 1))
+    queue = SampleStream(store.redis, store.names, (W, 1))
     queue.ensure_group()
     out = []
     for entry in queue.read("t", 10_000, None):
@@ -204,7 +205,7 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
     count = seq_names.ingest_count_key
     eventually(lambda: int(redis.get(count) or 0) == want["seq"], 60, "all windows built")
     eventually(lambda: redis.xlen(seq_names.deadletter_key) == 1, 10, "the bad one dead-lettered")
-    [dead] = SampleQueue(redis, seq_names, (4, 1)).deadletters()
+    [dead] = deadletters(redis, seq_names)
     assert dead["reason"].startswith("seq: Field required"), dead
 
     def trained_on_all(names: Names, samples: int) -> bool:

@@ -7,7 +7,7 @@ import logging
 from streamlearn import metrics, mqtt
 from streamlearn.ingest import Ingest
 from streamlearn.payloads import PayloadParser
-from streamlearn.queue import SampleQueue
+from streamlearn.stream import SampleStream
 from workers import _runtime
 
 log = logging.getLogger("streamlearn.ingest")
@@ -16,8 +16,8 @@ log = logging.getLogger("streamlearn.ingest")
 def main(argv: list[str] | None = None) -> int:
     args = _runtime.parse_args("ingest", argv)
     model, settings, names, client_id = _runtime.load("ingest", args)
-    queue = SampleQueue(_runtime.redis_client(settings), names, model.sample_shape)
-    ingest = Ingest(PayloadParser(model), queue, model.ingest)
+    stream = SampleStream.of(_runtime.redis_client(settings), names, model)
+    ingest = Ingest(PayloadParser(model), stream, model.ingest)
     stop = _runtime.stop_on_signals()
     client = mqtt.connect(
         settings.mqtt,

@@ -6,17 +6,17 @@ stream in its own consumer group, its own weights keys, and the model's while ch
 
 from __future__ import annotations
 
-import json
 import logging
 
 from streamlearn import metrics, mqtt
-from streamlearn.champion import Contest, Promotion, group_of
+from streamlearn.champion import Contest
 from streamlearn.config import BASE_VARIANT
 from streamlearn.learner import Learner
 from streamlearn.monitor import queue_figures
-from streamlearn.queue import SampleQueue
-from streamlearn.tensorboard import Rate, ScalarLog
-from streamlearn.weights import VariantWeights, WeightsStore
+from streamlearn.reporting import StatusPublisher
+from streamlearn.stream import SampleStream, group_of
+from streamlearn.tensorboard import ScalarLog
+from streamlearn.weights import WeightsStore
 from workers import _runtime
 
 log = logging.getLogger("streamlearn.learner")
@@ -32,31 +32,22 @@ def main(argv: list[str] | None = None) -> int:
     redis = _runtime.redis_client(settings)
     client = mqtt.connect(settings.mqtt, client_id, ca_file=settings.mqtt_ca_file)
 
-    rate = Rate()
     label = model.name if variant == BASE_VARIANT else f"{model.name}/variants/{variant}"
     curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
-
-    def publish_status(status: dict[str, object]) -> None:
-        status["samples_per_s"] = rate.update(int(status["samples_seen"]))
-        client.publish(names.status_topic, json.dumps(status), qos=1, retain=True)
-        if curves is not None:
-            curves.write(status)
-
-    def announce(promotion: Promotion) -> None:
-        client.publish(names.champion_topic, promotion.to_json(), qos=1, retain=True)
-
+    publisher = StatusPublisher(client, names, curves)
+    contest = (
+        Contest(redis, names, variant, model.promotion, announce=publisher.announce)
+        if model.variants
+        else None
+    )
     keep = cfg.learner.keep_versions
-    if model.variants:
-        store: WeightsStore | VariantWeights = VariantWeights(redis, names, variant, keep)
-        contest = Contest(redis, names, variant, model.promotion, announce=announce)
-    else:
-        store, contest = WeightsStore(redis, names, keep), None
+    store = WeightsStore(redis, names, variant if model.variants else None, keep=keep)
     learner = Learner(
         cfg,
-        SampleQueue(redis, names, cfg.sample_shape, group=group_of(variant)),
+        SampleStream.of(redis, names, cfg, group_of(variant)),
         store,
         consumer=f"learner-{model.name}",
-        status=publish_status,
+        status=publisher,
         variant=variant,
         contest=contest,
     )

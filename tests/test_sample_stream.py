@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from streamlearn.names import Names
-from streamlearn.queue import GROUP, SampleQueue
 from streamlearn.records import Samples
+from streamlearn.stream import GROUP, SampleStream
 
 
-def make_queue(redis, settings, shape=(3,)) -> SampleQueue:
-    queue = SampleQueue(redis, Names("q", settings.topic_prefix, settings.key_prefix), shape)
+def make_queue(redis, settings, shape=(3,)) -> SampleStream:
+    queue = SampleStream(redis, Names("q", settings.topic_prefix, settings.key_prefix), shape)
     queue.ensure_group()
     return queue
 
@@ -23,7 +23,7 @@ def test_packed_read_returns_every_sample_in_order_and_names_unusable_entries(re
     queue.write(parts[:3])
     bad = redis.xadd(queue.key, {"n": 2, "x": b"short", "y": b""})
     queue.write(parts[3:5])
-    last = parts[5]  # fields in another order than appends.py's: read all the same
+    last = parts[5]  # fields in another order than lua/entry.lua's: read all the same
     redis.xadd(queue.key, {"y": last.y.astype(np.float32).tobytes(), "x": last.x.tobytes(), "n": 1})
 
     packed = queue.read_packed("c", 100, None)

@@ -1,10 +1,13 @@
-"""The sample queue: a Redis Stream per model, read by the `learners` consumer group.
+"""The sample stream: a Redis Stream per model, read by consumer groups, and its dead letters.
 
-One stream entry per accepted MQTT message holds its samples packed as float32 arrays.
-Entries are acknowledged by the learner only after the step that trained on them, and the
-stream is trimmed only below what every group has delivered and acknowledged (a model's
-challenger variants read the same stream in groups of their own, `learners:VNAME`), except
-a variant's group that is stale or too far behind (`SampleQueue.trim`).
+This module owns the stream: its entry format (here and in `lua/entry.lua`), its consumer
+groups, its scripts. One entry per accepted MQTT message holds its samples packed as
+float32 arrays, appended exactly once (`streamlearn.appends`). Entries are acknowledged by
+the learner only after the step that trained on them, and the stream is trimmed only below
+what every group has delivered and acknowledged (a model's challenger variants read the
+same stream in groups of their own, `group_of`), except a variant's group that is stale or
+too far behind (`SampleStream.trim`). What cannot be used goes to the capped dead-letter
+stream `sl:{model}:deadletter`, under the policy the stream was made with.
 """
 
 from __future__ import annotations
@@ -18,62 +21,33 @@ from functools import cached_property
 import numpy as np
 import redis
 
+from streamlearn import scripts
 from streamlearn.appends import Appended, Appender
+from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.names import Names
 from streamlearn.records import Rejection, Samples
 
-GROUP = "learners"
+GROUP = "learners"  # the base variant's group: the one ingest's back-pressure bounds
 
-# KEYS: stream. ARGV: group, consumer, count, bytes per x row. New entries for `consumer`,
-# packed inside Redis so that a read of a thousand one-sample entries costs Python a few
-# strings instead of a few per entry: the entry ids joined by commas, each usable entry's
-# sample count as a little-endian uint32, its x and y bytes concatenated, and the id and
-# reason of each unusable entry. XREADGROUP never blocks inside a script.
-# allow-oom: a full Redis (maxmemory, noeviction) still lets the learner read, train and
-# acknowledge, and so free memory; a script with flags declares its keys (KEYS[1]).
-_READ_PACKED = """#!lua flags=allow-oom
-local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3],
-                       'STREAMS', KEYS[1], '>')
-if not got then return {} end
-local xrow = tonumber(ARGV[4])
-local ids, ns, xs, ys, bad = {}, {}, {}, {}, {}
-for _, entry in ipairs(got[1][2]) do
-  local f, n, x, y = entry[2], nil, nil, nil
-  if f[1] == 'n' and f[3] == 'x' and f[5] == 'y' then  -- the order appends.py writes
-    n, x, y = tonumber(f[2]), f[4], f[6]
-  else
-    for i = 1, #f, 2 do
-      local k = f[i]
-      if k == 'n' then n = tonumber(f[i + 1])
-      elseif k == 'x' then x = f[i + 1]
-      elseif k == 'y' then y = f[i + 1] end
-    end
-  end
-  if n and x and y and #x == n * xrow and #y == 4 * n then
-    ids[#ids + 1], ns[#ns + 1] = entry[1], struct.pack('<I4', n)
-    xs[#xs + 1], ys[#ys + 1] = x, y
-  else
-    bad[#bad + 1] = entry[1]
-    bad[#bad + 1] = 'unusable stream entry: fields n, x, y missing or of inconsistent sizes'
-  end
-end
-return {table.concat(ids, ','), table.concat(ns), table.concat(xs), table.concat(ys), bad}
-"""
 
-# KEYS: stream. ARGV: group, entry ids joined by commas. XACK from one string: packing
-# thousands of ids as separate arguments costs Python more than the step that trained them.
-_ACK = """#!lua flags=allow-oom
-local acked, ids = 0, {}
-for id in string.gmatch(ARGV[2], '[^,]+') do
-  ids[#ids + 1] = id
-  if #ids == 1000 then
-    acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids))
-    ids = {}
-  end
-end
-if #ids > 0 then acked = acked + redis.call('XACK', KEYS[1], ARGV[1], unpack(ids)) end
-return acked
-"""
+def group_of(variant: str) -> str:
+    """The consumer group a variant's learner reads the stream in.
+
+    >>> group_of("base"), group_of("fast")
+    ('learners', 'learners:fast')
+    """
+    return GROUP if variant == BASE_VARIANT else f"{GROUP}:{variant}"
+
+
+def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples:
+    """The samples of an entry, as `lua/entry.lua` writes it: `n` samples, `x` and `y` as
+    float32 bytes, `ids` a JSON list when the samples have ids (`c`, the running sample
+    count, is for the backlog script)."""
+    n = int(fields[b"n"])
+    x = np.frombuffer(fields[b"x"], dtype=np.float32).reshape((n, *sample_shape))
+    y = np.frombuffer(fields[b"y"], dtype=np.float32)
+    ids = tuple(json.loads(fields[b"ids"])) if b"ids" in fields else None
+    return Samples(x, y, ids)
 
 
 @dataclass(frozen=True)
@@ -133,24 +107,13 @@ def _stream_id(value: bytes | str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
-def unpack(fields: dict[bytes, bytes], sample_shape: tuple[int, ...]) -> Samples:
-    """An entry as `streamlearn.appends` writes it: `n` samples, `x` and `y` as float32
-    bytes, `ids` a JSON list when the samples have ids, `c` the running sample count."""
-    n = int(fields[b"n"])
-    x = np.frombuffer(fields[b"x"], dtype=np.float32).reshape((n, *sample_shape))
-    y = np.frombuffer(fields[b"y"], dtype=np.float32)
-    ids = tuple(json.loads(fields[b"ids"])) if b"ids" in fields else None
-    return Samples(x, y, ids)
+class SampleStream:
+    """Producer and consumer side of one model's sample stream, and its dead letters.
 
-
-@dataclass(frozen=True)
-class _Scripts:
-    read: redis.commands.core.Script
-    ack: redis.commands.core.Script
-
-
-class SampleQueue:
-    """Producer and consumer side of one model's sample stream."""
+    `group` is the consumer group this side reads in (a challenger variant reads the same
+    stream in its own, `group_of`). Dead letters keep the first `deadletter_payload_bytes`
+    of each payload, and the dead-letter stream its newest `deadletter_maxlen` entries.
+    """
 
     def __init__(
         self,
@@ -158,18 +121,37 @@ class SampleQueue:
         names: Names,
         sample_shape: tuple[int, ...],
         group: str = GROUP,
+        *,
+        deadletter_maxlen: int = 10_000,
+        deadletter_payload_bytes: int = 1024,
     ) -> None:
         self.redis = client
         self.names = names
         self.key = names.samples_key
         self.sample_shape = sample_shape
-        self.group = group  # a challenger variant reads the same stream in its own group
+        self.group = group
+        self.deadletter_maxlen = deadletter_maxlen
+        self.deadletter_payload_bytes = deadletter_payload_bytes
+
+    @classmethod
+    def of(
+        cls, client: redis.Redis, names: Names, model: ModelConfig, group: str = GROUP
+    ) -> SampleStream:
+        """`model`'s stream: its sample shape, its dead-letter policy (`[ingest]`)."""
+        return cls(
+            client,
+            names,
+            model.sample_shape,
+            group,
+            deadletter_maxlen=model.ingest.deadletter_maxlen,
+            deadletter_payload_bytes=model.ingest.deadletter_payload_bytes,
+        )
 
     # -- producer (ingest) ---------------------------------------------------------------
 
     @cached_property
     def appender(self) -> Appender:
-        return Appender(self.redis, self.names, self.sample_shape)
+        return Appender(self.redis, self.names, self.sample_shape, GROUP)
 
     def write(
         self,
@@ -178,11 +160,10 @@ class SampleQueue:
         *,
         dedup_window_s: int = 0,
         max_dedup_ids: int = 1_000_000,
-        deadletter_maxlen: int = 10_000,
-        deadletter_payload_bytes: int = 1024,
         backlog: bool = False,
     ) -> Appended:
-        """Append accepted samples (one entry each) and dead letters in one round trip.
+        """Append accepted samples (one entry each) and dead letters, `rejected` as (source,
+        rejection), in one round trip.
 
         Samples whose `id` was appended within `dedup_window_s` seconds are dropped, in the
         same atomic step as the append (`streamlearn.appends`); `backlog` also measures the
@@ -190,15 +171,11 @@ class SampleQueue:
         """
         accepted = list(accepted)
         pipe = self.redis.pipeline(transaction=False)
-        calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids)
-        for source, rejection in rejected:
-            self.deadletter(pipe, source, rejection, deadletter_maxlen, deadletter_payload_bytes)
-        if backlog:
-            self.appender.backlog(pipe)
+        calls = len(self.stage(pipe, accepted, rejected, dedup_window_s, max_dedup_ids, backlog))
         try:
             replies = pipe.execute()
         except redis.exceptions.NoScriptError:  # no script ran; the dead letters are in
-            self.appender.load()
+            self.load_scripts()
             return self.write(
                 accepted,
                 dedup_window_s=dedup_window_s,
@@ -211,26 +188,45 @@ class SampleQueue:
             backlog=int(replies[-1]) if backlog else None,
         )
 
-    def deadletter(
-        self, pipe: redis.client.Pipeline, source: str, rej: Rejection, maxlen: int, keep: int
-    ) -> None:
+    def stage(
+        self,
+        pipe: redis.client.Pipeline,
+        accepted: list[Samples],
+        rejected: Iterable[tuple[str, Rejection]],
+        dedup_window_s: int,
+        max_dedup_ids: int,
+        backlog: bool,
+    ) -> list[int]:
+        """Queue a write on `pipe`: the appends, then one XADD per dead letter, then (when
+        `backlog`) the backlog's measure. Returns how many messages of `accepted` each
+        append call takes (`appends.per_call`): each call is applied whole or not at all, so
+        a caller can tell from the replies which messages are in (`streamlearn.ingest_writes`)."""
+        calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids)
+        for source, rejection in rejected:
+            self._deadletter(pipe, source, rejection)
+        if backlog:
+            self.appender.backlog(pipe)
+        return calls
+
+    def backlog(self) -> int:
+        """Samples in the stream the base group (`GROUP`) has not acknowledged yet."""
+        return int(self.appender.backlog())
+
+    def load_scripts(self) -> None:
+        """Load the append scripts into Redis again (after a restart emptied its cache)."""
+        self.appender.load()
+
+    def _deadletter(self, pipe: redis.client.Pipeline, source: str, rej: Rejection) -> None:
         fields = {
             "reason": rej.reason,
             "kind": rej.kind,
             "source": source,
-            "payload": rej.payload[:keep],
+            "payload": rej.payload[: self.deadletter_payload_bytes],
             "size": len(rej.payload),
             "at": f"{time.time():.3f}",
         }
-        pipe.xadd(self.names.deadletter_key, fields, maxlen=maxlen, approximate=False)
-
-    def deadletters(self, count: int = 100) -> list[dict[str, str | bytes]]:
-        """The most recent dead letters, oldest first (for tools and tests)."""
-        rows = self.redis.xrevrange(self.names.deadletter_key, count=count)
-        return [
-            {k.decode(): (v if k == b"payload" else v.decode()) for k, v in f.items()}
-            for _, f in reversed(rows)
-        ]
+        key = self.names.deadletter_key
+        pipe.xadd(key, fields, maxlen=self.deadletter_maxlen, approximate=False)
 
     # -- consumer (learner) --------------------------------------------------------------
 
@@ -250,7 +246,7 @@ class SampleQueue:
 
     def read_packed(self, consumer: str, count: int, block_ms: int | None) -> Packed:
         """Like `read`, for the learner: up to `count` entries packed by a script in Redis
-        (`_READ_PACKED`); when there are none, waits up to `block_ms` for the first."""
+        (`lua/stream_read.lua`); when there are none, waits up to `block_ms` for the first."""
         packed = self._read_packed(consumer, count)
         if len(packed) or block_ms is None:
             return packed
@@ -271,7 +267,7 @@ class SampleQueue:
 
     def _read_packed(self, consumer: str, count: int) -> Packed:
         row = 4 * int(np.prod(self.sample_shape))
-        got = self._scripts.read(keys=[self.key], args=[self.group, consumer, count, row])
+        got = self._read_script(keys=[self.key], args=[self.group, consumer, count, row])
         if not got:
             return Packed.empty(self.sample_shape)
         ids, counts, x, y, bad = got
@@ -287,8 +283,12 @@ class SampleQueue:
         )
 
     @cached_property
-    def _scripts(self) -> _Scripts:
-        return _Scripts(self.redis.register_script(_READ_PACKED), self.redis.register_script(_ACK))
+    def _read_script(self) -> redis.commands.core.Script:
+        return scripts.load(self.redis, "stream_read")
+
+    @cached_property
+    def _ack_script(self) -> redis.commands.core.Script:
+        return scripts.load(self.redis, "stream_ack")
 
     def pending(self, consumer: str, count: int = 1000) -> list[Entry]:
         """All entries delivered to `consumer` but not acknowledged (to resume after a restart).
@@ -328,7 +328,7 @@ class SampleQueue:
     def ack(self, ids: list[bytes], chunk: int = 20_000) -> None:
         for start in range(0, len(ids), chunk):
             joined = b",".join(ids[start : start + chunk])
-            self._scripts.ack(keys=[self.key], args=[self.group, joined])
+            self._ack_script(keys=[self.key], args=[self.group, joined])
 
     def trim(
         self, stale_group_s: float | None = None, max_unread: int | None = None

@@ -1,0 +1,202 @@
+"""The learners the quality benchmark compares, each scored test-then-train.
+
+- River's online models, one sample at a time: the reference.
+- streamlearn in this process (`InProcess`): the service's model, a message at a time.
+
+Every run yields an `Outcome`: per sample, 1/0 for a right/wrong class or the absolute
+error, and the seconds it took. Here those are CPU seconds of this process
+(`time.process_time`, every thread's), so that other load on a shared machine, or the
+service's processes starting beside it, does not move the figures. A learner with no
+answer yet (a tree before its first sample) counts as wrong, or as predicting 0.0 for a
+regression.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from bench._quality_streams import Stream
+
+# label, what it is
+REFERENCES = {
+    "linear": "River: StandardScaler | LogisticRegression (one-vs-rest) / LinearRegression",
+    "hat": "River: HoeffdingAdaptiveTree{Classifier,Regressor}",
+    "arf": "River: ARF{Classifier,Regressor}, n_models=5",
+    "knn": "River: StandardScaler | KNN{Classifier,Regressor}",
+}
+ARF_MODELS = 5  # River's default is 10: half the models, twice as fast, within a point
+
+
+@dataclass
+class Outcome:
+    """Per-sample scores of one learner on one stream."""
+
+    scores: np.ndarray  # 1/0 (right/wrong class) or absolute error, per sample
+    seconds: float  # CPU seconds in this process; wall seconds for the service
+    info: dict[str, object] | None = None
+
+    @property
+    def score(self) -> float:
+        """Accuracy, or mean absolute error, over the whole stream."""
+        return float(self.scores.mean())
+
+    @property
+    def samples_per_s(self) -> float:
+        return len(self.scores) / max(self.seconds, 1e-9)
+
+
+def decide(task: str, outputs: np.ndarray) -> np.ndarray:
+    """The model's outputs (a row per sample) as labels or values."""
+    outputs = np.asarray(outputs, np.float32)
+    if task == "multiclass":
+        return outputs.reshape(len(outputs), -1).argmax(axis=1).astype(np.float32)
+    flat = outputs.reshape(len(outputs))
+    return (flat > 0.5).astype(np.float32) if task == "binary" else flat
+
+
+def scores(stream: Stream, predicted: np.ndarray) -> np.ndarray:
+    """Right (1) or wrong (0) per sample, or the absolute error; NaN (no answer) is wrong,
+    or 0.0 for a regression."""
+    if stream.classification:
+        return (predicted == stream.y).astype(np.float32)
+    return np.abs(np.nan_to_num(predicted, nan=0.0) - stream.y)
+
+
+# -- River ------------------------------------------------------------------------------
+
+
+def river_model(kind: str, stream: Stream) -> object:
+    from river import forest, linear_model, multiclass, neighbors, preprocessing, tree
+
+    regression = stream.task == "regression"
+    if kind == "linear":
+        if regression:
+            return preprocessing.StandardScaler() | linear_model.LinearRegression()
+        if stream.task == "multiclass":
+            return preprocessing.StandardScaler() | multiclass.OneVsRestClassifier(
+                linear_model.LogisticRegression()
+            )
+        return preprocessing.StandardScaler() | linear_model.LogisticRegression()
+    if kind == "hat":
+        if regression:
+            return tree.HoeffdingAdaptiveTreeRegressor(seed=0)
+        return tree.HoeffdingAdaptiveTreeClassifier(seed=0)
+    if kind == "arf":
+        if regression:
+            return forest.ARFRegressor(n_models=ARF_MODELS, seed=0)
+        return forest.ARFClassifier(n_models=ARF_MODELS, seed=0)
+    if kind == "knn":
+        knn = neighbors.KNNRegressor() if regression else neighbors.KNNClassifier()
+        return preprocessing.StandardScaler() | knn
+    raise ValueError(f"no River reference {kind!r}; known: {list(REFERENCES)}")
+
+
+def run_river(kind: str, stream: Stream) -> Outcome:
+    """One sample at a time: predict, then learn."""
+    model = river_model(kind, stream)
+    rows = [dict(enumerate(r)) for r in stream.x.tolist()]
+    targets = stream.y.tolist() if stream.task == "regression" else stream.y.astype(int).tolist()
+    predicted = np.full(stream.n, np.nan, np.float32)
+    start = time.process_time()
+    for i, (x, y) in enumerate(zip(rows, targets, strict=True)):
+        p = model.predict_one(x)
+        if p is not None:
+            predicted[i] = float(p)
+        model.learn_one(x, y)
+    return Outcome(scores(stream, predicted), time.process_time() - start)
+
+
+# -- streamlearn in this process --------------------------------------------------------
+
+
+class MessageLearner(Protocol):
+    """What learns from a message: the seam where another training component goes."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The model's outputs for `x`, with the weights as they are now."""
+
+    def learn(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Train on one message's samples."""
+
+    def figures(self) -> dict[str, object]:
+        """Counters worth reporting (steps, replay, drift), for the JSON."""
+
+
+class InProcess:
+    """The learner's own training component, `training.Trainer`, a message at a time.
+
+    A message is padded to the learner's bucket and trained with `Trainer.step` (scored
+    before it learns; the model's input statistics updated after), then replayed from its
+    buffer as far as the replay budget allows, as the learner does in its spare time
+    between fresh batches. Predictions go through the actor's compiled forward pass
+    (`forward.Forward`) on the same model.
+    """
+
+    def __init__(self, cfg: object) -> None:
+        from streamlearn.forward import Forward
+        from streamlearn.training import Trainer
+
+        self.trainer = Trainer(cfg, deadletter=lambda _reason, _payload: None)
+        self.trainer.warm_up()
+        self.forward = Forward(self.trainer.model, cfg.sample_shape)
+        self.forward(np.zeros((1, *cfg.sample_shape), np.float32))  # traced now, not timed
+        self.y_tail = () if cfg.task == "multiclass" else (1,)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.forward(x)
+
+    def learn(self, x: np.ndarray, y: np.ndarray) -> None:
+        from streamlearn.batching import padded
+
+        largest = self.trainer.buckets[-1]
+        for lo in range(0, len(x), largest):
+            part = (x[lo : lo + largest], y[lo : lo + largest])
+            self.trainer.step(padded([part[0]], [part[1]], self.trainer.buckets, self.y_tail))
+        while self.trainer.replay_step():
+            pass
+
+    def figures(self) -> dict[str, object]:
+        keep = (
+            "step",
+            "replay_steps",
+            "replay_per_sample",
+            "drifts_detected",
+            "last_drift_at_sample",
+            "rollbacks",
+        )
+        return {k: v for k, v in self.trainer.figures().items() if k in keep}
+
+
+def model_table(stream: Stream, overrides: dict | None = None) -> dict:
+    """`[models.NAME]` as a user would write it for `stream`: its shape, then `overrides`
+    (`{"learning_rate": 0.003, "learner": {"max_wait_ms": 5}}`; none: the defaults)."""
+    table: dict = {"inputs": stream.inputs, "task": stream.task}
+    if stream.classes is not None:
+        table["classes"] = stream.classes
+    for key, value in (overrides or {}).items():
+        merged = {**table.get(key, {}), **value} if isinstance(value, dict) else value
+        table[key] = merged
+    return table
+
+
+def model_config(stream: Stream, overrides: dict | None = None) -> object:
+    """The ModelConfig of `model_table`, validated as the service validates it."""
+    from streamlearn.config import parse_config
+
+    return parse_config({"models": {stream.name: model_table(stream, overrides)}}).model(None)
+
+
+def run_in_process(stream: Stream, message_size: int, learner: MessageLearner) -> Outcome:
+    """Test-then-train a message at a time: predict its rows, then learn them."""
+    predicted = np.full(stream.n, np.nan, np.float32)
+    start = time.process_time()
+    for lo in range(0, stream.n, message_size):
+        x, y = stream.x[lo : lo + message_size], stream.y[lo : lo + message_size]
+        predicted[lo : lo + len(y)] = decide(stream.task, learner.predict(x))
+        learner.learn(x, y)
+    seconds = time.process_time() - start
+    return Outcome(scores(stream, predicted), seconds, learner.figures())

@@ -1,0 +1,231 @@
+"""Quality benchmark: how well streamlearn learns, test-then-train, against River's models.
+
+Every stream (River's synthetic generators with and without concept drift, scikit-learn's
+bundled datasets in a fixed shuffled order; `bench/_quality_streams.py`) is learned by:
+
+- River's online models, one sample at a time: logistic/linear regression and kNN behind a
+  standard scaler, Hoeffding Adaptive Tree, Adaptive Random Forest (the references);
+- streamlearn in this process: the service's model, a message at a time (predict the
+  message's rows, then train on them), no staleness beyond the message;
+- streamlearn through the real service: learner, ingest and actor worker processes with
+  default settings; per message a prediction request to the actor, then the labelled
+  samples, at `--rate` samples/s. Whatever staleness the service has counts.
+
+Scores are prequential over the whole stream: accuracy (classification) or mean absolute
+error (regression). `margin` is the service's score against the best River model of the
+same run, signed so that positive is better (accuracy points, or MAE units saved). Writes
+bench/results/quality.json and bench/results/quality.png (rolling-window curves).
+
+    .venv/bin/python -m bench.quality                      # about 8 minutes on 2 cores
+    .venv/bin/python -m bench.quality --streams sea,wine --samples 1000
+    .venv/bin/python -m bench.quality --set learning_rate=0.003 --set learner.max_wait_ms=5
+
+`--set` changes a field of every stream's model (in-process and service alike), as a line
+of its `[models.NAME]` table would: to try settings across all streams, never per stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from bench import _quality_learners as learners
+from bench import _quality_streams as streams
+from bench._quality_plot import plot
+from bench._report import RESULTS, report
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _margin(stream: streams.Stream, score: float | None, best: float) -> float | None:
+    if score is None:
+        return None
+    return score - best if stream.classification else best - score
+
+
+def evaluate(
+    stream: streams.Stream, args: argparse.Namespace, stack: object, work: Path
+) -> tuple[dict, dict[str, learners.Outcome]]:
+    """Every learner on `stream`: its table row and the outcomes (for the curves)."""
+    service = None
+    if stack is not None:  # its processes start while this one computes (CPU-timed)
+        from bench._quality_service import Service
+
+        service = Service(stack, stream, work, args.overrides)
+    try:
+        outcomes = {kind: learners.run_river(kind, stream) for kind in learners.REFERENCES}
+        learner = learners.InProcess(learners.model_config(stream, args.overrides))
+        outcomes["inproc"] = learners.run_in_process(stream, args.message_size, learner)
+        if service is not None:
+            service.wait_ready()  # then it runs alone
+            outcomes["service"] = service.run(args.message_size, args.rate)
+    finally:
+        if service is not None:
+            service.close()
+    return _row(stream, outcomes), outcomes
+
+
+def _row(stream: streams.Stream, outcomes: dict[str, learners.Outcome]) -> dict:
+    pick = max if stream.classification else min
+    refs = {k: outcomes[k].score for k in learners.REFERENCES}
+    best_kind = pick(refs, key=refs.__getitem__)
+    best = refs[best_kind]
+    service = outcomes.get("service")
+    row: dict = {
+        "stream": stream.name,
+        "task": stream.task,
+        "metric": "acc" if stream.classification else "mae",
+        "n": stream.n,
+        **refs,
+        "inproc": outcomes["inproc"].score,
+        "service": service.score if service else None,
+        "best_ref": best_kind,
+        "margin": _margin(stream, service.score if service else None, best),
+        "margin_inproc": _margin(stream, outcomes["inproc"].score, best),
+    }
+    for kind, outcome in outcomes.items():
+        row[f"{kind}/s"] = outcome.samples_per_s
+    return row
+
+
+def _details(stream: streams.Stream, outcomes: dict[str, learners.Outcome]) -> dict:
+    service = outcomes.get("service")
+    return {
+        "source": stream.source or "river.datasets.synth",
+        "drift": stream.drift or None,
+        "note": stream.note,
+        "inputs": stream.inputs,
+        "classes": stream.classes,
+        "inproc": outcomes["inproc"].info,
+        "service": service.info if service else None,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bench.quality", description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=2500, help="per synthetic stream")
+    parser.add_argument(
+        "--streams", help="comma-separated names (default: all): " + ", ".join(_names())
+    )
+    parser.add_argument("--message-size", type=int, default=40, help="samples per message")
+    parser.add_argument(
+        "--rate", type=float, default=400, help="service: samples/s sent (0: as fast as it answers)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="model setting for every stream, VALUE in TOML: learner.max_wait_ms=5",
+    )
+    parser.add_argument("--no-service", action="store_true", help="skip the worker processes")
+    parser.add_argument("--window", type=int, default=200, help="samples per point of the curves")
+    return parser
+
+
+def overrides(items: list[str]) -> dict:
+    """`["learning_rate=0.003", "learner.max_wait_ms=5"]` as nested fields.
+
+    >>> overrides(["learning_rate=0.003", "learner.max_wait_ms=5", "hidden=[32]"])
+    {'learning_rate': 0.003, 'learner': {'max_wait_ms': 5}, 'hidden': [32]}
+    """
+    found: dict = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            raise SystemExit(f"bench.quality: --set takes FIELD=VALUE, got {item!r}")
+        try:
+            parsed = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value  # a bare word: a string
+        *sections, leaf = field.split(".")
+        table = found
+        for section in sections:
+            table = table.setdefault(section, {})
+        table[leaf] = parsed
+    return found
+
+
+def _names() -> list[str]:
+    return [s.name for s in streams.specs()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    args.overrides = overrides(args.set)
+    specs = streams.specs()
+    if args.streams:
+        wanted = args.streams.split(",")
+        unknown = sorted(set(wanted) - set(_names()))
+        if unknown:
+            raise SystemExit(f"bench.quality: unknown streams {unknown}; known: {_names()}")
+        specs = [s for s in specs if s.name in wanted]
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # a new model per stream retraces
+    started, load_before = time.monotonic(), os.getloadavg()[0]
+    rows, details, curves = [], {}, {}
+    with tempfile.TemporaryDirectory(prefix="bench-quality-") as tmp:
+        work = Path(tmp)
+        with contextlib.ExitStack() as servers:
+            stack = None if args.no_service else _stack(servers, work)
+            for spec in specs:
+                stream = streams.load(spec, args.samples)
+                t = time.monotonic()
+                row, outcomes = evaluate(stream, args, stack, work)
+                rows.append(row)
+                details[stream.name] = _details(stream, outcomes)
+                curves[stream.name] = (stream, outcomes)
+                print(_progress(row, time.monotonic() - t), flush=True)
+    png = plot(curves, args.window, RESULTS / "quality.png")
+    checks = {
+        f"{r['stream']}: service {'>=' if r['metric'] == 'acc' else '<='} best River "
+        f"({r['best_ref']})": r["margin"] >= 0
+        for r in rows
+        if r["margin"] is not None
+    }
+    report(
+        "quality",
+        rows,
+        checks,
+        seconds=round(time.monotonic() - started, 1),
+        load_average_1m={"before": load_before, "after": os.getloadavg()[0]},
+        samples_per_s="River and in-process: per CPU second of the benchmark process (every "
+        "thread), robust to other load; service: per wall second, paced by the sending rate",
+        samples=args.samples,
+        message_size=args.message_size,
+        rate_samples_per_s=args.rate,
+        overrides=args.overrides,
+        references=learners.REFERENCES,
+        streams=details,
+        plot=str(png),
+    )
+    print(f"wrote {png}")
+    return 0
+
+
+def _progress(row: dict, seconds: float) -> str:
+    scores = "  ".join(
+        f"{k} {row[k]:.3f}"
+        for k in (*learners.REFERENCES, "inproc", "service")
+        if row[k] is not None
+    )
+    return f"  {row['stream']} ({row['metric']}, n={row['n']}): {scores}  [{seconds:.0f} s]"
+
+
+def _stack(servers: contextlib.ExitStack, work: Path) -> object:
+    """mosquitto and redis-server for the service part, stopped when `servers` closes."""
+    from bench._stack import Stack, broker
+    from streamlearn import embedded
+
+    mqtt = servers.enter_context(broker(work / "mqtt", nagle=False))
+    store = servers.enter_context(embedded.redis_server(workdir=work / "redis"))
+    return Stack(mqtt.port, store.port, work)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

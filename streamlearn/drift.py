@@ -1,0 +1,90 @@
+"""Concept drift: a detector on the online (test-then-train) loss, ADWIN-style.
+
+It keeps the recent steps' losses (each a mean over a batch of fresh samples, weighted by
+its size) in a bounded window, and at every step asks whether the newer part of the window
+has a higher mean loss than the older part by more than chance allows: for a split into
+an older part of n0 samples and a newer one of n1, drift when
+
+    mean1 - mean0 > z * sigma * sqrt(1/n0 + 1/n1)   and   mean1 > (1 + min_rise) * mean0
+
+with sigma the per-sample spread of the loss within the two parts, estimated from the
+spread of the batch means around their part's mean. A falling loss (the model learning)
+is never drift. On drift the older part is dropped, as ADWIN does, so the test starts
+over on the new concept; the learner then forgets the old samples in its replay buffer
+(`replay.Replay.keep_newest`).
+
+Bounded: at most `max_steps` steps in the window (their sizes and losses: 16 bytes each,
+allocated once).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class DriftDetector:
+    """Watches the online loss for a lasting rise; `add` says when it sees one."""
+
+    def __init__(
+        self,
+        z: float = 5.0,
+        min_rise: float = 0.1,
+        min_samples: int = 100,
+        max_steps: int = 2000,
+    ) -> None:
+        self.z = z
+        self.min_rise = min_rise
+        self.min_samples = min_samples
+        # the window's steps, oldest first: sizes and mean losses (arrays: the test runs at
+        # every step, on the learner's critical path)
+        self._steps = np.zeros((2, max_steps), np.float64)
+        self._len = 0
+        self.detected = 0  # drifts, ever
+        self.last_at: int | None = None  # samples seen when the last one was detected
+        self.newer_samples = 0  # on the last drift: samples of the new concept seen
+
+    def add(self, n: int, loss: float, seen: int) -> bool:
+        """A step over `n` fresh samples had mean loss `loss`; `seen` samples so far.
+        True when this step shows a drift."""
+        steps = self._steps
+        if self._len == steps.shape[1]:  # full: the oldest step leaves
+            steps[:, :-1] = steps[:, 1:]
+            self._len -= 1
+        steps[:, self._len] = n, loss
+        self._len += 1
+        if self._len < 4:
+            return False
+        split = self._split()
+        if split is None:
+            return False
+        newer = steps[:, split : self._len].copy()  # the new concept's steps stay
+        self._len = newer.shape[1]
+        steps[:, : self._len] = newer
+        self.detected += 1
+        self.last_at = seen
+        self.newer_samples = int(newer[0].sum())
+        return True
+
+    def _split(self) -> int | None:
+        """The step where the newer part begins, for the strongest significant rise."""
+        ns, losses = self._steps[:, : self._len]
+        k = self._len
+        n0 = np.cumsum(ns)[:-1]  # samples before each split 1..k-1
+        s0 = np.cumsum(ns * losses)[:-1]
+        q0 = np.cumsum(ns * losses**2)[:-1]
+        total, s, q = ns.sum(), float((ns * losses).sum()), float((ns * losses**2).sum())
+        n1 = total - n0
+        m0, m1 = s0 / n0, (s - s0) / n1
+        # per-sample variance within the two parts, from the batch means:
+        # Var(mean of n samples) = sigma^2 / n, so each batch gives n * (mean - part mean)^2
+        sigma2 = ((q0 - n0 * m0**2) + (q - q0 - n1 * m1**2)) / max(k - 2, 1)
+        ok = (n0 >= self.min_samples) & (n1 >= self.min_samples) & (sigma2 > 0)
+        rise = m1 - m0
+        bound = self.z * np.sqrt(np.maximum(sigma2, 1e-12) * (1 / n0 + 1 / n1))
+        hit = ok & (rise > bound) & (m1 > (1 + self.min_rise) * m0)
+        if not hit.any():
+            return None
+        return int(np.argmax(np.where(hit, rise / bound, -np.inf))) + 1
+
+    def figures(self) -> dict[str, int | None]:
+        return {"drifts_detected": self.detected, "last_drift_at_sample": self.last_at}

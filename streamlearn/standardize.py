@@ -1,0 +1,115 @@
+"""Online input standardisation: a layer of the model, its statistics learned from the stream.
+
+Users send raw features. The model's first layer, `Standardize`, computes
+`(x - mean) / sqrt(var)` per input feature (0 for a feature constant so far), with `mean`,
+`var` and `count` kept as non-trainable weights: they travel with the published weights
+and the checkpoints, so an actor applies exactly what the learner used. The learner
+updates them from each fresh batch after its step (`Statistics`), not by gradients: exact
+running moments (Chan's parallel update) over the first `horizon` samples, then an
+exponential forgetting with that horizon, so a drifting input scale is followed.
+
+Before any sample the layer is the identity (mean 0, var 1).
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+EPSILON = 1e-6
+
+
+@keras.saving.register_keras_serializable(package="streamlearn")
+class Standardize(keras.layers.Layer):
+    """`(x - mean) / sqrt(var)` over the last axis; statistics set by `update`."""
+
+    def build(self, input_shape: tuple) -> None:
+        features = (input_shape[-1],)
+        self.mean = self.add_weight(
+            shape=features, initializer="zeros", trainable=False, name="mean"
+        )
+        self.var = self.add_weight(shape=features, initializer="ones", trainable=False, name="var")
+        self.count = self.add_weight(shape=(), initializer="zeros", trainable=False, name="count")
+
+    def call(self, x):  # type: ignore[no-untyped-def]
+        # A feature constant so far (var 0) is centred to 0, as River's StandardScaler does.
+        spread = self.var > EPSILON
+        scale = keras.ops.where(spread, keras.ops.rsqrt(keras.ops.maximum(self.var, EPSILON)), 0.0)
+        return (x - self.mean) * scale
+
+
+def find(model: keras.Model) -> Standardize | None:
+    """The model's `Standardize` layer, None when it has none (a factory's model)."""
+    return next((layer for layer in model.layers if isinstance(layer, Standardize)), None)
+
+
+class Statistics:
+    """The running moments behind a `Standardize` layer, kept by the learner in float64.
+
+    They are written to the layer's weights (what the model computes with, publishes and
+    checkpoints) only when they have moved by more than `tolerance` of a standard
+    deviation (or its square, for the variance) since the last write: once they settle, a
+    step costs no variable writes (each costs ~0.3 ms on TensorFlow, on the learner's
+    critical path). They are read from the layer once, at the first update, so a resumed
+    learner goes on from its checkpoint's.
+    """
+
+    def __init__(self, layer: Standardize, horizon: int, tolerance: float = 0.01) -> None:
+        self.layer = layer
+        self.horizon = horizon
+        self.tolerance = tolerance
+        self.mean = self.var = self._written_mean = self._written_var = None
+        self.count = 0.0
+        self._unwritten = True
+
+    def update(self, x: np.ndarray) -> None:
+        """Fold the rows of `x` (samples, or windows of steps) into the statistics.
+
+        >>> layer = Standardize(); layer.build((None, 2))
+        >>> stats = Statistics(layer, horizon=10_000)
+        >>> x = np.random.default_rng(0).normal([5, -3], [2, 0.5], (1000, 2)).astype("float32")
+        >>> for part in np.split(x, 10):
+        ...     stats.update(part)
+        >>> np.allclose(stats.mean, x.mean(axis=0)), np.allclose(stats.var, x.var(axis=0))
+        (True, True)
+        >>> written = keras.ops.convert_to_numpy(layer.mean)
+        >>> bool(np.all(np.abs(written - x.mean(axis=0)) <= 0.01 * x.std(axis=0) + 1e-6))
+        True
+        """
+        rows = x.reshape(-1, x.shape[-1]).astype(np.float64)
+        n = len(rows)
+        if not n:
+            return
+        if self.mean is None:
+            self._read()
+        old = min(self.count, max(self.horizon - n, 0))  # past the horizon, older weigh less
+        total = old + n
+        delta = rows.mean(axis=0) - self.mean
+        mean = self.mean + delta * (n / total)
+        var = (old * self.var + n * rows.var(axis=0) + delta**2 * old * n / total) / total
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var.astype(np.float32)))):
+            return  # values too large for float32 statistics: this batch is left out of them
+        self.mean, self.var, self.count = mean, var, min(self.count + n, self.horizon)
+        if self._unwritten or self._moved():
+            self._write()
+
+    def _moved(self) -> bool:
+        spread = np.maximum(self._written_var, EPSILON)
+        shift = np.abs(self.mean - self._written_mean) / np.sqrt(spread)
+        scale = np.abs(self.var - self._written_var) / spread
+        return bool(np.any(shift > self.tolerance) or np.any(scale > 2 * self.tolerance))
+
+    def _read(self) -> None:
+        layer = self.layer
+        self.mean = keras.ops.convert_to_numpy(layer.mean).astype(np.float64)
+        self.var = keras.ops.convert_to_numpy(layer.var).astype(np.float64)
+        self.count = float(keras.ops.convert_to_numpy(layer.count))
+        self._written_mean, self._written_var = self.mean.copy(), self.var.copy()
+        self._unwritten = self.count == 0  # the first statistics replace the identity
+
+    def _write(self) -> None:
+        self.layer.mean.assign(self.mean.astype(np.float32))
+        self.layer.var.assign(self.var.astype(np.float32))
+        self.layer.count.assign(np.float32(self.count))
+        self._written_mean, self._written_var = self.mean.copy(), self.var.copy()
+        self._unwritten = False
