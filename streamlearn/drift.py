@@ -1,9 +1,10 @@
 """Concept drift: a detector on the online (test-then-train) loss, ADWIN-style.
 
 It keeps the recent steps' losses (each a mean over a batch of fresh samples, weighted by
-its size) in a bounded window, and at every step asks whether the newer part of the window
-has a higher mean loss than the older part by more than chance allows: for a split into
-an older part of n0 samples and a newer one of n1, drift when
+its size) in a bounded window, and every `clock` steps (a drift shows at most `clock - 1`
+steps late) asks whether the newer part of the window has a higher mean loss than the
+older part by more than chance allows: for a split into an older part of n0 samples and
+a newer one of n1, drift when
 
     mean1 - mean0 > z * sigma * sqrt(1/n0 + 1/n1)   and   mean1 > (1 + min_rise) * mean0
 
@@ -31,8 +32,11 @@ class DriftDetector:
         min_rise: float = 0.1,
         min_samples: int = 100,
         max_steps: int = 2000,
+        clock: int = 4,
     ) -> None:
         self.z = z
+        self.clock = clock  # steps between tests (as ADWIN's clock): the test is ~0.1 ms
+        self._untested = 0
         self.min_rise = min_rise
         self.min_samples = min_samples
         # the window's steps, oldest first: sizes and mean losses (arrays: the test runs at
@@ -52,8 +56,10 @@ class DriftDetector:
             self._len -= 1
         steps[:, self._len] = n, loss
         self._len += 1
-        if self._len < 4:
+        self._untested += 1
+        if self._len < 4 or self._untested < self.clock:
             return False
+        self._untested = 0
         split = self._split()
         if split is None:
             return False
