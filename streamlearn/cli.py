@@ -58,8 +58,22 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--demo-rate", type=float, default=500, help="demo samples/s per model")
     up.add_argument("--quiet", action="store_true", help="no live summary line")
     up.add_argument("--data-dir", help="where embedded servers keep files (default: a temp dir)")
-    up.add_argument("--dashboard-port", type=int, default=8321, help="live dashboard on localhost")
-    up.add_argument("--no-dashboard", action="store_true")
+    up.add_argument(
+        "--dashboard-port", type=int, help="live dashboard on localhost (default 8321, or any free)"
+    )
+    up.add_argument("--no-dashboard", action="store_true", help="start no dashboard")
+    up.add_argument(
+        "--metrics-port",
+        type=int,
+        help="Prometheus /metrics: the first child's port, the next ones count up "
+        "(0: free ports; default $STREAMLEARN_METRICS_PORT, else off)",
+    )
+    up.add_argument(
+        "--runs-dir",
+        help="where run directories of worker logs go "
+        "(default $STREAMLEARN_RUNS_DIR, else $XDG_STATE_HOME/streamlearn/runs)",
+    )
+    up.add_argument("--keep-runs", type=int, default=5, help="run directories kept (default 5)")
 
     for role in ROLES:
         sub.add_parser(role, help=f"run one {role} process (see `streamlearn {role} --help`)")
@@ -103,15 +117,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from streamlearn.stack import Stack
+    from streamlearn import runlog
+    from streamlearn.stack import DEFAULT_DASHBOARD_PORT, Stack
 
     cfg = load_config(args.config)
+    settings = load_settings()
+    for flag in ("dashboard_port", "metrics_port"):
+        port = getattr(args, flag)
+        if port is not None and not 0 <= port <= 65535:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be 0..65535, got {port}")
+    if args.keep_runs < 1:
+        raise ConfigError(f"--keep-runs must be >= 1, got {args.keep_runs}")
+    root = Path(args.runs_dir) if args.runs_dir else runlog.runs_root()
     stack = Stack(
         cfg,
-        load_settings(),
+        settings,
+        run_dir=runlog.new_run_dir(root, keep=args.keep_runs),
         config_path=_config_path(args.config),
         data_dir=args.data_dir,
         demo_rate=args.demo_rate if args.demo else None,
+        dashboard_port=None
+        if args.no_dashboard
+        else (args.dashboard_port if args.dashboard_port is not None else DEFAULT_DASHBOARD_PORT),
+        metrics_port=args.metrics_port if args.metrics_port is not None else settings.metrics_port,
     )
     return stack.run(quiet=args.quiet)
 
