@@ -91,6 +91,7 @@ class Actor:
         # Per-request observers (e.g. Prometheus histograms), set when metrics are on.
         self.observe_latency: Callable[[float], object] | None = None
         self.observe_batch: Callable[[int], object] | None = None
+        self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
         self.inbox = actor_inbox.Inbox(
             self.policy.max_queued_requests,
             self.policy.max_queued_bytes,
@@ -129,6 +130,7 @@ class Actor:
             while not stop.is_set() and (
                 max_requests is None or self.served - start < max_requests
             ):
+                self.heartbeat()
                 self.reload()
                 self._maybe_publish_status()
                 batch = self._gather(idle_s=0.1)

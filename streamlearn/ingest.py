@@ -78,6 +78,7 @@ class Ingest:
         # paho's callbacks, for the client that subscribes to the samples
         self.on_message = self.inbox.on_message
         self.on_pre_connect = self.inbox.on_pre_connect
+        self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
         self.writer = RunWriter(stream, windows, cfg, self.counters, max_run, self._measured)
 
     def metrics(self) -> dict[str, float | int | None]:
@@ -109,6 +110,7 @@ class Ingest:
         stop = stop or threading.Event()
         done = 0
         while not stop.is_set() and (max_messages is None or done < max_messages):
+            self.heartbeat()
             if self._held_back(stop):
                 continue
             limit = self.max_run if max_messages is None else max_messages - done

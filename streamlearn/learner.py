@@ -85,6 +85,7 @@ class Learner:
         reading = self.writes.reading
         self.prefetcher = Prefetcher(self.drainer.drain, depth, reading) if depth else None
         self._last_status = clock()
+        self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
 
     # the parts tests and benches look at
     model = property(lambda self: self.trainer.model)
@@ -194,6 +195,7 @@ class Learner:
         self.reporter.report(self.publish, compete)
 
     def _tick(self) -> None:
+        self.heartbeat()
         self.durability.tick()
         now = self.clock()
         if self.reporter.active and (now - self._last_status) * 1000 >= self.policy.status_every_ms:
