@@ -3,8 +3,9 @@
 Each `up` makes a run directory (one log file per child, the embedded servers' files) and
 keeps only the newest few; the terminal keeps one live line per model, rewritten in place,
 with the supervisor's own messages scrolling above it. Workers are started through
-`python -m streamlearn.runlog MODULE ARGS...`, which quiets TensorFlow's Python-side
-warnings before the worker imports it (the C++ side is quieted by `QUIET_ENV`).
+`python -m streamlearn.runlog [--tensorflow] MODULE ARGS...`, which quiets TensorFlow's
+Python-side warnings and its import-time C++ lines before the worker imports it (later C++
+logging is quieted by `QUIET_ENV`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import re
 import runpy
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -30,6 +34,14 @@ QUIET_ENV = {
     "PYTHONUNBUFFERED": "1",
 }
 _RUN_NAME = re.compile(r"^\d{8}-\d{6}(-\d+)?$")
+# What TensorFlow's C++ side writes at import whatever TF_CPP_MIN_LOG_LEVEL says (absl logs
+# to stderr before absl::InitializeLog): the notice, info and warning lines, and the second
+# line of the CPU-features notice.
+_IMPORT_NOISE = re.compile(
+    r"^(WARNING: All log messages before absl::InitializeLog\(\)"
+    r"|[IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\]"
+    r"|To enable the following instructions: .* rebuild TensorFlow)"
+)
 
 
 def runs_root() -> Path:
@@ -154,17 +166,47 @@ class Board:
         self._drawn = len(self.live)
 
 
-def run_quietly(module: str, argv: list[str]) -> None:
-    """Run `python -m module argv...` with TensorFlow's, Keras' and absl's chatter off."""
+def run_quietly(module: str, argv: list[str], tensorflow: bool = False) -> None:
+    """Run `python -m module argv...` with TensorFlow's, Keras' and absl's chatter off.
+
+    With `tensorflow`, Keras is imported first with its import-time C++ lines filtered out
+    of stderr (errors pass through).
+    """
     warnings.filterwarnings("ignore", module=r"(tensorflow|keras|absl|google)(\.|$)")
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     for name in ("tensorflow", "absl", "keras", "h5py"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    if tensorflow:
+        with _stderr_without(_IMPORT_NOISE):
+            import keras  # noqa: F401  (loads TensorFlow)
     sys.argv = [module, *argv]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
+@contextmanager
+def _stderr_without(noise: re.Pattern[str]) -> Iterator[None]:
+    """Collect what is written to fd 2 (C++ included) meanwhile; pass on all but `noise`."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read().decode(errors="replace")
+            sys.stderr.writelines(
+                line for line in text.splitlines(keepends=True) if not noise.match(line)
+            )
+            sys.stderr.flush()
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python -m streamlearn.runlog MODULE [ARGS...]")
-    run_quietly(sys.argv[1], sys.argv[2:])
+    args = sys.argv[1:]
+    tf = bool(args) and args[0] == "--tensorflow"
+    if len(args) < 1 + tf:
+        sys.exit("usage: python -m streamlearn.runlog [--tensorflow] MODULE [ARGS...]")
+    run_quietly(args[tf], args[tf + 1 :], tensorflow=tf)

@@ -146,6 +146,7 @@ class Stack:
     def _plan(self) -> list[Child]:
         """Every child process: the roles of each model (workers quieted), the demo feed."""
         quiet = [sys.executable, "-m", "streamlearn.runlog"]
+        keras = [*quiet, "--tensorflow"]  # the learner and actor import it anyway
         planned: list[Child] = []
 
         def add(name: str, argv: list[str]) -> None:
@@ -160,13 +161,14 @@ class Stack:
                 ("actor", model.actor.replicas),
             ]
             for role, count in roles:
+                launcher = quiet if role == "ingest" else keras
                 for i in range(count):
                     add(
                         f"{role}:{name}:{i}",
-                        [*quiet, f"workers.{role}", *common, "--instance", f"{i}"],
+                        [*launcher, f"workers.{role}", *common, "--instance", f"{i}"],
                     )
             for variant in model.variants:  # each challenger learns in its own process
-                argv = [*quiet, "workers.learner", *common, "--variant", variant, "--instance", "0"]
+                argv = [*keras, "workers.learner", *common, "--variant", variant, "--instance", "0"]
                 add(f"learner:{name}:{variant}", argv)
             if self.demo_rate:
                 rate = ["--rate", str(self.demo_rate), "--batch", "10"]
