@@ -268,6 +268,7 @@ class Actor:
             "version": self.version,
             "variant": self.variant,
             "latest_seen": self.reloader.latest_seen,
+            "pinned": self.reloader.pinned,  # `streamlearn pin`: served instead of the latest
             "loaded_at": self.loaded_at,
             "weights_age_s": None if self.loaded_at is None else round(now - self.loaded_at, 3),
             "reloads": self.reloads,

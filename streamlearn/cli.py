@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from streamlearn import cli_models
 from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
 from streamlearn.errors import ConfigError, StreamlearnError
 from streamlearn.monitor import broker_lines, fmt_number
@@ -110,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="refresh every SECONDS (default 2)",
     )
+    cli_models.add_commands(command)  # export, pin, unpin
     return parser
 
 

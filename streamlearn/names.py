@@ -75,6 +75,16 @@ class Names:
         return self.key(f"{self._weights}:versions")
 
     @property
+    def pin_key(self) -> str:
+        """The version actors serve instead of the latest (absent: none pinned). Always the
+        model's, as actors read only the model's weights keys.
+
+        >>> Names("demo").of_variant("fast").pin_key
+        'sl:{demo}:weights:pin'
+        """
+        return self.key("weights:pin")
+
+    @property
     def _weights(self) -> str:
         return "weights" if self.variant is None else f"variant:{self.variant}:weights"
 

@@ -11,6 +11,12 @@ When the champion changes, the first version of the new variant is loaded into a
 built for that variant's config, in the reload thread, and warmed up by the actor's `build`
 callback before it is staged; the swap stays an exchange of references. At most two models
 per variant are kept (the serving or staged one, and a spare).
+
+Pinning (`WeightsStore.pin`): each poll reads the latest and the pinned version in one
+round trip, and stages the pinned one while there is one, newer or older than what
+serves; unpinned, only a version newer than the one staged. Pin and unpin are announced
+on the weights channel, and the listener polls once more whenever it (re)subscribes, so
+an actor that starts or reconnects reads the pin too.
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ class WeightsReloader:
         self.refused: dict[int, str] = {}  # the last few, with the reason
         self.refusals = 0
         self.latest_seen = 0
+        self.pinned: int | None = None  # the pinned version, as last read
         # Models not serving, by variant; a staged one is in _ready instead.
         self._spares: dict[str, list[keras.Model]] = {variant: [spare]}
         self._specs = {variant: models.spec(spare)}
@@ -123,22 +130,27 @@ class WeightsReloader:
 
     def _fetch_latest(self) -> None:
         started = time.perf_counter()
-        latest = 0
+        target = 0
         try:
-            latest = self.store.latest_version()
+            latest, self.pinned = self.store.targets()
             self.latest_seen = max(self.latest_seen, latest)
-            if latest <= self._staged or latest in self.refused:
+            target = self.pinned or latest
+            if target == self._staged or target in self.refused:
                 return
-            found = self.store.fetch(latest)
-            if found is None:  # expired between the two reads: a newer one is announced
+            if self.pinned is None and target < self._staged:
                 return
+            found = self.store.fetch(target)
+            if found is None:
+                if self.pinned is not None:  # kept while pinned: gone means removed by hand
+                    raise WeightsError(f"pinned version {target} is not in Redis")
+                return  # expired between the two reads: a newer one is announced
             arrays, meta = codec.decode(found[1])
             variant = meta.get("variant", BASE_VARIANT)
             self._provide(variant)
             codec.check_fits(arrays, self._specs[variant])
-            self._stage(latest, variant, arrays, started)
+            self._stage(target, variant, arrays, started)
         except WeightsError as exc:
-            self._refuse(latest, str(exc))
+            self._refuse(target, str(exc))
         except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
             log.warning("weights fetch failed, serving the current version: %s", exc)
 

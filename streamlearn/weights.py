@@ -2,9 +2,14 @@
 
 `sl:{model}:weights:{version}` holds each blob, `sl:{model}:weights:versions` the versions
 kept (the last K), `sl:{model}:weights:latest` the newest complete version, and the
-channel `sl:{model}:weights` announces it. The store assigns versions: one Lua script
-(`lua/weights_publish.lua`) numbers the blob above every published version, writes it,
-trims the old ones and announces it, all or nothing.
+channel `sl:{model}:weights` announces the version actors should load. The store assigns
+versions: one Lua script (`lua/weights_publish.lua`) numbers the blob above every
+published version, writes it, trims the old ones and announces it, all or nothing.
+
+An operator may pin a version (`sl:{model}:weights:pin`, `lua/weights_pin.lua`): actors
+serve it instead of the latest until it is unpinned, the trim keeps it, and the learner
+goes on publishing. Pin and unpin are announced on the same channel, with the version
+actors should now serve, so they react at once. A rollback is a pin of an earlier version.
 
 A variant of a model (`streamlearn.champion`) keeps its own versions under
 `sl:{model}:variant:VNAME:weights:*` (what its learner resumes from), and its blob also
@@ -18,6 +23,7 @@ import redis
 
 from streamlearn import scripts
 from streamlearn.config import BASE_VARIANT
+from streamlearn.errors import WeightsError
 from streamlearn.names import Names
 
 
@@ -34,6 +40,7 @@ class WeightsStore:
         self.names = names if variant is None else names.of_variant(variant)
         self.keep = keep
         self._publish = scripts.load(client, "weights_publish")
+        self._pin = scripts.load(client, "weights_pin")
 
     def latest_version(self) -> int:
         """The newest version (of the variant or the model, whichever is higher); 0: none."""
@@ -48,8 +55,10 @@ class WeightsStore:
         own, model = self.names, self.model
         keys = [own.latest_key, own.versions_key]
         args = [blob, after, self.keep, _prefix(own), model.weights_channel]
-        if self.variant is not None:
-            keys += [model.champion_key, model.latest_key, model.versions_key]
+        if self.variant is None:
+            keys += [model.pin_key]
+        else:
+            keys += [model.champion_key, model.latest_key, model.versions_key, model.pin_key]
             args += [self.variant, BASE_VARIANT, _prefix(model)]
         version, served = self._publish(keys=keys, args=args)
         return int(version), bool(served)
@@ -62,6 +71,48 @@ class WeightsStore:
         if found is None and version is None and self.variant == BASE_VARIANT:
             found = self._fetch(self.model, None)
         return found
+
+    # -- pinning (the model's keys, whatever the variant) --------------------------------
+
+    def targets(self) -> tuple[int, int | None]:
+        """The model's latest version and the pinned one (None: none), in one round trip
+        of plain GETs (all an actor's Redis account may run)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.get(self.model.latest_key)
+        pipe.get(self.model.pin_key)
+        latest, pinned = pipe.execute()
+        return int(latest or 0), None if pinned is None else int(pinned)
+
+    def pinned_version(self) -> int | None:
+        pinned = self.redis.get(self.model.pin_key)
+        return None if pinned is None else int(pinned)
+
+    def versions(self) -> list[int]:
+        """The model's versions kept in Redis, oldest first (a pinned one first of all)."""
+        return [int(v) for v in self.redis.lrange(self.model.versions_key, 0, -1)]
+
+    def pin(self, version: int) -> None:
+        """Make actors serve `version` until `unpin`; it must still be kept in Redis."""
+        model = self.model
+        keys = [model.pin_key, model.versions_key, model.weights_key(version)]
+        found = self._pin(keys=keys, args=[int(version), model.weights_channel])
+        if not int(found[0]):
+            kept = sorted(int(v) for v in found[1:])
+            raise WeightsError(
+                f"model {model.model!r} has no version {version} in Redis; "
+                f"versions kept: {kept or 'none (nothing published yet)'}"
+            )
+
+    def unpin(self) -> int | None:
+        """Return actors to the latest version; the version that was pinned, if any."""
+        model = self.model
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.getdel(model.pin_key)
+        pipe.get(model.latest_key)
+        pinned, latest = pipe.execute()
+        if pinned is not None:  # announce the version actors go back to
+            self.redis.publish(model.weights_channel, int(latest or 0))
+        return None if pinned is None else int(pinned)
 
     def _fetch(self, names: Names, version: int | None) -> tuple[int, bytes] | None:
         if version is None:

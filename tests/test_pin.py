@@ -1,0 +1,189 @@
+"""Pin and unpin (rollback): actors serve a pinned version while the learner goes on
+publishing, the trim keeps it, and unpinning returns them to the latest.
+
+The end-to-end test runs a real learner and real actors; a thread writes samples to the
+stream as ingest would, so that the learner keeps publishing throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamlearn import cli, codec, mqtt
+from streamlearn.errors import WeightsError
+from streamlearn.names import Names
+from streamlearn.records import Samples
+from streamlearn.stream import SampleStream
+from streamlearn.weights import WeightsStore
+from tests.conftest import eventually, launch_role
+
+KEEP = 2
+TOML = f"""
+[models.p]
+inputs = 3
+task = "regression"
+hidden = [8]
+
+[models.p.learner]
+max_batch = 32
+max_wait_ms = 5
+publish_every_ms = 100
+keep_versions = {KEEP}
+
+[models.p.actor]
+reload_check_ms = 50
+status_every_ms = 200
+"""
+
+
+def blob(v: int) -> bytes:
+    return codec.encode({"w": np.full((2,), v, np.float32)}, {"version": str(v)})
+
+
+def run_cli(settings, monkeypatch, config: Path, *argv: str) -> int:
+    """`streamlearn ARGV --config CONFIG` in this process, with the test's servers."""
+    for name, value in settings.as_env().items():
+        monkeypatch.setenv(name, value)
+    return cli.main([*argv, "--config", str(config)])
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "streamlearn.toml"
+    path.write_text(TOML)
+    return path
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+def test_the_trim_keeps_the_pinned_version_until_unpinned(redis, settings):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names, keep=KEEP)
+    for v in (1, 2, 3):
+        store.publish(blob(v))
+    store.pin(2)
+    for v in (4, 5, 6):  # more than `keep` versions published while pinned
+        store.publish(blob(v))
+    assert store.versions() == [2, 5, 6]
+    assert store.fetch(2) == (2, blob(2)) and store.fetch(4) is None
+    assert store.targets() == (6, 2)
+
+    assert store.unpin() == 2 and store.targets() == (6, None)
+    store.publish(blob(7))
+    assert store.versions() == [6, 7] and store.fetch(2) is None
+    assert store.unpin() is None
+
+
+def test_a_champion_variant_publishing_keeps_the_pinned_version(redis, settings):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    model, base = WeightsStore(redis, names), WeightsStore(redis, names, "base", keep=KEEP)
+    for v in (1, 2):
+        base.publish(blob(v))
+    model.pin(1)
+    for v in (3, 4, 5):
+        assert base.publish(blob(v)) == (v, True)
+    assert model.versions() == [1, 4, 5] and model.fetch(1) == (1, blob(1))
+
+
+def test_pinning_a_missing_version_fails_naming_the_versions_kept(
+    redis, settings, config, monkeypatch, capsys
+):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names, keep=KEEP)
+    with pytest.raises(WeightsError, match="nothing published yet"):
+        store.pin(1)
+    for v in (1, 2, 3):
+        store.publish(blob(v))
+
+    assert run_cli(settings, monkeypatch, config, "pin", "--model", "p", "--version", "1") == 1
+    error = capsys.readouterr().err
+    assert "no version 1" in error and "versions kept: [2, 3]" in error
+    assert store.pinned_version() is None
+
+    assert run_cli(settings, monkeypatch, config, "pin", "--version", "2") == 0
+    assert "pinned p to version 2 (latest 3)" in capsys.readouterr().out
+    assert store.pinned_version() == 2
+
+
+# -- real processes ---------------------------------------------------------------------------
+
+
+def produce(queue: SampleStream, stop: threading.Event) -> None:
+    """Samples of a linear function, one entry each, until stopped (~1,000 samples/s)."""
+    rng = np.random.default_rng(5)
+    n = 0
+    while not stop.is_set():
+        x = rng.uniform(-1, 1, (40, 3)).astype(np.float32)
+        y = x @ np.array([1.0, -2.0, 0.5], np.float32)
+        queue.write([Samples(x[i : i + 1], y[i : i + 1], (f"s{n + i}",)) for i in range(40)])
+        n += 40
+        stop.wait(0.04)
+
+
+def test_actors_serve_the_pinned_version_while_the_learner_publishes_newer_ones(
+    start_role, client_for, redis, settings, config, monkeypatch
+):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names)
+    start_role("learner", TOML)
+    start_role("actor", TOML)
+    client = client_for("p")
+    stop = threading.Event()
+    producer = threading.Thread(target=produce, args=(SampleStream(redis, names, (3,)), stop))
+    producer.start()
+    try:
+        eventually(lambda: store.latest_version() >= 3, 60, "a few versions published")
+        eventually(lambda: served(client) >= 3, 20, "the actor serves them")
+        pinned = store.latest_version() - 1
+        assert run_cli(settings, monkeypatch, config, "pin", "--version", str(pinned)) == 0
+        eventually(lambda: served(client) == pinned, 10, f"v{pinned} served once pinned")
+
+        # an actor started while pinned serves the pin from its first request
+        late = launch_role(settings, "actor", config, instance="late")
+        try:
+            late.wait_for(" ready")
+            target = pinned + KEEP + 3  # more than `keep` newer versions published while pinned
+            eventually(lambda: store.latest_version() >= target, 60, f"v{target} published")
+            assert {served(client) for _ in range(20)} == {pinned}
+            assert store.fetch(pinned) is not None, "the trim kept the pinned version"
+            statuses = actor_statuses(settings, names)
+            assert len(statuses) == 2
+            assert all(s["pinned"] == pinned and s["version"] == pinned for s in statuses)
+        finally:
+            late.stop()
+
+        assert run_cli(settings, monkeypatch, config, "unpin") == 0
+        eventually(lambda: served(client) > target, 10, "replies move forward once unpinned")
+    finally:
+        stop.set()
+        producer.join()
+
+
+def served(client) -> int:
+    """The version of the weights that answered one request."""
+    return client.request({"x": [0.1, 0.2, 0.3]})["version"]
+
+
+def actor_statuses(settings, names: Names) -> list[dict]:
+    """Every actor's retained status (each actor refreshes its own every 200 ms)."""
+    got: dict[str, dict] = {}
+
+    def on_message(_c: object, _u: object, msg) -> None:
+        if msg.payload:
+            got[msg.topic] = json.loads(msg.payload)
+
+    watcher = mqtt.connect(
+        settings.mqtt, subscriptions=[(names.topic("actors/+"), 1)], on_message=on_message
+    )
+    try:
+        time.sleep(1.0)  # the retained ones come at once, then at least one refresh each
+    finally:
+        mqtt.close(watcher)
+    return list(got.values())
