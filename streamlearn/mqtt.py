@@ -98,6 +98,7 @@ def connect(
     receive_maximum: int | None = None,
     ca_file: str | None = None,
     will: tuple[str, bytes] | None = None,
+    online: tuple[str, bytes] | None = None,
     no_delay: bool = False,
     on_connack: Callable[[Properties | None], None] | None = None,
     timeout_s: float = 10.0,
@@ -107,6 +108,9 @@ def connect(
     `persistent` keeps the broker session (clean start off, one hour expiry) so that
     QoS 1 messages queued while the client was away are delivered when it returns.
     `will` is a (topic, payload) the broker publishes retained if the client dies.
+    `online` is a (topic, marker) published retained at every connect (a reconnect too, as
+    the broker may have published the will meanwhile), with a will that clears it: the
+    marker is there exactly while the client is (`streamlearn.reporting.Presence`).
     `no_delay` turns Nagle's algorithm off, so that a small reply is not held back until
     the broker acknowledges the previous packet (up to its delayed-ACK timeout, ~40 ms).
     `on_connack` gets the properties of each successful CONNACK (e.g. the broker's
@@ -123,6 +127,10 @@ def connect(
         client.username_pw_set(addr.username, addr.password)
     if addr.tls:
         client.tls_set(ca_certs=ca_file, tls_version=ssl.PROTOCOL_TLS_CLIENT)
+    if will is not None and online is not None:
+        raise ValueError("connect: give `will` or `online`, not both (one will per client)")
+    if online is not None:
+        will = (online[0], b"")
     if will is not None:
         client.will_set(will[0], will[1], qos=1, retain=True)
     client.reconnect_delay_set(min_delay=1, max_delay=10)
@@ -137,6 +145,8 @@ def connect(
             return
         if on_connack is not None:
             on_connack(props if isinstance(props, Properties) else None)
+        if online is not None:
+            c.publish(online[0], online[1], qos=1, retain=True)
         if subscriptions:
             c.subscribe(list(subscriptions))
         else:

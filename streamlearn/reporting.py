@@ -5,11 +5,18 @@ publishes it retained on `streamlearn/{model}/status` with samples/s added, and 
 TensorBoard curves when `tensorboard_dir` is set. With variants, the figures go to the
 contest first (`streamlearn.champion`), which may promote the learner; only the champion's
 learner speaks for the model, with every variant's figures side by side.
+
+The learner and ingest also say that they are there (`Presence`): a retained marker the
+broker clears when the process dies, so that a dead learner's retained status, which stays,
+is not taken for a live one (`streamlearn.monitor`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +28,8 @@ from streamlearn.names import Names
 from streamlearn.tensorboard import Rate, ScalarLog
 from streamlearn.training import Trainer
 from streamlearn.writes import LearnerWrites
+
+log = logging.getLogger(__name__)
 
 StatusSink = Callable[[dict[str, object]], None]
 
@@ -119,3 +128,36 @@ class StatusPublisher:
 
     def announce(self, promotion: Promotion) -> None:
         self.client.publish(self.names.champion_topic, promotion.to_json(), qos=1, retain=True)
+
+
+def presence_topic(names: Names, role: str, instance: str) -> str:
+    """`{prefix}/{model}/status/{role}/{instance}`, beside the model's status.
+
+    >>> presence_topic(Names("m"), "ingest", "host/1")
+    'streamlearn/m/status/ingest/host_1'
+    """
+    return names.topic(f"status/{role}/{re.sub(r'[/+#]', '_', instance)}")
+
+
+class Presence:
+    """A worker's retained "online" marker: published at each connect, cleared by the
+    broker (the will) when the process dies and by `clear` when it stops.
+
+    Give `mqtt.connect` `online=presence.online`.
+    """
+
+    def __init__(self, names: Names, role: str, instance: str, **extra: object) -> None:
+        self.topic = presence_topic(names, role, instance)
+        doc = {"online": True, "role": role, "instance": instance, "pid": os.getpid()}
+        self.marker = json.dumps({**doc, **extra, "started_at": time.time()}).encode()
+
+    @property
+    def online(self) -> tuple[str, bytes]:
+        return self.topic, self.marker
+
+    def clear(self, client: paho.Client, timeout_s: float = 5.0) -> None:
+        """Remove the marker before a clean disconnect (which discards the will)."""
+        try:
+            client.publish(self.topic, b"", qos=1, retain=True).wait_for_publish(timeout_s)
+        except (RuntimeError, ValueError) as exc:  # not connected: the will clears it
+            log.warning("presence marker not cleared (%s); the broker's will clears it", exc)

@@ -9,10 +9,12 @@ import signal
 import socket
 import threading
 
+import paho.mqtt.client as paho
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from streamlearn import health
 from streamlearn.config import ModelConfig, Settings, load_config, load_settings
 from streamlearn.names import Names
 
@@ -39,8 +41,12 @@ def load(role: str, args: argparse.Namespace) -> tuple[ModelConfig, Settings, Na
     model = load_config(args.config).model(args.model)
     settings = load_settings()
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
-    instance = args.instance or settings.instance or socket.gethostname()
-    return model, settings, names, f"sl-{role}-{model.name}-{instance}"
+    return model, settings, names, f"sl-{role}-{model.name}-{instance_of(args, settings)}"
+
+
+def instance_of(args: argparse.Namespace, settings: Settings) -> str:
+    """This process's stable id: --instance, STREAMLEARN_INSTANCE, else the hostname."""
+    return args.instance or settings.instance or socket.gethostname()
 
 
 def redis_client(settings: Settings) -> redis.Redis:
@@ -67,3 +73,13 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stop
+
+
+def connected_health(role: str, client: paho.Client, settings: Settings | None) -> health.Health:
+    """A `Health` ready while `client` is connected to the broker and, unless `settings`
+    is None, Redis answers; the role adds its own checks."""
+    h = health.Health(role)
+    h.add("broker", health.broker_connected(client))
+    if settings is not None:
+        h.add("redis", health.redis_reachable(health.quick_redis(settings.redis)))
+    return h

@@ -48,7 +48,10 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         will=(actor.status_topic, b""),  # a dead actor's retained status disappears
         no_delay=True,
     )
-    port = metrics.expose("actor", model.name, actor.metrics, settings.metrics_port)
+    health = _runtime.connected_health("actor", client, None)
+    health.add("weights", lambda: None if actor.version else "no weights loaded yet")
+    actor.heartbeat = health.beat
+    port = metrics.expose("actor", model.name, actor.metrics, settings.metrics_port, health=health)
     if port is not None:
         log.info("metrics on port %d", port)
         latency = metrics.histogram(

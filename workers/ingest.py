@@ -7,6 +7,7 @@ import logging
 from streamlearn import metrics, mqtt
 from streamlearn.ingest import Ingest
 from streamlearn.payloads import PayloadParser
+from streamlearn.reporting import Presence
 from streamlearn.stream import SampleStream
 from workers import _runtime
 
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     stream = SampleStream.of(_runtime.redis_client(settings), names, model)
     ingest = Ingest(PayloadParser(model), stream, model.ingest)
     stop = _runtime.stop_on_signals()
+    presence = Presence(names, "ingest", _runtime.instance_of(args, settings))
     client = mqtt.connect(
         settings.mqtt,
         client_id,
@@ -28,10 +30,18 @@ def main(argv: list[str] | None = None) -> int:
         manual_ack=True,
         persistent=True,
         receive_maximum=model.ingest.max_pending_messages,
+        online=presence.online,
     )
     client.on_pre_connect = ingest.on_pre_connect
+    health = _runtime.connected_health("ingest", client, settings)
+    ingest.heartbeat = health.beat
     port = metrics.expose(
-        "ingest", model.name, ingest.metrics, settings.metrics_port, {"deadletters_total": "reason"}
+        "ingest",
+        model.name,
+        ingest.metrics,
+        settings.metrics_port,
+        {"deadletters_total": "reason"},
+        health=health,
     )
     if port is not None:
         log.info("metrics on port %d", port)
@@ -39,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ingest.run(stop)
     finally:
+        presence.clear(client)
         mqtt.close(client)
     log.info("ingest stopped: %s", ingest.counters)
     return 0

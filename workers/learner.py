@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 
 from streamlearn import metrics, mqtt
+from streamlearn.appends import Appender
 from streamlearn.champion import Contest
 from streamlearn.config import BASE_VARIANT
+from streamlearn.health import Progress, quick_redis
 from streamlearn.learner import Learner
 from streamlearn.monitor import queue_figures
-from streamlearn.reporting import StatusPublisher
+from streamlearn.reporting import Presence, StatusPublisher
 from streamlearn.stream import SampleStream, group_of
 from streamlearn.tensorboard import ScalarLog
 from streamlearn.weights import WeightsStore
@@ -30,7 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     if variant != BASE_VARIANT:
         client_id = f"{client_id}-{variant}"
     redis = _runtime.redis_client(settings)
-    client = mqtt.connect(settings.mqtt, client_id, ca_file=settings.mqtt_ca_file)
+    instance = _runtime.instance_of(args, settings)
+    if variant != BASE_VARIANT:
+        instance = f"{instance}-{variant}"
+    presence = Presence(names, "learner", instance, variant=variant)
+    client = mqtt.connect(
+        settings.mqtt, client_id, ca_file=settings.mqtt_ca_file, online=presence.online
+    )
 
     label = model.name if variant == BASE_VARIANT else f"{model.name}/variants/{variant}"
     curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
@@ -58,7 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         """The learner's counters plus its stream's length, pending and dead letters."""
         return {**learner.metrics(), **queue_figures(redis, names, group_of(variant))}
 
-    port = metrics.expose("learner", model.name, snapshot, settings.metrics_port)
+    health = _runtime.connected_health("learner", client, settings)
+    # Not ready when samples wait and none is trained: a stuck learner (a loop that does
+    # not turn at all fails /livez instead).
+    waiting = Appender(quick_redis(settings.redis), names, cfg.sample_shape, group_of(variant))
+
+    def trained() -> int:
+        """Samples trained on or dead-lettered: grows while a backlog is worked off."""
+        return learner.state.samples_seen + learner.state.dead_lettered
+
+    health.add("progress", Progress(trained, waiting.backlog))
+    learner.heartbeat = health.beat
+    port = metrics.expose("learner", model.name, snapshot, settings.metrics_port, health=health)
     if port is not None:
         log.info("metrics on port %d", port)
     log.info(
@@ -71,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         learner.run(stop)
         learner.report(compete=False)
     finally:
+        presence.clear(client)
         mqtt.close(client)
     log.info("learner stopped at step %d, version %d", learner.state.step, learner.state.version)
     return 0
