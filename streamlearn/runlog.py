@@ -62,20 +62,15 @@ def new_run_dir(root: Path, keep: int = 5) -> Path:
         raise ValueError(f"keep must be >= 1, got {keep}")
     root.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path, n = root / stamp, 0
-    while True:
-        try:
-            path.mkdir()
-            break
-        except FileExistsError:
-            n += 1
-            path = root / f"{stamp}-{n}"
     runs = sorted(
-        (p for p in root.iterdir() if p.is_dir() and _RUN_NAME.match(p.name)),
-        key=lambda p: (p.name[:15], int(p.name[16:] or 0)),
+        ((p.name[:15], int(p.name[16:] or 0)) for p in root.iterdir() if _RUN_NAME.match(p.name)),
     )
-    for old in runs[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    # Several runs within a second count up (stamp-1, stamp-2...) past any still there.
+    taken = [n for s, n in runs if s == stamp]
+    path = root / (f"{stamp}-{max(taken) + 1}" if taken else stamp)
+    path.mkdir()
+    for old_stamp, n in runs[: max(0, len(runs) + 1 - keep)]:
+        shutil.rmtree(root / (f"{old_stamp}-{n}" if n else old_stamp), ignore_errors=True)
     return path
 
 
@@ -127,7 +122,7 @@ class Board:
         self.plain_every_s = plain_every_s
         self.live: list[str] = []
         self._drawn = 0
-        self._last_plain = 0.0
+        self._last_plain: float | None = None
         self._lock = threading.Lock()
 
     def say(self, message: str) -> None:
@@ -143,7 +138,10 @@ class Board:
             if self.tty:
                 self._erase()
                 self._draw()
-            elif lines and time.monotonic() - self._last_plain >= self.plain_every_s:
+            elif lines and (
+                self._last_plain is None
+                or time.monotonic() - self._last_plain >= self.plain_every_s
+            ):
                 self._last_plain = time.monotonic()
                 self.out.writelines(f"[streamlearn] {line}\n" for line in lines)
             self.out.flush()

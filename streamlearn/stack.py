@@ -141,7 +141,10 @@ class Stack:
             self._spawn(child)
         self.board.say(f"started {len(self.children)} processes for models {list(self.cfg.models)}")
         if self.metrics_port is not None:
-            self.board.say("metrics: " + "  ".join(f"{c.name} :{c.metrics_port}" for c in workers))
+            self.board.say(
+                "metrics ports (/metrics): "
+                + "  ".join(f"{c.name}={c.metrics_port}" for c in workers)
+            )
 
     def _plan(self) -> list[Child]:
         """Every child process: the roles of each model (workers quieted), the demo feed."""
