@@ -13,7 +13,7 @@ from pathlib import Path
 from streamlearn import cli_models
 from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
 from streamlearn.errors import ConfigError, StreamlearnError
-from streamlearn.monitor import broker_lines, fmt_number
+from streamlearn.monitor import actor_line, broker_lines, fmt_number, presence_lines
 from streamlearn.names import Names
 
 ROLES = ("ingest", "learner", "actor")
@@ -354,13 +354,9 @@ def format_status(rows: list[dict]) -> str:
             f"{r.get('samples_seen', 0):>10} {fmt_number(rate, 0):>9} "
             f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
         )
+        lines += presence_lines(r)
         lines += _variant_lines(r)
-        for a in r.get("actors", []):
-            age, rps = fmt_number(a.get("weights_age_s"), 1), fmt_number(a.get("requests_per_s"), 1)
-            lines.append(
-                f"  actor {a['id']:<20} version {a.get('version', '-'):>6}  "
-                f"weights age {age} s  {rps} requests/s"
-            )
+        lines += [actor_line(a) for a in r.get("actors", [])]
     return "\n".join(lines + broker_lines(rows))
 
 
