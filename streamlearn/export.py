@@ -5,8 +5,9 @@ standardisation included, and is made of built-in Keras layers only, so
 `keras.saving.load_model` opens it wherever Keras is, without streamlearn: the
 `Standardize` layer becomes a `keras.layers.Normalization` holding the same mean and
 variance, followed, when some feature has been constant so far, by a `Rescaling` that
-zeroes it as `Standardize` does. (A factory's model is saved as it is: its own custom
-layers need their code where it is loaded.) `--format savedmodel` writes a TensorFlow
+zeroes it as `Standardize` does. (A model whose graph Keras cannot rebuild, a factory's
+subclassed model, is saved as it is: its custom layers need their code, and streamlearn
+for `Standardize`, where it is loaded.) `--format savedmodel` writes a TensorFlow
 SavedModel directory for TF Serving instead (`serve` endpoint).
 """
 
@@ -81,21 +82,22 @@ def loaded(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> keras.Model:
 
 
 def standalone(model: keras.Model) -> keras.Model:
-    """A copy of `model` with its `Standardize` layer replaced by built-in layers.
+    """An uncompiled copy of `model` (no optimizer state), its `Standardize` layer
+    replaced by built-in layers.
 
-    A model without one, or one that is not functional (a factory's subclass), is
-    returned as it is.
+    A model whose graph cannot be rebuilt (a factory's subclass) is returned as it is.
     """
     layer = standardize.find(model)
-    if layer is None:
-        return model
-    mean, var = (keras.ops.convert_to_numpy(w) for w in (layer.mean, layer.var))
-    spread = var > standardize.EPSILON
-    # Normalization divides by sqrt(variance): 1 for a constant feature, then zeroed.
-    normalize = keras.layers.Normalization(
-        mean=mean, variance=np.where(spread, var, 1.0), name=layer.name
-    )
-    zero = None if spread.all() else keras.layers.Rescaling(spread.astype("float32"))
+    normalize = zero = None
+    if layer is not None:
+        mean, var = (keras.ops.convert_to_numpy(w) for w in (layer.mean, layer.var))
+        spread = var > standardize.EPSILON
+        # Normalization divides by sqrt(variance): 1 for a constant feature, then zeroed.
+        normalize = keras.layers.Normalization(
+            mean=mean, variance=np.where(spread, var, 1.0), name=layer.name
+        )
+        if not spread.all():
+            zero = keras.layers.Rescaling(spread.astype("float32"), name=f"{layer.name}_constant")
 
     def clone(old: keras.layers.Layer) -> keras.layers.Layer:
         if old is layer:
@@ -114,4 +116,3 @@ def standalone(model: keras.Model) -> keras.Model:
         if old is not layer and old.weights:
             copy.get_layer(old.name).set_weights(old.get_weights())
     return copy
-
