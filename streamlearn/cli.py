@@ -355,6 +355,7 @@ def format_status(rows: list[dict]) -> str:
             f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
         )
         lines += presence_lines(r)
+        lines += cli_models.pin_lines(r)
         lines += _variant_lines(r)
         lines += [actor_line(a) for a in r.get("actors", [])]
     return "\n".join(lines + broker_lines(rows))

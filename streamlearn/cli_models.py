@@ -85,3 +85,14 @@ def _unpin(args: argparse.Namespace) -> int:
     else:
         print(f"unpinned {model.name} (was version {was}): actors serve the latest, {latest}")
     return 0
+
+
+def pin_lines(row: dict) -> list[str]:
+    """The pin of one model in `streamlearn status`, when there is one."""
+    pinned = row.get("pinned_version")
+    if pinned is None:
+        return []
+    return [
+        f"  PINNED: actors serve version {pinned} (latest {row.get('latest_version', '-')}); "
+        f"`streamlearn unpin --model {row['model']}` returns them to the latest"
+    ]

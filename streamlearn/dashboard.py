@@ -98,6 +98,8 @@ class Dashboard:
             "pending",
             "deadletters",
             "champion",
+            "latest_version",
+            "pinned_version",
         )
         with self._lock:
             for row in rows:

@@ -163,14 +163,16 @@ class StatusMonitor:
         mqtt.close(self.client)
 
 
-def queue_figures(r: redis.Redis, names: Names, group: str = GROUP) -> dict[str, int]:
-    """Length, entries `group` has not acknowledged, dead letters of one model's streams."""
+def queue_figures(r: redis.Redis, names: Names, group: str = GROUP) -> dict[str, int | None]:
+    """Length, entries `group` has not acknowledged, dead letters of one model's streams;
+    its latest and pinned weights versions."""
     pipe = r.pipeline(transaction=False)
     pipe.xlen(names.samples_key)
     pipe.xlen(names.deadletter_key)
     pipe.get(names.latest_key)
     pipe.exists(names.samples_key)
-    length, dead, latest, exists = pipe.execute()
+    pipe.get(names.pin_key)
+    length, dead, latest, exists, pinned = pipe.execute()
     pending = 0
     if exists:
         try:
@@ -182,6 +184,7 @@ def queue_figures(r: redis.Redis, names: Names, group: str = GROUP) -> dict[str,
         "pending": pending,
         "deadletters": dead,
         "latest_version": int(latest or 0),
+        "pinned_version": None if pinned is None else int(pinned),
     }
 
 

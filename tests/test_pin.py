@@ -16,12 +16,15 @@ import numpy as np
 import pytest
 
 from streamlearn import cli, codec, mqtt
+from streamlearn.config import load_config
+from streamlearn.dashboard import Dashboard
 from streamlearn.errors import WeightsError
 from streamlearn.names import Names
 from streamlearn.records import Samples
 from streamlearn.stream import SampleStream
 from streamlearn.weights import WeightsStore
 from tests.conftest import eventually, launch_role
+from tests.test_dashboard import chromium
 
 KEEP = 2
 TOML = f"""
@@ -110,6 +113,32 @@ def test_pinning_a_missing_version_fails_naming_the_versions_kept(
     assert run_cli(settings, monkeypatch, config, "pin", "--version", "2") == 0
     assert "pinned p to version 2 (latest 3)" in capsys.readouterr().out
     assert store.pinned_version() == 2
+
+
+def test_status_and_the_dashboard_show_the_pin(
+    redis, settings, config, monkeypatch, capsys, tmp_path: Path
+):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names, keep=KEEP)
+    for v in (1, 2, 3):
+        store.publish(blob(v))
+    store.pin(2)
+    assert run_cli(settings, monkeypatch, config, "status") == 0
+    assert "PINNED: actors serve version 2 (latest 3)" in capsys.readouterr().out
+
+    dashboard = Dashboard(load_config(str(config)), settings, every_s=0.2)
+    url = dashboard.start()
+    try:
+
+        def pin_sampled() -> bool:
+            points = dashboard.data()["models"]["p"]
+            return bool(points) and points[-1]["pinned_version"] == 2
+
+        eventually(pin_sampled, 10, "the pin in the dashboard's samples")
+        dom = chromium(tmp_path, "--virtual-time-budget=3000", "--dump-dom", url)
+        assert 'data-pinned="2"' in dom and "actors serve version <b>2</b>" in dom, dom[:2000]
+    finally:
+        dashboard.close()
 
 
 # -- real processes ---------------------------------------------------------------------------

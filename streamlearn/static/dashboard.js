@@ -81,7 +81,10 @@ async function refresh() {
         `<span>${last.metric || "metric"} <b>${fmt(last.online_metric)}</b></span>` +
         `<span>queue <b>${fmt(last.queue_length)}</b></span><span>dead letters <b>${fmt(last.deadletters)}</b></span>` +
         `<span>actors <b>${fmt(last.actors)}</b></span>` +
-        (last.champion ? `<span>champion <b>${last.champion}</b></span>` : "");
+        (last.champion ? `<span>champion <b>${last.champion}</b></span>` : "") +
+        (last.pinned_version ? `<span class="pinned" data-pinned="${last.pinned_version}">` +
+          `pinned: actors serve version <b>${fmt(last.pinned_version)}</b> ` +
+          `(latest ${fmt(last.latest_version)})</span>` : "");
       el.querySelectorAll("canvas").forEach(c => { total += draw(c, points, CHARTS[+c.dataset.chart].keys); });
     }
     const counter = document.getElementById("points");
