@@ -134,6 +134,8 @@ class Board:
 
     def show(self, lines: list[str]) -> None:
         with self._lock:
+            if self.tty and lines == self.live:
+                return  # unchanged: no redraw, no flicker
             self.live = list(lines)
             if self.tty:
                 self._erase()

@@ -245,7 +245,10 @@ class Stack:
 
 
 class LiveLines:
-    """One line per model: samples/s, samples seen, online metric, version, actors."""
+    """One line per model: samples/s, samples seen, online metric, version, actors.
+
+    Short enough for an 80-column terminal (the loss is in `streamlearn status`).
+    """
 
     def __init__(self, monitor: StatusMonitor) -> None:
         self.monitor = monitor
@@ -269,9 +272,9 @@ class LiveLines:
             self.seen[name] = (now, seen)
         return (
             f"{name}: {self.rates.get(name, 0.0):,.0f} samples/s  {seen:,} seen  "
-            f"{s.get('metric') or 'metric'} {fmt_number(s.get('online_metric'))}  "
-            f"loss {fmt_number(s.get('online_loss'))}  version {s.get('version', 0)}  "
-            f"actors {actors}" + (f"  champion {s['champion']}" if s.get("champion") else "")
+            f"{s.get('metric') or 'metric'} {fmt_number(s.get('online_metric'), 3)}  "
+            f"version {s.get('version', 0)}  actors {actors}"
+            + (f"  champion {s['champion']}" if s.get("champion") else "")
         )
 
 
