@@ -44,7 +44,8 @@ STALE_MIN_S = 15.0
 
 
 def stale_after_s(status_every_ms: float) -> float:
-    """
+    """How old a status published every `status_every_ms` may get before it is stale.
+
     >>> stale_after_s(1000), stale_after_s(10_000)
     (15.0, 50.0)
     """
