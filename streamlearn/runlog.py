@@ -66,9 +66,14 @@ def new_run_dir(root: Path, keep: int = 5) -> Path:
         ((p.name[:15], int(p.name[16:] or 0)) for p in root.iterdir() if _RUN_NAME.match(p.name)),
     )
     # Several runs within a second count up (stamp-1, stamp-2...) past any still there.
-    taken = [n for s, n in runs if s == stamp]
-    path = root / (f"{stamp}-{max(taken) + 1}" if taken else stamp)
-    path.mkdir()
+    n = max((n + 1 for s, n in runs if s == stamp), default=0)
+    while True:  # another `up` may take the same name at the same moment
+        path = root / (f"{stamp}-{n}" if n else stamp)
+        try:
+            path.mkdir()
+            break
+        except FileExistsError:
+            n += 1
     for old_stamp, n in runs[: max(0, len(runs) + 1 - keep)]:
         shutil.rmtree(root / (f"{old_stamp}-{n}" if n else old_stamp), ignore_errors=True)
     return path
