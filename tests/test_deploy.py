@@ -302,12 +302,16 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
 def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
     """ingest, learner and actor processes with their own MQTT and Redis users; a device
     with its own account publishes samples over TLS and gets a prediction on its own reply
-    topic for a request on its own request topic; so does `streamlearn predict`."""
+    topic for a request on its own request topic; so does `streamlearn predict`. The
+    operator's account (the learner's, as in `docker compose exec learner streamlearn
+    status`) sees the learner's and ingest's presence markers and the learner's status,
+    and the broker's will clears a killed learner's marker: the ACL lets each through."""
     from tests.conftest import RoleProcess
 
     toml = tmp_path / "streamlearn.toml"
     toml.write_text('[models.s]\ninputs = 2\ntask = "regression"\n')
     procs = []
+    monitor = None
     try:
         for role in ("learner", "ingest", "actor"):
             settings = Settings(
@@ -322,6 +326,8 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         for proc in procs:
             proc.wait_for(" ready", 90)
         names = Names("s")
+        operator = Settings(mqtt_url=mqtt_url(broker, "learner"))
+        monitor = StatusMonitor(load_config(str(toml)), operator)
         sensor = device(broker, "dev-1", [names.topic("replies/dev-1/#")], client_id="dev-1")
         for i in range(50):
             sample = {"x": [0.1 * i, 1.0], "y": 0.5}
@@ -347,7 +353,20 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
             [*argv, "[0.2, 1.0]"], env=role_env(tool), capture_output=True, text=True, timeout=60
         )
         assert answer.returncode == 0 and json.loads(answer.stdout)["version"] > 0, answer
+
+        # Presence under the deploy ACL: both markers reach the operator, so does the
+        # learner's plain status (`status/#` covers `status` itself); a SIGKILLed learner's
+        # marker is cleared by its will, while its retained status stays.
+        for role in ("learner", "ingest"):
+            eventually(lambda r=role: monitor.present("s", r), 15, f"the {role}'s presence")
+            assert monitor.present("s", role)[0]["role"] == role
+        eventually(lambda: monitor.learner("s").get("version", 0) > 0, 15, "the learner's status")
+        procs[0].stop(kill=True)
+        eventually(lambda: not monitor.present("s", "learner"), 30, "the killed learner's will")
+        assert monitor.present("s", "ingest") and monitor.learner("s").get("version", 0) > 0
     finally:
+        if monitor is not None:
+            monitor.close()
         for proc in procs:
             proc.stop()
     refusals = [line for p in procs for line in p.lines if "NOPERM" in line or "authori" in line]
