@@ -25,7 +25,7 @@ import yaml
 
 from streamlearn import mqtt
 from streamlearn.config import Settings, load_config
-from streamlearn.errors import StreamlearnError
+from streamlearn.errors import StreamlearnError, WeightsError
 from streamlearn.monitor import StatusMonitor
 from streamlearn.names import Names
 from streamlearn.records import Samples
@@ -271,6 +271,13 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     consumer.trim()
     WeightsStore(learner, names).publish(b"blob")
     assert WeightsStore(actor, names).fetch() == (1, b"blob")
+    # the operator's commands run with the learner's account: pin, a refused pin, unpin
+    operator = WeightsStore(learner, names)
+    operator.pin(1)
+    assert WeightsStore(actor, names).pinned_version() == 1
+    with pytest.raises(WeightsError, match=r"no version 7 in Redis; versions kept: \[1\]"):
+        operator.pin(7)
+    assert operator.unpin() == 1 and WeightsStore(actor, names).pinned_version() is None
 
     denied = [
         (ingest, ["SET", names.weights_key(2), "x"]),
