@@ -206,7 +206,7 @@ class IdleAnnealing:
     def __init__(self, optimizer: object) -> None:
         rate = getattr(optimizer, "learning_rate", None)
         self.rate = rate if hasattr(rate, "assign") else None
-        self.full = float(rate) if self.rate is not None else 0.0
+        self.full = float(rate.numpy()) if self.rate is not None else 0.0
         # None: unknown (at start a checkpoint may bring an annealed rate; an undo restores one)
         self.factor: float | None = None
         self.samples = 0  # replayed since the last fresh batch
