@@ -114,6 +114,8 @@ class Durability:
         """Publish the current weights as a new version; non-finite weights never leave.
         When Redis refuses, training goes on and `tick` tries again after the backoff."""
         t = self.trainer
+        if t.stats is not None:  # the actors get statistics of every sample trained on
+            t.stats.flush()
         arrays = models.get_arrays(t.model)
         try:
             codec.check_fits(arrays, t.spec)

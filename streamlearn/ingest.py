@@ -80,6 +80,7 @@ class Ingest:
         self.on_pre_connect = self.inbox.on_pre_connect
         self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
         self.writer = RunWriter(stream, windows, cfg, self.counters, max_run, self._measured)
+        self.writer.waiting = lambda: self.heartbeat()  # waiting out Redis is not hung
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""

@@ -130,6 +130,7 @@ class RunWriter:
         self.on_backlog = on_backlog
         self._backoff = ExponentialBackoff(cap=2.0, base=0.05)
         self._piece = max_run  # messages per write: halved while Redis is full
+        self.waiting: Callable[[], object] = lambda: None  # each backoff: still alive (/livez)
 
     def store(self, messages: list[RunMessage], measure: bool, stop: threading.Event) -> bool:
         """Write `messages` in pieces of up to `_piece`, each write only what Redis does not
@@ -163,6 +164,7 @@ class RunWriter:
                 failures += 1
                 delay = self._backoff.compute(failures)
                 log.warning("redis unavailable (%s); retry %d in %.2f s", error, failures, delay)
+                self.waiting()
                 if stop.wait(delay):
                     return False
         return True
@@ -180,6 +182,7 @@ class RunWriter:
                 self.counters.redis_errors += 1
                 delay = self._backoff.compute(failures)
                 log.warning("redis unavailable (%s); retry %d in %.2f s", exc, failures, delay)
+                self.waiting()
                 if stop.wait(delay):
                     return None
 

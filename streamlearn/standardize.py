@@ -70,8 +70,8 @@ class Statistics:
         """Fold the rows of `x` (samples, or windows of steps) into the statistics.
 
         A step only adds to two sums (~20 us); they are folded in once a chunk of rows is
-        pending (every call at first, then every 1,024 rows), so the statistics lag by at
-        most that chunk.
+        pending (every call at first, then every 1,024 rows) and at every `flush` (the
+        learner's publish), so the statistics lag by at most that chunk.
 
         >>> layer = Standardize(); layer.build((None, 2))
         >>> stats = Statistics(layer, horizon=10_000)
@@ -97,6 +97,11 @@ class Statistics:
         self._s2 += np.einsum("ij,ij->j", d, d)
         self._pending += len(rows)
         if self._pending >= min(1024, max(1, self.count // 4)):
+            self._fold()
+
+    def flush(self) -> None:
+        """Fold in the rows still pending."""
+        if self._pending:
             self._fold()
 
     def _fold(self) -> None:

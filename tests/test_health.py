@@ -124,3 +124,42 @@ def test_a_failing_check_says_why_and_a_raising_one_fails():
     assert not verdict.ok
     assert verdict.detail["broker"] == "ok"
     assert verdict.detail["redis"] == "check failed: ZeroDivisionError: division by zero"
+
+
+def test_ingest_waiting_out_a_lost_redis_stays_live():
+    """Its backoff between retries beats the heartbeat the worker wires to /livez: a long
+    Redis outage is not a hung worker that an orchestrator should restart (readiness
+    reports the outage)."""
+    import threading
+
+    import redis as redis_lib
+
+    from streamlearn.config import ModelConfig
+    from streamlearn.ingest import Ingest
+    from streamlearn.names import Names
+    from streamlearn.payloads import PayloadParser
+    from streamlearn.stream import SampleStream
+
+    model = ModelConfig(name="h", inputs=2)
+    gone = redis_lib.Redis(port=free_port(), socket_connect_timeout=1)  # nothing listens
+    ingest = Ingest(PayloadParser(model), SampleStream.of(gone, Names("h"), model), model.ingest)
+    clock = Clock()
+    health = Health("ingest", stall_s=60, clock=clock)
+    stop = threading.Event()
+    verdicts = []
+
+    def beat() -> None:  # each beat, a minute of the outage has passed
+        health.beat()
+        clock.now += 59
+        verdicts.append(health.live().ok)
+        if len(verdicts) == 3:
+            stop.set()
+
+    ingest.heartbeat = beat  # as workers/ingest.py wires it
+    deadline = threading.Timer(20, stop.set)  # unwired, nothing would stop the retries
+    deadline.start()
+    try:
+        assert ingest.writer.retry(gone.ping, stop) is None  # stopped, Redis still gone
+    finally:
+        deadline.cancel()
+    assert verdicts == [True, True, True]
