@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from streamlearn import cli_models
+from streamlearn import cli_models, scaffold
 from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
 from streamlearn.errors import ConfigError, StreamlearnError
 from streamlearn.monitor import actor_line, broker_lines, fmt_number, presence_lines
@@ -112,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         help="refresh every SECONDS (default 2)",
     )
     cli_models.add_commands(command)  # export, pin, unpin
+    scaffold.add_command(sub)  # init
     return parser
 
 
