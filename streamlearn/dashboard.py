@@ -1,8 +1,10 @@
 """A small live dashboard for `streamlearn up`, served on localhost.
 
-A sampler thread records, once a second, each model's learner status and queue figures;
-the page (plain HTML and JS shipped in the package, no build step) polls `/api/series`
-and draws the curves on canvas.
+A sampler thread records, once a second, each model's learner status and queue figures
+(and, for a model with variants, each variant's figures from `champion.read_standings`);
+the page (plain HTML and JS shipped in the package, no build step, no external library)
+polls `/api/series` and draws SVG charts with axes, one line per variant, and a y scale
+that a start-up spike does not flatten (see dashboard.js, `scale`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,44 @@ _STATIC = {
     "/": ("dashboard.html", "text/html"),
     "/dashboard.js": ("dashboard.js", "text/javascript"),
 }
+
+
+_KEYS = (
+    "at",
+    "updated_at",
+    "status_age_s",
+    "learner_state",
+    "version",
+    "step",
+    "samples_seen",
+    "online_loss",
+    "online_metric",
+    "metric",
+    "queue_length",
+    "pending",
+    "deadletters",
+    "champion",
+    "latest_version",
+    "pinned_version",
+)
+# Each variant's figures, as its learner last wrote them in the model's variants hash.
+_VARIANT_KEYS = ("updated_at", "version", "samples_seen", "online_loss", "online_metric", "metric")
+
+
+def samples_per_s(prev: dict[str, Any] | None, point: dict[str, Any]) -> float | None:
+    """Samples trained per second between two reports, by the learner's own clock; the
+    previous rate while the report has not changed.
+
+    >>> samples_per_s({"updated_at": 1, "samples_seen": 0}, {"updated_at": 3, "samples_seen": 200})
+    100.0
+    """
+    if prev is None:
+        return None
+    t0, t1 = prev.get("updated_at"), point.get("updated_at")
+    n0, n1 = prev.get("samples_seen"), point.get("samples_seen")
+    if all(isinstance(v, int | float) for v in (t0, t1, n0, n1)) and t1 > t0:
+        return (n1 - n0) / (t1 - t0)
+    return prev.get("samples_per_s")
 
 
 class Dashboard:
@@ -54,8 +94,10 @@ class Dashboard:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/"
 
-    def start(self) -> str:
-        for target in (self._server.serve_forever, self._sample_loop):
+    def start(self, *, sample: bool = True) -> str:
+        """Serve the page; `sample=False` serves only what `record` is given (tests)."""
+        targets = [self._server.serve_forever] + ([self._sample_loop] if sample else [])
+        for target in targets:
             thread = threading.Thread(target=target, daemon=True, name="dashboard")
             thread.start()
             self._threads.append(thread)
@@ -85,33 +127,22 @@ class Dashboard:
 
     def record(self, rows: list[dict[str, Any]]) -> None:
         """Append one point per model; samples/s comes from the learner's own timestamps."""
-        keys = (
-            "at",
-            "updated_at",
-            "version",
-            "step",
-            "samples_seen",
-            "online_loss",
-            "online_metric",
-            "metric",
-            "queue_length",
-            "pending",
-            "deadletters",
-            "champion",
-            "latest_version",
-            "pinned_version",
-        )
         with self._lock:
             for row in rows:
                 points = self.series[row["model"]]
-                point = {k: row.get(k) for k in keys}
-                point["actors"] = len(row.get("actors", []))
                 prev = points[-1] if points else None
-                point["samples_per_s"] = prev.get("samples_per_s") if prev else None
-                if prev and None not in (prev["updated_at"], point["updated_at"]):
-                    dt = point["updated_at"] - prev["updated_at"]
-                    if dt > 0:
-                        point["samples_per_s"] = (point["samples_seen"] - prev["samples_seen"]) / dt
+                point = {k: row.get(k) for k in _KEYS}
+                point["actors"] = len(row.get("actors", []))
+                point["samples_per_s"] = samples_per_s(prev, point)
+                if point["status_age_s"] is None and isinstance(point["updated_at"], int | float):
+                    point["status_age_s"] = round(max(0.0, row["at"] - point["updated_at"]), 1)
+                before = (prev or {}).get("variants") or {}
+                point["variants"] = {}
+                for name, doc in (row.get("variants") or {}).items():
+                    if isinstance(doc, dict):
+                        figures = {k: doc.get(k) for k in _VARIANT_KEYS}
+                        figures["samples_per_s"] = samples_per_s(before.get(name), figures)
+                        point["variants"][name] = figures
                 points.append(point)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
