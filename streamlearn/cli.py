@@ -161,6 +161,7 @@ def _publish(args: argparse.Namespace) -> int:
 
     model = load_config(args.config).model(args.model)
     settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
     if not args.demo and not args.file:
         raise ConfigError("publish needs a FILE or --demo")
@@ -292,6 +293,7 @@ def _predict(args: argparse.Namespace) -> int:
     from streamlearn.client import Client
 
     model = load_config(args.config).model(args.model)
+    print(settings.which_stack(), file=sys.stderr)
     settings = load_settings()
     if args.seq is not None and args.key is None:
         raise ConfigError("--seq needs --key")
@@ -327,6 +329,7 @@ def _status(args: argparse.Namespace) -> int:
     from streamlearn.monitor import read_status
 
     cfg: AppConfig = load_config(args.config)
+    print(settings.which_stack(), file=sys.stderr)
     settings = load_settings()
     while True:
         rows = read_status(cfg, settings)

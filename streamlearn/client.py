@@ -8,7 +8,8 @@
 
 It needs only paho-mqtt (`pip install streamlearn`). The URL carries credentials and TLS
 (`mqtts://NAME:PASSWORD@host:8883`, the CA bundle as `ca_file`); without one, `Client()`
-reads `STREAMLEARN_MQTT_URL`, `STREAMLEARN_MQTT_CA_FILE` and `STREAMLEARN_TOPIC_PREFIX`.
+reads `STREAMLEARN_MQTT_URL`, `STREAMLEARN_MQTT_CA_FILE` and `STREAMLEARN_TOPIC_PREFIX`,
+and with no URL there either, the stack a running `streamlearn up` recorded (its run file).
 With a username the client id is that username, as the deployed broker enforces, so
 requests go to `{prefix}/{model}/predict/{client id}` and replies come back under
 `{prefix}/{model}/replies/{client id}`, the one reply space a device may read.
@@ -36,7 +37,7 @@ from typing import Any
 
 import paho.mqtt.client as paho
 
-from streamlearn import mqtt
+from streamlearn import mqtt, stackfile
 from streamlearn.client_pending import Acks, ConnectionClosedError, Pending, Sent
 from streamlearn.errors import ConfigError, StreamlearnError
 from streamlearn.names import Names
@@ -103,9 +104,15 @@ class Client:
         max_samples_per_message: int = MAX_SAMPLES_PER_MESSAGE,
         connect_timeout: float = 10.0,
     ) -> None:
-        url = url or os.environ.get(URL_ENV) or DEFAULT_URL
+        url = url or os.environ.get(URL_ENV)
+        stack = None if url else stackfile.live()  # where `streamlearn up` runs, if it does
+        url = url or (stack.mqtt_url if stack else DEFAULT_URL)
         ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None
-        prefix = topic_prefix or os.environ.get(TOPIC_PREFIX_ENV) or DEFAULT_TOPIC_PREFIX
+        prefix = (
+            topic_prefix
+            or os.environ.get(TOPIC_PREFIX_ENV)
+            or (stack.topic_prefix if stack else DEFAULT_TOPIC_PREFIX)
+        )
         if "+" in prefix or "#" in prefix:
             raise ConfigError(f"topic prefix: no wildcards (+, #), got {prefix!r}")
         if min(max_inflight, max_pending) < 1:

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamlearn import stackfile
 from streamlearn.errors import ConfigError
 from streamlearn.policies import ActorConfig, Frozen, IngestConfig, LearnerConfig, PromotionConfig
 
@@ -216,7 +218,9 @@ class Settings(BaseSettings):
     """Connections and naming, from `STREAMLEARN_*` environment variables.
 
     An unset URL means "not given": `streamlearn up` then starts its own server, and a role
-    run alone uses the local default.
+    run alone or a client tool uses the stack that `streamlearn up` recorded in its run file
+    (`streamlearn.stackfile`), else the local default. With neither URL given the file's
+    prefixes are taken too, unless set: they name that stack's topics and keys.
     """
 
     model_config = SettingsConfigDict(env_prefix="STREAMLEARN_", frozen=True, extra="ignore")
@@ -232,6 +236,34 @@ class Settings(BaseSettings):
         None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
     )
 
+    _stack: stackfile.StackRecord | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_stack(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Settings:
+        """Neither URL given: the live stack of `streamlearn up`, read once, if there is one."""
+        found = None
+        if isinstance(data, dict) and not data.get("mqtt_url") and not data.get("redis_url"):
+            found = stackfile.live()
+            if found is not None:
+                data = {
+                    "topic_prefix": found.topic_prefix,
+                    "key_prefix": found.key_prefix,
+                    **data,
+                }
+        settings = handler(data)
+        settings._stack = found
+        return settings
+
+    @property
+    def stack(self) -> stackfile.StackRecord | None:
+        """The recorded stack these settings fall back on (None: explicit URLs, or none)."""
+        return self._stack
+
+    def which_stack(self) -> str:
+        """One line for a terminal: the broker these settings reach, and why that one."""
+        return stackfile.describe(self.mqtt_url, self._stack, self.mqtt, "STREAMLEARN_MQTT_URL")
+
     def as_env(self) -> dict[str, str]:
         """The `STREAMLEARN_*` variables that give a child process these settings."""
         return {
@@ -242,11 +274,14 @@ class Settings(BaseSettings):
 
     @property
     def mqtt(self) -> str:
-        return self.mqtt_url or "mqtt://localhost:1883"
+        """The given URL, else the recorded stack's, else the local default."""
+        stacked = self._stack.mqtt_url if self._stack else None
+        return self.mqtt_url or stacked or "mqtt://localhost:1883"
 
     @property
     def redis(self) -> str:
-        return self.redis_url or "redis://localhost:6379/0"
+        stacked = self._stack.redis_url if self._stack else None
+        return self.redis_url or stacked or "redis://localhost:6379/0"
 
 
 DEMO_TOML = """

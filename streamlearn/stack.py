@@ -4,6 +4,8 @@ With no broker or Redis configured it starts its own `mosquitto` and `redis-serv
 (the embedded default). Each child writes to its own log file in a run directory
 (`streamlearn.runlog`); the terminal shows one live line per model. Children that die are
 restarted; Ctrl-C or SIGTERM stops the roles first, then the servers it started.
+While it runs, a run file (`streamlearn.stackfile`) tells the client tools in other shells
+where its servers listen.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamlearn import embedded
+from streamlearn import embedded, stackfile
 from streamlearn.config import AppConfig, Settings
 from streamlearn.dashboard import Dashboard
 from streamlearn.errors import ConfigError
@@ -62,6 +64,7 @@ class Stack:
         self.cfg = cfg
         self.settings = settings
         self.run_dir = run_dir
+        self.config_path = config_path
         self.config_args = ["--config", config_path] if config_path else []
         self.data_dir = data_dir
         self.demo_rate = demo_rate
@@ -73,6 +76,9 @@ class Stack:
         # The children's settings come from here; each gets its own metrics port below.
         self.env = {k: v for k, v in os.environ.items() if k != "STREAMLEARN_METRICS_PORT"}
         self.env.update(QUIET_ENV)
+        # The prefixes these settings name (perhaps another stack's, from its run file).
+        self.env["STREAMLEARN_TOPIC_PREFIX"] = settings.topic_prefix
+        self.env["STREAMLEARN_KEY_PREFIX"] = settings.key_prefix
         self._stop = threading.Event()
 
     def run(self, quiet: bool = False) -> int:
@@ -81,9 +87,11 @@ class Stack:
             for s in (signal.SIGINT, signal.SIGTERM)
         }
         monitor = dashboard = None
+        record = None
         try:
             self.board.say(f"logs in {self.run_dir}")
             self._start_servers()
+            record = self._record()
             self._start_children()
             settings = self.settings.model_copy(
                 update={
@@ -102,6 +110,8 @@ class Stack:
                     self.board.show(lines.render())
             return 0
         finally:
+            if record is not None:  # first: no client should find a stack that is stopping
+                stackfile.remove(record.pid)
             self.board.freeze()
             for part in (dashboard, monitor):
                 if part is not None:
@@ -128,6 +138,18 @@ class Stack:
         self.board.say(
             f"broker {self.env['STREAMLEARN_MQTT_URL']}  redis {self.env['STREAMLEARN_REDIS_URL']}"
         )
+
+    def _record(self) -> stackfile.StackRecord:
+        """Write the run file: where this stack listens, for the client tools."""
+        record = stackfile.new_record(
+            self.env["STREAMLEARN_MQTT_URL"],
+            self.env["STREAMLEARN_REDIS_URL"],
+            self.settings.topic_prefix,
+            self.settings.key_prefix,
+            self.config_path,
+        )
+        self.board.say(f"stack recorded in {stackfile.write(record)}")
+        return record
 
     def _start_children(self) -> None:
         self.children = self._plan()
