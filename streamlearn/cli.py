@@ -293,8 +293,8 @@ def _predict(args: argparse.Namespace) -> int:
     from streamlearn.client import Client
 
     model = load_config(args.config).model(args.model)
-    print(settings.which_stack(), file=sys.stderr)
     settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
     if args.seq is not None and args.key is None:
         raise ConfigError("--seq needs --key")
     if args.x:
@@ -329,8 +329,8 @@ def _status(args: argparse.Namespace) -> int:
     from streamlearn.monitor import read_status
 
     cfg: AppConfig = load_config(args.config)
-    print(settings.which_stack(), file=sys.stderr)
     settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
     while True:
         rows = read_status(cfg, settings)
         if args.json:
