@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from bench._quality_streams import Stream
+from streamlearn.evaluate import decide, score
 
 # label, what it is
 REFERENCES = {
@@ -49,21 +50,10 @@ class Outcome:
         return len(self.scores) / max(self.seconds, 1e-9)
 
 
-def decide(task: str, outputs: np.ndarray) -> np.ndarray:
-    """The model's outputs (a row per sample) as labels or values."""
-    outputs = np.asarray(outputs, np.float32)
-    if task == "multiclass":
-        return outputs.reshape(len(outputs), -1).argmax(axis=1).astype(np.float32)
-    flat = outputs.reshape(len(outputs))
-    return (flat > 0.5).astype(np.float32) if task == "binary" else flat
-
-
 def scores(stream: Stream, predicted: np.ndarray) -> np.ndarray:
-    """Right (1) or wrong (0) per sample, or the absolute error; NaN (no answer) is wrong,
-    or 0.0 for a regression."""
-    if stream.classification:
-        return (predicted == stream.y).astype(np.float32)
-    return np.abs(np.nan_to_num(predicted, nan=0.0) - stream.y)
+    """Right (1) or wrong (0) per sample, or the absolute error (`streamlearn evaluate`'s
+    scoring); NaN (no answer) is wrong, or 0.0 for a regression."""
+    return score(stream.task, stream.y, predicted)
 
 
 # -- River ------------------------------------------------------------------------------

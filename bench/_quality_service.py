@@ -21,9 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from bench._quality_learners import Outcome, decide, model_table, scores
+from bench._quality_learners import Outcome, model_table, scores
 from bench._quality_streams import Stream
 from bench._stack import Proc, Stack
 from streamlearn.names import Names
@@ -81,43 +79,32 @@ class Service:
 
     def run(self, message_size: int, rate: float, timeout_s: float = 5.0) -> Outcome:
         """Request, await the reply, publish the labels; a message every `message_size /
-        rate` seconds. A missing or error reply counts as no answer (wrong, or 0.0)."""
-        from streamlearn import Client, PredictionError
+        rate` seconds (`streamlearn.evaluate.replay`, as `streamlearn evaluate` does). A
+        missing or error reply counts as no answer (wrong, or 0.0)."""
+        from streamlearn import Client
+        from streamlearn.evaluate import replay
 
         s = self.stream
         url = f"mqtt://{self.stack.host}:{self.stack.mqtt_port}"
         client = Client(url, topic_prefix=self.names.topic_prefix)
-        predicted = np.full(s.n, np.nan, np.float32)
-        versions: list[int] = []
-        errors: dict[str, int] = {}
-        start = time.perf_counter()
         try:
-            for lo in range(0, s.n, message_size):
-                if rate > 0:
-                    time.sleep(max(0.0, start + lo / rate - time.perf_counter()))
-                x, y = s.x[lo : lo + message_size], s.y[lo : lo + message_size]
-                try:
-                    reply = client.predict(s.name, x, timeout=timeout_s)
-                except (PredictionError, TimeoutError) as exc:
-                    errors[str(exc)] = errors.get(str(exc), 0) + 1
-                else:
-                    predicted[lo : lo + len(y)] = decide(s.task, np.asarray(reply.y))
-                    versions.append(reply.version)
-                client.publish_many(s.name, x, y)
-            seconds = time.perf_counter() - start
+            result = replay(
+                client, s.name, s.task, s.x, s.y, batch=message_size, rate=rate, timeout_s=timeout_s
+            )
             learner = self._learner_status(client, s.n)
         finally:
             client.close()
+        versions = [int(v) for v in result.versions[::message_size] if v >= 0]
         info = {
             "requests": -(-s.n // message_size),
             "answered": len(versions),
-            "errors": errors,
+            "errors": result.errors,
             "first_version": versions[0] if versions else None,
             "last_version": versions[-1] if versions else None,
             "versions_served": len(set(versions)),
             "learner": {k: learner.get(k) for k in LEARNER_FIGURES} if learner else None,
         }
-        return Outcome(scores(s, predicted), seconds, info)
+        return Outcome(scores(s, result.predicted), result.seconds, info)
 
     def _learner_status(self, client: object, n: int, timeout_s: float = 5.0) -> dict | None:
         """The learner's retained status once it has seen all `n` samples (or the last one

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from streamlearn import cli_models, scaffold
+from streamlearn import cli_models, evaluate, scaffold
 from streamlearn.config import AppConfig, ModelConfig, load_config, load_settings
 from streamlearn.errors import ConfigError, StreamlearnError
 from streamlearn.monitor import actor_line, broker_lines, fmt_number, presence_lines
@@ -113,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     cli_models.add_commands(command)  # export, pin, unpin
     scaffold.add_command(sub)  # init
+    evaluate.add_command(sub)  # evaluate FILE: test-then-train through the service
     return parser
 
 
@@ -276,12 +276,11 @@ def _file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
                     doc = json.loads(line)
                     yield len(doc["y"]) if isinstance(doc.get("y"), list) else 1, line.encode()
             return
-        rows = csv.DictReader(f)
         xs: list[list[float]] = []
         ys: list[float] = []
-        for row in rows:
-            ys.append(float(row.pop("y")))
-            xs.append([float(v) for v in row.values()])
+        for x, y in evaluate.csv_samples(path):
+            xs.append(x)
+            ys.append(y)
             if len(ys) == batch:
                 yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
                 xs, ys = [], []
