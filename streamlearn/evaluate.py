@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -282,7 +283,13 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model")
     p.add_argument("--target", default="y", help="the label's column or field (default y)")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per message")
-    p.add_argument("--rate", type=float, default=0, help="samples/s, 0 = as fast as it answers")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=400,
+        help="samples/s sent (default 400, as the quality bench); 0 = as fast as the actor "
+        "answers, which on a short file outruns the learner's publishing (every 250 ms)",
+    )
     p.add_argument("--last", type=int, default=DEFAULT_LAST, help="the recent window (samples)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for a reply")
     p.add_argument("--plot", metavar="FILE.png", help="draw the running curve")
@@ -297,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
 
     model = load_config(args.config).model(args.model)
     settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
     for flag in ("batch", "last"):
         if getattr(args, flag) < 1:
             raise ConfigError(f"--{flag} must be >= 1, got {getattr(args, flag)}")
