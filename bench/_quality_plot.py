@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
-
 from bench._quality_learners import Outcome
 from bench._quality_streams import Stream
+from streamlearn.evaluate import rolling
 
 STYLE = {  # learner -> (label, colour, width)
     "linear": ("River linear", "tab:blue", 1.0),
@@ -18,18 +17,6 @@ STYLE = {  # learner -> (label, colour, width)
     "inproc": ("streamlearn in-process", "tab:orange", 1.6),
     "service": ("streamlearn service", "tab:red", 2.0),
 }
-
-
-def rolling(scores: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last `window` scores at each sample (fewer at the start).
-
-    >>> rolling(np.array([1.0, 0.0, 1.0, 1.0]), 2).tolist()
-    [1.0, 0.5, 0.5, 1.0]
-    """
-    total = np.concatenate([[0.0], np.cumsum(np.asarray(scores, np.float64))])
-    end = np.arange(1, len(total))
-    start = np.maximum(end - window, 0)
-    return (total[end] - total[start]) / (end - start)
 
 
 def plot(curves: dict[str, tuple[Stream, dict[str, Outcome]]], window: int, path: Path) -> Path:

@@ -375,8 +375,10 @@ def test_a_flood_beyond_the_inbox_bound_is_shed_and_counted(serve, devices, stat
     # one status snapshot, so that its counters agree with each other (it is refreshed
     # while the last replies are still in flight)
     eventually(
-        lambda: (s := status())["requests_shed"] + len(me.got) == len(sent)
-        and s["served"] == len(me.got),
+        lambda: (
+            (s := status())["requests_shed"] + len(me.got) == len(sent)
+            and s["served"] == len(me.got)
+        ),
         30,
         "every request answered and counted as served, or shed and counted",
     )

@@ -12,9 +12,9 @@ import numpy as np
 
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
-from bench._quality_plot import rolling
 from bench._quality_service import Service
 from bench._stack import Stack
+from streamlearn.evaluate import rolling
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,7 +29,10 @@ def quick_start() -> list[list[list[str]]]:
     section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     assert len(blocks) == 2, "the quick start has a shell block for each of two shells"
-    return [[shlex.split(line, comments=True) for line in b.splitlines() if line.strip()] for b in blocks]
+    return [
+        [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
+        for block in blocks
+    ]
 
 
 def test_the_readme_quick_start_runs_as_written(tmp_path: Path):
@@ -43,7 +46,8 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path):
 
     def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(argv, cwd=home, env=env, capture_output=True, text=True, timeout=180)
-        assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        said = f"{shlex.join(argv)}\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+        assert done.returncode == 0, said
         return done
 
     *setup, up_argv = first
@@ -58,9 +62,7 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path):
     )
     children: set[int] = set()
     try:
-        eventually(
-            lambda: stackfile.live(tmp_path / "stack.json") is not None, 90, "up's run file"
-        )
+        eventually(lambda: stackfile.live(tmp_path / "stack.json") is not None, 90, "up's run file")
         children = children_of(up.pid)
 
         def serving() -> bool:  # the user waits for up's live line: an actor, a version
