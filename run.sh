@@ -27,13 +27,28 @@ python_env() {
   local py="${PYTHON:-python3}"
   [ -x .venv/bin/python ] || "$py" -m venv .venv
   local stamp=.venv/.streamlearn-installed
-  local want
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $extras"
-  if [ ! -f "$stamp" ] || ! grep -qxF "$want" "$stamp"; then
+  local hash
+  hash="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+  if ! installed "$stamp" "$hash" "$extras"; then
     .venv/bin/python -m pip install -q --upgrade pip
     .venv/bin/python -m pip install -q -e ".[$extras]"
-    echo "$want" >> "$stamp"
+    echo "$hash $extras" >> "$stamp"
   fi
+}
+
+installed() {
+  # Whether the stamp $1 has a line for this pyproject.toml ($2) with every extra in $3:
+  # `up` after `test` installs nothing more (pip keeps what an earlier install added).
+  local line have extra ok
+  [ -f "$1" ] || return 1
+  while read -r line; do
+    [ "${line%% *}" = "$2" ] || continue
+    have=",${line#* },"
+    ok=1
+    for extra in ${3//,/ }; do [[ "$have" == *",$extra,"* ]] || ok=0; done
+    [ "$ok" = 1 ] && return 0
+  done < "$1"
+  return 1
 }
 
 verb="${1:-}"
