@@ -32,13 +32,19 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
 
 from streamlearn import mqtt, stackfile
-from streamlearn.client_pending import Acks, ConnectionClosedError, Pending, Sent
+from streamlearn.client_pending import (
+    Acks,
+    ConnectionClosedError,
+    Pending,
+    Prediction,
+    PredictionError,
+    Sent,
+)
 from streamlearn.errors import ConfigError, StreamlearnError
 from streamlearn.names import Names
 
@@ -53,24 +59,6 @@ MAX_PAYLOAD_BYTES = 1_048_576
 MAX_SAMPLES_PER_MESSAGE = 10_000
 MAX_PENDING = 10_000
 MAX_INFLIGHT = 100
-
-
-class PredictionError(StreamlearnError):
-    """The service answered a request with an error; the message is the service's."""
-
-    def __init__(self, message: str, model: str | None = None) -> None:
-        super().__init__(message)
-        self.model = model
-
-
-@dataclass(frozen=True, slots=True)
-class Prediction:
-    """A reply: `y` is a number, class probabilities, or a list of those for several rows."""
-
-    y: Any
-    version: int
-    model: str
-    variant: str | None = None
 
 
 def _prediction(doc: dict[str, Any]) -> Prediction:

@@ -1,5 +1,6 @@
-"""What a `streamlearn.client.Client` waits for: replies to its requests, and the broker's
-acknowledgements of its publishes. Each is bounded; see the classes."""
+"""What a `streamlearn.client.Client` waits for: replies to its requests (a `Prediction`,
+or a `PredictionError`), and the broker's acknowledgements of its publishes. Each is
+bounded; see the classes."""
 
 from __future__ import annotations
 
@@ -19,6 +20,24 @@ from streamlearn.errors import StreamlearnError
 
 class ConnectionClosedError(StreamlearnError, ConnectionError):
     """The connection closed, or was lost, before the reply came."""
+
+
+class PredictionError(StreamlearnError):
+    """The service answered a request with an error; the message is the service's."""
+
+    def __init__(self, message: str, model: str | None = None) -> None:
+        super().__init__(message)
+        self.model = model
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """A reply: `y` is a number, class probabilities, or a list of those for several rows."""
+
+    y: Any
+    version: int
+    model: str
+    variant: str | None = None
 
 
 class Pending:
