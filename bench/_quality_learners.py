@@ -1,6 +1,7 @@
 """The learners the quality benchmark compares, each scored test-then-train.
 
-- River's online models, one sample at a time: the reference.
+- River's online models, one sample at a time: the reference; and, to tell the service's
+  learning from its protocol, the same models a message at a time (`run_river`).
 - streamlearn in this process (`InProcess`): the service's model, a message at a time.
 
 Every run yields an `Outcome`: per sample, 1/0 for a right/wrong class or the absolute
@@ -85,18 +86,24 @@ def river_model(kind: str, stream: Stream) -> object:
     raise ValueError(f"no River reference {kind!r}; known: {list(REFERENCES)}")
 
 
-def run_river(kind: str, stream: Stream) -> Outcome:
-    """One sample at a time: predict, then learn."""
+def run_river(kind: str, stream: Stream, message_size: int = 1) -> Outcome:
+    """Test-then-train a message at a time: predict its rows with the model as it was
+    before the message, then learn them one by one. River's own protocol is one sample
+    per message; `message_size` rows give it the labels as late as the service gets them.
+    """
     model = river_model(kind, stream)
     rows = [dict(enumerate(r)) for r in stream.x.tolist()]
     targets = stream.y.tolist() if stream.task == "regression" else stream.y.astype(int).tolist()
     predicted = np.full(stream.n, np.nan, np.float32)
     start = time.process_time()
-    for i, (x, y) in enumerate(zip(rows, targets, strict=True)):
-        p = model.predict_one(x)
-        if p is not None:
-            predicted[i] = float(p)
-        model.learn_one(x, y)
+    for lo in range(0, stream.n, message_size):
+        message = range(lo, min(lo + message_size, stream.n))
+        for i in message:
+            p = model.predict_one(rows[i])
+            if p is not None:
+                predicted[i] = float(p)
+        for i in message:
+            model.learn_one(rows[i], targets[i])
     return Outcome(scores(stream, predicted), time.process_time() - start)
 
 

@@ -131,9 +131,9 @@ class Actor:
                 max_requests is None or self.served - start < max_requests
             ):
                 self.heartbeat()
-                self.reload()
                 self._maybe_publish_status()
                 batch = self._gather(idle_s=0.1)
+                self.reload()  # after the wait: a version staged meanwhile answers this batch
                 if batch:
                     self.serve(batch)
         finally:

@@ -29,6 +29,8 @@ from streamlearn.records import Samples
 from streamlearn.retries import Retried
 from streamlearn.stream import Packed, SampleStream
 
+_POLL_S = 0.002  # between reads while waiting for more samples
+_IDLE_BLOCK_MS = 100  # a read blocks this long for the next entry of an empty stream
 _READ_BATCHES = 4
 
 
@@ -157,12 +159,17 @@ class Drainer:
             self._read(limit, idle_block_ms)
             if self._carry.available == 0:
                 return self._take(0) if self._carry.skipped else None
+        # Waiting for more reads without blocking, then sleeps: Redis ends a blocked read
+        # that times out only at its next timer tick (up to 100 ms at its default hz of 10),
+        # which made a 20 ms wait cost ~60 ms of freshness.
         deadline = time.monotonic() + self.policy.max_wait_ms / 1000
         while self._carry.available < limit:
-            wait_ms = int((deadline - time.monotonic()) * 1000)
-            got = self._read(limit - self._carry.available, wait_ms if wait_ms >= 1 else None)
-            if not got and wait_ms < 1:
+            got = self._read(limit - self._carry.available, None)
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
+            if not got:
+                time.sleep(min(_POLL_S, left))
         return self._take(limit)
 
     def _read(self, samples: int, block_ms: int | None) -> int:
@@ -193,7 +200,9 @@ class Drainer:
 
 
 class Prefetcher:
-    """Runs `drain` in a background thread, up to `depth` batches ahead of the consumer.
+    """Runs `drain(block_ms)` in a background thread, up to `depth` batches ahead of the
+    consumer. `idle` is set as soon as a drain finds the stream empty: the consumer has
+    caught up (the learner publishes then), not merely outrun the read-ahead.
 
     `stop()` joins the thread; batches it drained but nobody took stay for the next
     `start()`, so no entry it read is forgotten (they stay pending in Redis until trained).
@@ -202,7 +211,10 @@ class Prefetcher:
     """
 
     def __init__(
-        self, drain: Callable[[], Batch | None], depth: int, retry: Retried | None = None
+        self,
+        drain: Callable[[int | None], Batch | None],
+        depth: int,
+        retry: Retried | None = None,
     ) -> None:
         self._drain = drain
         self.depth = depth
@@ -212,7 +224,7 @@ class Prefetcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self.idle = threading.Event()  # set while the last drain found nothing
+        self.idle = threading.Event()  # set once a drain found the stream empty
 
     def start(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -246,7 +258,10 @@ class Prefetcher:
         try:
             while not self._stop.is_set():
                 try:
-                    batch = self._drain()
+                    batch = self._drain(None)  # what the stream holds now
+                    if batch is None:
+                        self.idle.set()  # caught up: then wait for the next entry
+                        batch = self._drain(_IDLE_BLOCK_MS)
                 except redis.RedisError as exc:
                     if self._retry is None:
                         raise
@@ -256,7 +271,6 @@ class Prefetcher:
                 if self._retry is not None:
                     self._retry.succeeded()
                 if batch is None:
-                    self.idle.set()
                     continue
                 self.idle.clear()
                 with self._cond:

@@ -79,6 +79,22 @@ class Durability:
         self.steps_since_publish += 1
         self._samples_since_checkpoint += samples
 
+    def caught_up(self) -> None:
+        """Nothing fresh is waiting: publish what was learned (fresh or replayed steps) now
+        rather than at the next cadence, so that actors answer with weights that know the
+        newest samples, at most once per `publish_min_ms`. Under a backlog the learner is
+        never caught up, and `publish_every_*` alone rule."""
+        if self.publish_wait_s() == 0:
+            self.publish()
+
+    def publish_wait_s(self) -> float | None:
+        """Seconds until `caught_up` may publish; None with nothing to publish, or while
+        Redis refuses publishes (their backoff rules then)."""
+        if not self.steps_since_publish or not self.writes.publishing.due():
+            return None
+        since_ms = (self.clock() - self._last_publish) * 1000
+        return max(0.0, self.policy.publish_min_ms - since_ms) / 1000
+
     def tick(self) -> None:
         """Publish, checkpoint and acknowledge when they are due."""
         now, policy = self.clock(), self.policy
@@ -114,8 +130,7 @@ class Durability:
         """Publish the current weights as a new version; non-finite weights never leave.
         When Redis refuses, training goes on and `tick` tries again after the backoff."""
         t = self.trainer
-        if t.stats is not None:  # the actors get statistics of every sample trained on
-            t.stats.flush()
+        t.flush_statistics()  # the actors get the statistics of every sample trained on
         arrays = models.get_arrays(t.model)
         try:
             codec.check_fits(arrays, t.spec)

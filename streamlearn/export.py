@@ -5,7 +5,8 @@ standardisation included, and is made of built-in Keras layers only, so
 `keras.saving.load_model` opens it wherever Keras is, without streamlearn: the
 `Standardize` layer becomes a `keras.layers.Normalization` holding the same mean and
 variance, followed, when some feature has been constant so far, by a `Rescaling` that
-zeroes it as `Standardize` does. (A model whose graph Keras cannot rebuild, a factory's
+zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
+`Normalization`. (A model whose graph Keras cannot rebuild, a factory's
 subclassed model, is saved as it is: its custom layers need their code, and streamlearn
 for `Standardize`, where it is loaded.) `--format savedmodel` writes a TensorFlow
 SavedModel directory for TF Serving instead (`serve` endpoint).
@@ -82,15 +83,16 @@ def loaded(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> keras.Model:
 
 
 def standalone(model: keras.Model) -> keras.Model:
-    """An uncompiled copy of `model` (no optimizer state), its `Standardize` layer
-    replaced by built-in layers.
+    """An uncompiled copy of `model` (no optimizer state), its `Standardize` and
+    `Unstandardize` layers replaced by built-in layers (`Normalization`, inverted for the
+    target).
 
     A model whose graph cannot be rebuilt (a factory's subclass) is returned as it is.
     """
     layer = standardize.find(model)
     normalize = zero = None
     if layer is not None:
-        mean, var = (keras.ops.convert_to_numpy(w) for w in (layer.mean, layer.var))
+        mean, var = layer.moments()
         spread = var > standardize.EPSILON
         # Normalization divides by sqrt(variance): 1 for a constant feature, then zeroed.
         normalize = keras.layers.Normalization(
@@ -99,9 +101,18 @@ def standalone(model: keras.Model) -> keras.Model:
         if not spread.all():
             zero = keras.layers.Rescaling(spread.astype("float32"), name=f"{layer.name}_constant")
 
+    target = standardize.find(model, standardize.Unstandardize)
+    if target is not None:
+        mean, var = target.moments()
+        denormalize = keras.layers.Normalization(
+            mean=mean, variance=np.maximum(var, standardize.EPSILON), invert=True, name=target.name
+        )
+
     def clone(old: keras.layers.Layer) -> keras.layers.Layer:
         if old is layer:
             return normalize
+        if old is target:
+            return denormalize
         return old.__class__.from_config(old.get_config())
 
     def call(new: keras.layers.Layer, *args: Any, **kwargs: Any) -> Any:
@@ -113,6 +124,6 @@ def standalone(model: keras.Model) -> keras.Model:
     except ValueError:  # only a functional model's graph can be rebuilt with a layer added
         return model
     for old in model.layers:
-        if old is not layer and old.weights:
+        if old is not layer and old is not target and old.weights:
             copy.get_layer(old.name).set_weights(old.get_weights())
     return copy

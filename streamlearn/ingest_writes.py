@@ -143,6 +143,7 @@ class RunWriter:
         """
         failures = 0
         pending = messages
+        reloaded = False
         while pending:
             piece = pending[: self._piece]
             error = self._write_piece(piece, measure)
@@ -150,6 +151,9 @@ class RunWriter:
             pending = [m for m in pending if not m.done]
             if error is None:
                 self._piece, failures = min(self.max_run, 2 * self._piece), 0
+                continue
+            if isinstance(error, NoScriptError) and not reloaded:
+                reloaded = True  # a fresh or restarted Redis: the scripts are loaded now
                 continue
             self.counters.redis_errors += 1
             failed = [m for m in piece if not m.done]

@@ -132,8 +132,9 @@ class Learner:
         """Train until `stop` is set, `max_steps` batches ran or, with `burst`, the stream
         has nothing more; returns the number of fresh batches.
 
-        Whenever no fresh batch is waiting, it replays one from the replay buffer while the
-        budget allows (`replay`; not with `burst`, which only drains what is there).
+        Once it has caught up with the stream (a read found it empty), it replays batches
+        from the replay buffer while the budget allows (`replay`; not with `burst`, which
+        only drains what is there): under a backlog it trains on fresh batches alone.
         On the way out it publishes and checkpoints what it learned; batches read ahead but
         not trained stay pending (and are trained by the next `run` or the next process).
         """
@@ -143,24 +144,38 @@ class Learner:
             self.prefetcher.start()
         try:
             while not stop.is_set() and (max_steps is None or steps < max_steps):
-                spare = not burst and self.trainer.replay.due()
+                spare = not burst and self.trainer.replay.due() and self._caught_up()
+                wait_s = 0.0 if spare else self._idle_wait_s()
                 if self.prefetcher:
-                    batch = self.prefetcher.get(0 if spare else 0.1)
+                    batch = self.prefetcher.get(wait_s)
                 else:
-                    batch = self._drain(None if spare else 100)
+                    batch = self._drain(round(wait_s * 1000) or None)
                 if batch is not None:
                     self.train_step(batch)
                     steps += 1
-                elif burst and (self.prefetcher is None or self.prefetcher.idle.is_set()):
+                elif burst and self._caught_up():
                     break
-                elif spare and self.trainer.replay_step():
-                    self.durability.trained(0)
+                else:
+                    if self._caught_up():  # publish what it learned now, then replay
+                        self.durability.caught_up()
+                    if spare and self.trainer.replay_step():
+                        self.durability.trained(0)
                 self._tick()
         finally:
             if self.prefetcher:
                 self.prefetcher.stop()
         self.durability.finish()
         return steps
+
+    def _caught_up(self) -> bool:
+        """Whether the stream had nothing more to read (not merely the read-ahead behind)."""
+        return self.prefetcher is None or self.prefetcher.idle.is_set()
+
+    def _idle_wait_s(self) -> float:
+        """How long to wait for a fresh batch with no replay to do: 0.1 s, or, caught up,
+        until an unpublished step may be published (`Durability.caught_up`)."""
+        wait = self.durability.publish_wait_s() if self._caught_up() else None
+        return 0.1 if wait is None else wait
 
     def _drain(self, idle_block_ms: int | None) -> Batch | None:
         """Without read-ahead: a drain in this thread, after the backoff when Redis failed."""

@@ -91,12 +91,23 @@ class LearnerConfig(Frozen):
     """Micro-batching and publish policy of the learner."""
 
     max_batch: int = Field(256, ge=1, description="samples per train step, at most")
-    max_wait_ms: float = Field(20, ge=0, description="wait for more samples once one arrived")
+    max_wait_ms: float = Field(
+        0,
+        ge=0,
+        description="wait for more samples once one arrived (each ms of it is a ms of "
+        "staleness; batches grow by themselves under a backlog)",
+    )
     buckets: tuple[int, ...] | None = Field(
         None, description="padded batch sizes; default: powers of 4 from 16 up to max_batch"
     )
     publish_every_steps: int = Field(50, ge=1)
     publish_every_ms: float = Field(250, gt=0)
+    publish_min_ms: float = Field(
+        25,
+        ge=0,
+        description="caught up with the stream, the learner publishes what it learned at "
+        "once, at most once per this many ms (under a backlog, publish_every_* rule)",
+    )
     keep_versions: int = Field(5, ge=1, description="weights versions kept in Redis")
     status_every_ms: float = Field(1000, gt=0, le=2000)
     prefetch_batches: int = Field(

@@ -8,7 +8,8 @@ updates them from each fresh batch after its step (`Statistics`), not by gradien
 running moments (Chan's parallel update) over the first `horizon` samples, then an
 exponential forgetting with that horizon, so a drifting input scale is followed.
 
-Before any sample the layer is the identity (mean 0, var 1).
+Before any sample the layer is the identity (mean 0, var 1). A regression's model ends in
+`Unstandardize`, the same statistics of the target, applied the other way round.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ class Standardize(keras.layers.Layer):
         self.var = self.add_weight(shape=features, initializer="ones", trainable=False, name="var")
         self.count = self.add_weight(shape=(), initializer="zeros", trainable=False, name="count")
 
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """The mean and variance it computes with, as arrays."""
+        return keras.ops.convert_to_numpy(self.mean), keras.ops.convert_to_numpy(self.var)
+
     def call(self, x):  # type: ignore[no-untyped-def]
         # A feature constant so far (var 0) is centred to 0, as River's StandardScaler does.
         spread = self.var > EPSILON
@@ -38,9 +43,31 @@ class Standardize(keras.layers.Layer):
         return (x - self.mean) * scale
 
 
-def find(model: keras.Model) -> Standardize | None:
-    """The model's `Standardize` layer, None when it has none (a factory's model)."""
-    return next((layer for layer in model.layers if isinstance(layer, Standardize)), None)
+@keras.saving.register_keras_serializable(package="streamlearn")
+class Unstandardize(Standardize):
+    """A regression's last layer: `z * sqrt(var) + mean`, the target's running moments.
+
+    The layers before it learn a standardised target, whatever the target's units: an
+    optimizer's step size (0.01 for Adam) then moves the prediction by a hundredth of the
+    target's spread, not by 0.01 of its units, which took thousands of steps to reach a
+    target of ~150 (scikit-learn's diabetes). A target constant so far (var 0) gives its
+    mean. The loss and the online figures stay in the target's own units.
+    """
+
+    def call(self, z):  # type: ignore[no-untyped-def]
+        return z * keras.ops.sqrt(keras.ops.maximum(self.var, EPSILON)) + self.mean
+
+
+def find(model: keras.Model, kind: type[Standardize] = Standardize) -> Standardize | None:
+    """The model's `Standardize` (or `Unstandardize`) layer, None when it has none."""
+    return next((layer for layer in model.layers if type(layer) is kind), None)
+
+
+def statistics(model: keras.Model, horizon: int) -> list[tuple[Statistics, bool]]:
+    """The running moments behind the model's layers: of the inputs (`False`) and of a
+    regression's target (`True`)."""
+    found = ((find(model, kind), kind is Unstandardize) for kind in (Standardize, Unstandardize))
+    return [(Statistics(layer, horizon), target) for layer, target in found if layer is not None]
 
 
 class Statistics:
@@ -128,10 +155,9 @@ class Statistics:
         return bool(np.any(shift > self.tolerance) or np.any(scale > 2 * self.tolerance))
 
     def _read(self) -> None:
-        layer = self.layer
-        self.mean = keras.ops.convert_to_numpy(layer.mean).astype(np.float64)
-        self.var = keras.ops.convert_to_numpy(layer.var).astype(np.float64)
-        self.count = float(keras.ops.convert_to_numpy(layer.count))
+        mean, var = self.layer.moments()
+        self.mean, self.var = mean.astype(np.float64), var.astype(np.float64)
+        self.count = float(keras.ops.convert_to_numpy(self.layer.count))
         self._written_mean, self._written_var = self.mean.copy(), self.var.copy()
         self._unwritten = self.count == 0  # the first statistics replace the identity
 

@@ -6,10 +6,11 @@
   with the weights from before its update; their running means are the online figures.
 - Guard: a step whose loss, weights or optimizer state is non-finite is undone (restore the
   last good snapshot, replay the good batches since: `guard`) and its batch dead-lettered.
-- Sample efficiency: the model's `Standardize` layer takes each fresh batch's statistics
-  once its step scored and learned it (`standardize`); fresh samples go to the replay
-  buffer, and `replay_step` trains on a batch from it (`replay`), never scored; a drift
-  detector on the online loss makes the buffer forget the old concept (`drift`).
+- Sample efficiency: the model's `Standardize` layer (and a regression's `Unstandardize`)
+  takes each fresh batch's statistics once its step scored and learned it (`standardize`);
+  fresh samples go to the replay buffer, and `replay_step` trains on a batch from it
+  (`replay`), never scored; a drift detector on the online loss makes the buffer forget
+  the old concept (`drift`).
 """
 
 from __future__ import annotations
@@ -55,9 +56,7 @@ class Trainer:
         self.guard = StepGuard(self.variables, self.fit, self._rolled_back)
         self.metric_name: str | None = None
         self.warm_traces = 0
-        scaler = standardize.find(self.model)
-        horizon = policy.standardize_horizon
-        self.stats = standardize.Statistics(scaler, horizon) if scaler is not None else None
+        self.stats = standardize.statistics(self.model, policy.standardize_horizon)
         y_tail = () if cfg.task == "multiclass" else (1,)
         self.replay = Replay(
             policy.replay_buffer,
@@ -111,8 +110,8 @@ class Trainer:
             s.online_metric = _ema(s.online_metric, metric, rate)
         self.recent.add(n, loss, metric)
         self.guard.kept(batch)
-        if self.stats is not None:  # after the step: nothing learns from a sample before
-            self.stats.update(batch.x[:n])
+        for stats, target in self.stats:  # after the step: nothing learns from a sample before
+            stats.update((batch.y if target else batch.x)[:n])
         self.replay.add(batch.x[:n], batch.y[:n])
         if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
             log.warning(
@@ -140,6 +139,11 @@ class Trainer:
         self.replay_steps += 1
         self.guard.kept(batch)
         return True
+
+    def flush_statistics(self) -> None:
+        """The input (and target) statistics of every sample trained on, into the model."""
+        for stats, _ in self.stats:
+            stats.flush()
 
     def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
         if self.replicas > 1:

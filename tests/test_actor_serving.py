@@ -48,7 +48,9 @@ def weights(template: dict[str, np.ndarray], v: int) -> dict[str, np.ndarray]:
     out = {}
     for path, array in template.items():
         head = path.startswith("head")
-        if path.endswith("bias"):
+        if "standardize" in path:  # the identity: the replies stay 1004 * v
+            out[path] = array
+        elif path.endswith("bias"):
             out[path] = np.full_like(array, v * (1000 if head else 1))
         else:
             out[path] = np.ones_like(array) if head else np.zeros_like(array)

@@ -63,7 +63,7 @@ def test_design_minimal_toml_loads_as_written(tmp_path):
 def test_defaults_fill_everything_else(tmp_path):
     model = load_config(write(tmp_path, DESIGN_TOML)).model("demo")
     assert model.optimizer == "adam" and model.classes is None and model.window is None
-    assert model.learner.max_batch == 256 and model.learner.max_wait_ms == 20
+    assert model.learner.max_batch == 256 and model.learner.max_wait_ms == 0
     assert model.learner.publish_every_steps == 50 and model.learner.publish_every_ms == 250
     assert model.learner.keep_versions == 5
     assert model.learner.status_every_ms <= 2000  # status is refreshed at least every 2 s

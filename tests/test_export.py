@@ -24,7 +24,7 @@ from streamlearn.names import Names
 from streamlearn.records import Samples
 from streamlearn.stream import SampleStream
 from streamlearn.weights import WeightsStore
-from tests.conftest import ROOT, eventually
+from tests.conftest import ROOT, eventually, settled
 
 TOML = """
 [models.e]
@@ -73,7 +73,11 @@ def test_an_exported_file_predicts_what_the_actor_replies_for_that_version(
     queue = SampleStream(redis, names, (3,))
     queue.write([Samples(x[i : i + 50], y[i : i + 50]) for i in range(0, len(x), 50)])
     store = WeightsStore(redis, names)
-    eventually(lambda: store.latest_version() >= 3, 60, "the learner published a few versions")
+    eventually(
+        lambda: settled(settings, redis, names, len(x)),
+        90,
+        "the learner trained on every sample and published all it learned (no more versions)",
+    )
 
     probe = raw_x(rng, 8)
     client = client_for("e")

@@ -374,10 +374,10 @@ def make_actor(redis, settings, cfg: ModelConfig) -> tuple[Actor, WeightsStore, 
 
 
 def publish_constant(store: WeightsStore, cfg: ModelConfig, version: int, value: float) -> None:
-    """Every weight `value` (the input statistics left as they are, the identity): a linear
-    model then predicts `value` for x = 0."""
+    """Every weight `value` (the input and target statistics left as they are, the
+    identity): a linear model then predicts `value` for x = 0."""
     arrays = {
-        k: v if k.startswith("standardize/") else np.full_like(v, value)
+        k: v if "standardize" in k else np.full_like(v, value)
         for k, v in models.get_arrays(models.build_model(cfg)).items()
     }
     assert store.publish(codec.encode(arrays, {"model": cfg.name})) == (version, True)

@@ -134,6 +134,20 @@ def test_a_message_sent_again_adds_its_samples_once(start_role, redis, settings)
     assert last.ids == ("new", None), "a sample without id is never dropped"
 
 
+def test_the_first_message_on_a_fresh_redis_is_stored_at_once(start_role, redis, settings):
+    """A fresh (or restarted) Redis has none of the append scripts: the ingest loads them
+    and writes again at once, instead of counting a Redis error and backing off."""
+    names = Names("m", settings.topic_prefix, settings.key_prefix)
+    redis.script_flush()
+    ingest = start_role("ingest", TOML)
+    device = plain_paho(settings)
+    doc = {"x": [1, 2, 3], "y": 1, "id": "first"}
+    device.publish(names.samples_topic, json.dumps(doc), qos=1).wait_for_publish(10)
+    device.disconnect()
+    eventually(lambda: "first" in ids_in_stream(redis, names), 30, "the first message")
+    assert not [line for line in ingest.lines if "redis unavailable" in line]
+
+
 def _samples(ids: list[str | None], first: float = 0) -> Samples:
     n = len(ids)
     x = np.arange(first, first + 3 * n, dtype=np.float32).reshape(n, 3)

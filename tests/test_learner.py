@@ -92,6 +92,23 @@ def test_trace_counter_counts_real_traces():
         assert (probe.traces > traces) is new_trace, size
 
 
+def test_each_steps_figures_are_its_batchs_alone_as_with_kerass_own_reset():
+    """The probed step zeroes the metrics itself (no eager reset per `train_on_batch`):
+    the loss and metric of every step are still those of its batch alone."""
+    cfg = ModelConfig(name="b", inputs=3, task="binary", hidden=(8,))
+    probed, plain = models.build_model(cfg), models.build_model(cfg)
+    models.TrainProbe(probed)
+    plain.set_weights(probed.get_weights())
+    rng = np.random.default_rng(3)
+    for n in (64, 16, 64, 16, 64):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        y = (x[:, :1] > 0).astype(np.float32)
+        got = probed.train_on_batch(x, y, return_dict=True)
+        expected = plain.train_on_batch(x, y, return_dict=True)
+        assert got["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+        assert got["binary_accuracy"] == pytest.approx(expected["binary_accuracy"], rel=1e-6)
+
+
 def test_no_retrace_after_warm_up_whatever_the_drained_size(redis, settings):
     learner = make_learner(redis, settings, regression(max_batch=100))
     learner.start()

@@ -140,7 +140,7 @@ out["replicas"] = learner.replicas
 out["buckets"] = list(learner.buckets)
 out["sizes"] = [b.n for b in batches]
 out["single_loss"] = single.state.online_loss
-single.trainer.stats.flush()  # as the mirrored learner's last publish did
+single.trainer.flush_statistics()  # as the mirrored learner's last publish did
 mirrored_w, single_w = models.get_arrays(learner.model), models.get_arrays(single.model)
 out["max_weight_diff"] = max(float(np.abs(mirrored_w[k] - single_w[k]).max()) for k in single_w)
 print("RESULT " + json.dumps(out))

@@ -7,6 +7,7 @@ processes) with default settings, as a new user would.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -65,7 +66,8 @@ def test_default_settings_learn_a_linear_function_from_2500_samples(start_role, 
 
 def test_the_actor_answers_what_the_learners_model_computes(start_role, settings, redis):
     """Standardisation is part of the model: the actor applies exactly the statistics the
-    learner learned, so a reply equals the learner's own forward pass."""
+    learner learned (of the inputs and of the target), so a reply equals the learner's own
+    forward pass."""
     cfg = ModelConfig(name="same", inputs=4, hidden=(8,))
     names = Names("same", settings.topic_prefix, settings.key_prefix)
     learner = Learner(cfg, SampleStream(redis, names, cfg.sample_shape), WeightsStore(redis, names))
@@ -75,6 +77,8 @@ def test_the_actor_answers_what_the_learners_model_computes(start_role, settings
     learner.run(burst=True)
     scaler = learner.model.get_layer("standardize")
     assert np.allclose(scaler.mean.numpy(), x.mean(axis=0), rtol=1e-3, atol=1e-3)
+    target = learner.model.get_layer("unstandardize")
+    assert np.allclose(target.mean.numpy(), y.mean(), rtol=1e-3, atol=1e-3)
     start_role("actor", "[models.same]\ninputs = 4\nhidden = [8]\n")
     probe = linear_samples(5, seed=3)[0]
     with streamlearn.Client(settings.mqtt, topic_prefix=settings.topic_prefix) as client:
@@ -84,6 +88,33 @@ def test_the_actor_answers_what_the_learners_model_computes(start_role, settings
     assert np.allclose(np.array(reply.y).reshape(-1), expected, rtol=1e-5, atol=1e-6)
     published = codec.decode(WeightsStore(redis, names).fetch()[1])[0]
     assert np.allclose(published["standardize/mean"], scaler.mean.numpy())
+
+
+def early_error(cfg: ModelConfig, x: np.ndarray, y: np.ndarray) -> float:
+    """Test-then-train in 40-sample messages (each replayed as the budget allows): the
+    mean absolute error of the predictions for samples 40 to 200, relative to y's spread."""
+    trainer = Trainer(cfg, deadletter=lambda *_: None)
+    trainer.warm_up()
+    errors = []
+    for i in range(0, 200, 40):
+        part_x, part_y = x[i : i + 40], y[i : i + 40]
+        errors.append(np.abs(trainer.model.predict_on_batch(part_x).reshape(-1) - part_y))
+        trainer.step(padded([part_x], [part_y], trainer.buckets, (1,)))
+        while trainer.replay_step():
+            pass
+    return float(np.concatenate(errors[1:]).mean() / y.std())
+
+
+def test_a_target_in_the_hundreds_is_learned_as_fast_as_one_near_zero():
+    """The regression's last layer scales by the target's running moments: a target of
+    ~150 +- 320 costs no more samples than one near zero. Without it, the predictions of
+    the first few hundred samples were off by ~40% of the target's spread (Adam's steps of
+    ~0.01 have a long way to go to reach the target's level)."""
+    cfg = ModelConfig(name="big", inputs=4)
+    x, y = linear_samples(200, seed=5)
+    near_zero = early_error(cfg, x, y)
+    big = early_error(cfg, x, y * 80 + 150)
+    assert big < 1.5 * near_zero + 0.02, f"relative error {big:.3f}, near zero {near_zero:.3f}"
 
 
 def test_replay_buffer_stays_bounded_and_within_its_budget():
@@ -128,6 +159,42 @@ def test_a_sample_counts_once_in_the_online_metric(redis, settings):
     status = learner.status()
     assert status["replayed_samples"] >= 8 * 400 - 16 and status["replay_steps"] > 100
     assert status["samples_seen"] == 400 and status["window_samples"] == 400
+
+
+def test_a_backlog_is_worked_off_before_any_replay(redis, settings):
+    """Replay takes spare time only: with samples waiting in the stream, every step is a
+    fresh one, even while the read-ahead is behind (reads from a distant Redis, here 5 ms
+    each); once caught up, the learner replays."""
+
+    class DistantStream(SampleStream):
+        def read_packed(self, *args, **kwargs):
+            time.sleep(0.005)
+            return super().read_packed(*args, **kwargs)
+
+    cfg = ModelConfig(name="busy", inputs=4, learner=LearnerConfig(max_batch=64))
+    names = Names("busy", settings.topic_prefix, settings.key_prefix)
+    learner = Learner(cfg, DistantStream(redis, names, (4,)), WeightsStore(redis, names))
+    learner.start()
+    x, y = linear_samples(3000, seed=6)
+    learner.queue.write([Samples(x[i : i + 40], y[i : i + 40]) for i in range(0, 3000, 40)])
+    replayed_before_caught_up = []
+    step = learner.train_step
+
+    def fresh_step(batch) -> None:
+        step(batch)
+        if learner.state.samples_seen >= 3000:
+            replayed_before_caught_up.append(learner.trainer.replay_steps)
+
+    learner.train_step = fresh_step
+    stop = threading.Event()
+    worker = threading.Thread(target=learner.run, args=(stop,))
+    worker.start()
+    try:
+        eventually(lambda: learner.trainer.replay_steps > 0, 60, "replay once caught up")
+    finally:
+        stop.set()
+        worker.join()
+    assert replayed_before_caught_up == [0]
 
 
 def drifting_losses(

@@ -59,6 +59,17 @@ def test_in_process_predicts_each_message_before_learning_it() -> None:
     assert not np.allclose(outcome.scores[40:80], untrained_next, atol=1e-5)
 
 
+def test_river_given_the_labels_a_message_at_a_time_predicts_each_message_first() -> None:
+    """The same-protocol reference: no label of a message is learned before all its rows
+    are predicted. River's linear regression predicts 0 until it learns."""
+    stream = _linear4(120)
+    per_message = learners.run_river("linear", stream, message_size=40)
+    assert np.allclose(per_message.scores[:40], np.abs(stream.y[:40]), atol=1e-6)
+    assert not np.allclose(per_message.scores[40:80], np.abs(stream.y[40:80]), atol=1e-6)
+    per_sample = learners.run_river("linear", stream)
+    assert not np.allclose(per_sample.scores[1:40], np.abs(stream.y[1:40]), atol=1e-6)
+
+
 def test_rolling_means_the_last_window() -> None:
     assert rolling(np.array([1.0, 0.0, 1.0, 1.0]), 2).tolist() == [1.0, 0.5, 0.5, 1.0]
 
