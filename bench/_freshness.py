@@ -25,6 +25,7 @@ from streamlearn import codec
 from streamlearn.config import DEMO_TOML, parse_config
 from streamlearn.demo import DemoStream
 from streamlearn.names import Names
+from streamlearn.weights import WeightsStore
 
 
 def measure(stack: Stack, args: argparse.Namespace) -> dict:
@@ -39,6 +40,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
         for role in ("learner", "ingest", "actor")
     ]
     r = redis.Redis.from_url(stack.redis_url)
+    store = WeightsStore(r, names)
     seen: dict[int, int] = {}  # version -> samples trained on
     stop = threading.Event()
 
@@ -49,9 +51,9 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
             msg = pubsub.get_message(timeout=0.2)
             if msg is not None:
                 version = int(msg["data"])
-                blob = r.get(names.weights_key(version))
-                if blob is not None:
-                    seen[version] = int(codec.decode(blob)[1]["samples_seen"])
+                found = store.fetch(version)
+                if found is not None:
+                    seen[version] = int(codec.decode(found[1])[1]["samples_seen"])
         pubsub.close()
 
     listener = threading.Thread(target=listen)

@@ -18,7 +18,9 @@ temperature = rng.normal(70, 8, n)
 vibration = rng.gamma(4, 0.8, n)
 rpm = rng.normal(1500, 200, n)
 load = rng.uniform(0.2, 1.0, n)
-risk = 0.25 * (temperature - 70) + 1.2 * (vibration - 3.2) + 3.0 * (load - 0.6) - 0.002 * (rpm - 1500)
+risk = (
+    0.25 * (temperature - 70) + 1.2 * (vibration - 3.2) + 3.0 * (load - 0.6) - 0.002 * (rpm - 1500)
+)
 failed = (risk + rng.normal(0, 1.0, n) > 1.5).astype(int)
 with open(Path(__file__).with_name("machines.csv"), "w", newline="") as f:
     out = csv.writer(f)

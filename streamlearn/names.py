@@ -66,13 +66,20 @@ class Names:
     def weights_channel(self) -> str:
         return self.key(self._weights)
 
-    def weights_key(self, version: int) -> str:
-        return self.key(f"{self._weights}:{version}")
+    @property
+    def blobs_key(self) -> str:
+        """Hash: version -> weights blob, for every version kept (`streamlearn.weights`)."""
+        return self.key(f"{self._weights}:blobs")
 
     @property
     def versions_key(self) -> str:
-        """List of the versions kept, oldest first (`weights.VariantWeights` trims by it)."""
+        """List of the newest versions kept, oldest first (`streamlearn.weights`)."""
         return self.key(f"{self._weights}:versions")
+
+    @property
+    def history_key(self) -> str:
+        """Sorted set: one version per `learner.history_every_s`, scored by publish time (ms)."""
+        return self.key(f"{self._weights}:history")
 
     @property
     def pin_key(self) -> str:

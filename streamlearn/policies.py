@@ -108,7 +108,14 @@ class LearnerConfig(Frozen):
         description="caught up with the stream, the learner publishes what it learned at "
         "once, at most once per this many ms (under a backlog, publish_every_* rule)",
     )
-    keep_versions: int = Field(5, ge=1, description="weights versions kept in Redis")
+    keep_versions: int = Field(5, ge=1, description="newest weights versions kept in Redis")
+    history_versions: int = Field(
+        60,
+        ge=0,
+        description="besides the newest, versions kept one per history_every_s for pin and "
+        "export (default: an hour); each costs one blob of memory in Redis",
+    )
+    history_every_s: float = Field(60, gt=0, description="seconds between history versions")
     status_every_ms: float = Field(1000, gt=0, le=2000)
     prefetch_batches: int = Field(
         2, ge=0, description="micro-batches read ahead by a background thread; 0: none"

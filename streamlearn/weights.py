@@ -1,10 +1,14 @@
 """The weights store: versioned blobs in Redis plus an announcement channel.
 
-`sl:{model}:weights:{version}` holds each blob, `sl:{model}:weights:versions` the versions
-kept (the last K), `sl:{model}:weights:latest` the newest complete version, and the
-channel `sl:{model}:weights` announces the version actors should load. The store assigns
-versions: one Lua script (`lua/weights_publish.lua`) numbers the blob above every
-published version, writes it, trims the old ones and announces it, all or nothing.
+The hash `sl:{model}:weights:blobs` holds each blob under its version,
+`sl:{model}:weights:versions` the newest versions (the last `keep`),
+`sl:{model}:weights:history` one version per `history_every_s` (the last `history`, scored
+by publish time: what an operator rolls back to minutes later, however fast the learner
+publishes), `sl:{model}:weights:latest` the newest complete version, and the channel
+`sl:{model}:weights` announces the version actors should load. The store assigns versions:
+one Lua script (`lua/weights_publish.lua`) numbers the blob above every published version,
+writes it, trims the old ones and announces it, all or nothing. Every key a script touches
+is passed to it (one hash slot per model, Redis Cluster ready).
 
 An operator may pin a version (`sl:{model}:weights:pin`, `lua/weights_pin.lua`): actors
 serve it instead of the latest until it is unpinned, the trim keeps it, and the learner
@@ -32,13 +36,22 @@ class WeightsStore:
     the champion)."""
 
     def __init__(
-        self, client: redis.Redis, names: Names, variant: str | None = None, *, keep: int = 5
+        self,
+        client: redis.Redis,
+        names: Names,
+        variant: str | None = None,
+        *,
+        keep: int = 5,
+        history: int = 60,
+        history_every_s: float = 60.0,
     ) -> None:
         self.redis = client
         self.model = names
         self.variant = variant
         self.names = names if variant is None else names.of_variant(variant)
         self.keep = keep
+        self.history = history
+        self.history_every_ms = round(history_every_s * 1000)
         self._publish = scripts.load(client, "weights_publish")
         self._pin = scripts.load(client, "weights_pin")
 
@@ -53,13 +66,14 @@ class WeightsStore:
         """Store `blob` as a new version above `after` and every published one; returns
         the version and whether it became the model's (always, without a variant)."""
         own, model = self.names, self.model
-        keys = [own.latest_key, own.versions_key]
-        args = [blob, after, self.keep, _prefix(own), model.weights_channel]
+        keys = _weights_keys(own)
+        args = [blob, after, self.keep, self.history_every_ms, self.history]
+        args += [model.weights_channel]
         if self.variant is None:
             keys += [model.pin_key]
         else:
-            keys += [model.champion_key, model.latest_key, model.versions_key, model.pin_key]
-            args += [self.variant, BASE_VARIANT, _prefix(model)]
+            keys += [model.champion_key, *_weights_keys(model), model.pin_key]
+            args += [self.variant, BASE_VARIANT]
         version, served = self._publish(keys=keys, args=args)
         return int(version), bool(served)
 
@@ -88,13 +102,18 @@ class WeightsStore:
         return None if pinned is None else int(pinned)
 
     def versions(self) -> list[int]:
-        """The model's versions kept in Redis, oldest first (a pinned one first of all)."""
-        return [int(v) for v in self.redis.lrange(self.model.versions_key, 0, -1)]
+        """The model's versions kept in Redis, oldest first: the history and the newest."""
+        return sorted(int(v) for v in self.redis.hkeys(self.model.blobs_key))
+
+    def history_versions(self) -> list[tuple[int, float]]:
+        """The model's history: (version, publish time in s since the epoch), oldest first."""
+        kept = self.redis.zrange(self.model.history_key, 0, -1, withscores=True)
+        return [(int(v), at / 1000) for v, at in kept]
 
     def pin(self, version: int) -> None:
         """Make actors serve `version` until `unpin`; it must still be kept in Redis."""
         model = self.model
-        keys = [model.pin_key, model.versions_key, model.weights_key(version)]
+        keys = [model.pin_key, model.versions_key, model.history_key, model.blobs_key]
         found = self._pin(keys=keys, args=[int(version), model.weights_channel])
         if not int(found[0]):
             kept = sorted(int(v) for v in found[1:])
@@ -119,10 +138,10 @@ class WeightsStore:
             version = int(self.redis.get(names.latest_key) or 0)
         if version <= 0:
             return None
-        blob = self.redis.get(names.weights_key(version))
+        blob = self.redis.hget(names.blobs_key, version)
         return None if blob is None else (version, blob)
 
 
-def _prefix(names: Names) -> str:
-    """What a version number is appended to, to name its blob's key."""
-    return names.weights_key(0)[:-1]
+def _weights_keys(names: Names) -> list[str]:
+    """The keys of one namespace the publish script writes, in its order."""
+    return [names.latest_key, names.versions_key, names.history_key, names.blobs_key]

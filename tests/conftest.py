@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import paho.mqtt.client as paho
 import pytest
@@ -26,6 +27,7 @@ from streamlearn.config import LearnerConfig, Settings
 from streamlearn.names import Names
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 # servers run with the deploy/ files (`broker`, `acl_redis`), for any test module
 pytest_plugins = ["tests.deployed"]
@@ -205,11 +207,12 @@ def plain_paho(settings: Settings, protocol: int = paho.MQTTv311) -> paho.Client
     return client
 
 
-def eventually(check: Callable[[], bool], timeout_s: float = 30, what: str = "condition") -> None:
+def eventually(check: Callable[[], T], timeout_s: float = 30, what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy, and return that."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if check():
-            return
+        if got := check():
+            return got
         time.sleep(0.1)
     raise AssertionError(f"{what} not reached within {timeout_s} s")
 
@@ -229,6 +232,20 @@ def retained(settings: Settings, topic: str, timeout_s: float = 2) -> dict | Non
     finally:
         mqtt.close(client)
     return json.loads(got[-1]) if got and got[-1] else None
+
+
+def published(client: redis_lib.Redis, names: Names) -> tuple[int, dict[str, str]]:
+    """The model's latest version and its blob's metadata ((0, {}) before any)."""
+    from streamlearn import codec
+    from streamlearn.weights import WeightsStore
+
+    found = WeightsStore(client, names).fetch()
+    return (0, {}) if found is None else (found[0], codec.decode(found[1])[1])
+
+
+def samples_seen(client: redis_lib.Redis, names: Names) -> int:
+    """How many samples the learner had seen in the latest version (0 before any)."""
+    return int(published(client, names)[1].get("samples_seen", 0))
 
 
 def settled(settings: Settings, redis: redis_lib.Redis, names: Names, samples: int) -> bool:

@@ -20,13 +20,13 @@ import redis as redis_lib
 
 import streamlearn
 from streamlearn import client as client_module
-from streamlearn import codec, embedded
+from streamlearn import embedded
 from streamlearn.client import ConnectionClosedError
 from streamlearn.config import Settings
 from streamlearn.errors import StreamlearnError
 from streamlearn.names import Names
 from streamlearn.policies import IngestConfig
-from tests.conftest import eventually, launch_role, own_settings
+from tests.conftest import eventually, launch_role, own_settings, samples_seen
 from tests.deployed import device_url, mqtt_url
 
 TOML = """
@@ -62,9 +62,7 @@ def stack(
             client.publish_many("w", xs, xs[:, -1, 0])
 
         def learned() -> bool:
-            latest = int(store.get(names.latest_key) or 0)
-            blob = store.get(names.weights_key(latest)) if latest else None
-            return blob is not None and int(codec.decode(blob)[1]["samples_seen"]) > 0
+            return samples_seen(store, names) > 0
 
         eventually(lambda: int(store.get(names.ingest_count_key) or 0) == 2000, 60, "ingested")
         eventually(learned, 60, "a first version trained on them")

@@ -280,7 +280,7 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     assert operator.unpin() == 1 and WeightsStore(actor, names).pinned_version() is None
 
     denied = [
-        (ingest, ["SET", names.weights_key(2), "x"]),
+        (ingest, ["HSET", names.blobs_key, "2", "x"]),
         (ingest, ["XREADGROUP", "GROUP", "learners", "x", "STREAMS", names.samples_key, ">"]),
         (ingest, ["GET", names.latest_key]),
         (actor, ["XADD", names.samples_key, "*", "n", "1"]),

@@ -149,7 +149,7 @@ def test_the_standalone_model_has_only_built_in_layers_and_predicts_the_same(fie
 
 def test_export_names_the_versions_kept_when_one_is_missing(redis, settings, tmp_path: Path):
     names = Names("e", settings.topic_prefix, settings.key_prefix)
-    store = WeightsStore(redis, names, keep=2)
+    store = WeightsStore(redis, names, keep=2, history=0)
     cfg = _cfg(standardize=False)
     with pytest.raises(NoWeightsError, match="no weights published yet"):
         export.export(cfg, store, tmp_path / "e.keras")

@@ -14,12 +14,12 @@ import threading
 import numpy as np
 import pytest
 
-from streamlearn import codec
 from streamlearn.checkpoint import CheckpointDir
 from streamlearn.names import Names
 from streamlearn.records import Samples
 from streamlearn.stream import SampleStream
 from tests.conftest import ROOT, eventually, role_env
+from tests.conftest import published as published_meta
 
 SAMPLES = 6000
 TOML = """
@@ -49,10 +49,8 @@ def produce(queue: SampleStream, stop: threading.Event) -> None:
 
 
 def published(redis, names: Names) -> dict[str, str]:
-    latest = int(redis.get(names.latest_key) or 0)
-    blob = redis.get(names.weights_key(latest)) if latest else None
-    meta = {"samples_seen": "0"} if blob is None else codec.decode(blob)[1]
-    return {**meta, "version": str(latest)}
+    latest, meta = published_meta(redis, names)
+    return {"samples_seen": "0", **meta, "version": str(latest)}
 
 
 def test_sigkilled_learner_restarts_from_its_checkpoint_and_loses_no_sample(

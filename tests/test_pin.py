@@ -38,6 +38,8 @@ max_batch = 32
 max_wait_ms = 5
 publish_every_ms = 100
 keep_versions = {KEEP}
+history_versions = 2
+history_every_s = 1
 
 [models.p.actor]
 reload_check_ms = 50
@@ -68,7 +70,7 @@ def config(tmp_path: Path) -> Path:
 
 def test_the_trim_keeps_the_pinned_version_until_unpinned(redis, settings):
     names = Names("p", settings.topic_prefix, settings.key_prefix)
-    store = WeightsStore(redis, names, keep=KEEP)
+    store = WeightsStore(redis, names, keep=KEEP, history=0)
     for v in (1, 2, 3):
         store.publish(blob(v))
     store.pin(2)
@@ -84,9 +86,31 @@ def test_the_trim_keeps_the_pinned_version_until_unpinned(redis, settings):
     assert store.unpin() is None
 
 
+def test_the_history_keeps_one_version_per_interval_for_a_rollback_minutes_later(redis, settings):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names, keep=1, history=2, history_every_s=0.3)
+    for v in (1, 2, 3):  # within the interval: only the first goes into the history
+        store.publish(blob(v))
+    assert store.versions() == [1, 3] and [v for v, _ in store.history_versions()] == [1]
+    time.sleep(0.35)
+    store.publish(blob(4))
+    store.publish(blob(5))
+    assert store.versions() == [1, 4, 5]
+    store.pin(1)
+    time.sleep(0.35)
+    store.publish(blob(6))  # the history is full: 1 leaves it, kept only as the pin
+    history = store.history_versions()
+    assert [v for v, _ in history] == [4, 6] and 0.3 <= history[1][1] - history[0][1] < 5
+    assert store.versions() == [1, 4, 6] and store.fetch(1) == (1, blob(1))
+    store.unpin()
+    store.publish(blob(7))
+    assert store.versions() == [4, 6, 7] and store.fetch(1) is None
+
+
 def test_a_champion_variant_publishing_keeps_the_pinned_version(redis, settings):
     names = Names("p", settings.topic_prefix, settings.key_prefix)
-    model, base = WeightsStore(redis, names), WeightsStore(redis, names, "base", keep=KEEP)
+    model = WeightsStore(redis, names)
+    base = WeightsStore(redis, names, "base", keep=KEEP, history=0)
     for v in (1, 2):
         base.publish(blob(v))
     model.pin(1)
@@ -99,7 +123,7 @@ def test_pinning_a_missing_version_fails_naming_the_versions_kept(
     redis, settings, config, monkeypatch, capsys
 ):
     names = Names("p", settings.topic_prefix, settings.key_prefix)
-    store = WeightsStore(redis, names, keep=KEEP)
+    store = WeightsStore(redis, names, keep=KEEP, history=0)
     with pytest.raises(WeightsError, match="nothing published yet"):
         store.pin(1)
     for v in (1, 2, 3):
@@ -119,7 +143,7 @@ def test_status_and_the_dashboard_show_the_pin(
     redis, settings, config, monkeypatch, capsys, tmp_path: Path
 ):
     names = Names("p", settings.topic_prefix, settings.key_prefix)
-    store = WeightsStore(redis, names, keep=KEEP)
+    store = WeightsStore(redis, names, keep=KEEP, history=0)
     for v in (1, 2, 3):
         store.publish(blob(v))
     store.pin(2)
@@ -170,7 +194,14 @@ def test_actors_serve_the_pinned_version_while_the_learner_publishes_newer_ones(
     try:
         eventually(lambda: store.latest_version() >= 3, 60, "a few versions published")
         eventually(lambda: served(client) >= 3, 20, "the actor serves them")
-        pinned = store.latest_version() - 1
+
+        def rolled_back_to() -> int | None:
+            """A history version older than the newest `keep`: a rollback a second back."""
+            history = store.history_versions()
+            old = history and history[-1][0] < store.latest_version() - KEEP
+            return history[-1][0] if old else None
+
+        pinned = eventually(rolled_back_to, 20, "a version older than the newest in history")
         assert run_cli(settings, monkeypatch, config, "pin", "--version", str(pinned)) == 0
         eventually(lambda: served(client) == pinned, 10, f"v{pinned} served once pinned")
 
@@ -180,6 +211,8 @@ def test_actors_serve_the_pinned_version_while_the_learner_publishes_newer_ones(
             late.wait_for(" ready")
             target = pinned + KEEP + 3  # more than `keep` newer versions published while pinned
             eventually(lambda: store.latest_version() >= target, 60, f"v{target} published")
+            moved = lambda: store.history_versions()[0][0] > pinned  # noqa: E731
+            eventually(moved, 10, "the history moved past the pinned version")
             assert {served(client) for _ in range(20)} == {pinned}
             assert store.fetch(pinned) is not None, "the trim kept the pinned version"
             statuses = actor_statuses(settings, names)

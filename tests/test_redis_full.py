@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from streamlearn import codec, embedded
+from streamlearn import embedded
 from streamlearn.names import Names
 from tests.conftest import eventually, plain_paho
+from tests.conftest import published as published_meta
 
 MODEL = "full"
 TOML = """
@@ -83,9 +84,8 @@ def messages(start: int, count: int, per: int = 10, ids: bool = True) -> list[di
 
 def published(client: redis_lib.Redis, names: Names) -> tuple[int, int]:
     """The latest version and the samples its learner had seen."""
-    latest = int(client.get(names.latest_key) or 0)
-    blob = client.get(names.weights_key(latest)) if latest else None
-    return (latest, int(codec.decode(blob)[1]["samples_seen"])) if blob else (0, 0)
+    latest, meta = published_meta(client, names)
+    return latest, int(meta.get("samples_seen", 0))
 
 
 def oom_refusals(client: redis_lib.Redis) -> int:

@@ -9,9 +9,8 @@ import time
 
 import numpy as np
 
-from streamlearn import codec
 from streamlearn.names import Names
-from tests.conftest import eventually, plain_paho, settled
+from tests.conftest import eventually, plain_paho, samples_seen, settled
 
 TOML = """
 [models.f]
@@ -83,8 +82,7 @@ def test_stream_learns_a_known_function_and_actors_serve_it(
     trained = time.monotonic()
 
     def trained_on_all() -> bool:
-        blob = redis.get(names.weights_key(int(redis.get(names.latest_key) or 0)))
-        return blob is not None and int(codec.decode(blob)[1]["samples_seen"]) == SAMPLES
+        return samples_seen(redis, names) == SAMPLES
 
     eventually(trained_on_all, 10, "a version trained on every sample published")
     eventually(

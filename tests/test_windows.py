@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from streamlearn import codec, mqtt
+from streamlearn import mqtt
 from streamlearn.names import Names
 from streamlearn.records import Observations
 from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
-from tests.conftest import Client, eventually, role_env
+from tests.conftest import Client, eventually, role_env, samples_seen
 from tests.deployed import redis_as
 from tests.factories import deadletters
 
@@ -209,8 +209,7 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
     assert dead["reason"].startswith("seq: Field required"), dead
 
     def trained_on_all(names: Names, samples: int) -> bool:
-        blob = redis.get(names.weights_key(int(redis.get(names.latest_key) or 0)))
-        return blob is not None and int(codec.decode(blob)[1]["samples_seen"]) == samples
+        return samples_seen(redis, names) == samples
 
     for names in (seq_names, flat_names):
         eventually(lambda n=names: trained_on_all(n, want[n.model]), 120, f"{names.model} trained")

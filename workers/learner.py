@@ -48,8 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         if model.variants
         else None
     )
-    keep = cfg.learner.keep_versions
-    store = WeightsStore(redis, names, variant if model.variants else None, keep=keep)
+    store = WeightsStore(
+        redis,
+        names,
+        variant if model.variants else None,
+        keep=cfg.learner.keep_versions,
+        history=cfg.learner.history_versions,
+        history_every_s=cfg.learner.history_every_s,
+    )
     learner = Learner(
         cfg,
         SampleStream.of(redis, names, cfg, group_of(variant)),

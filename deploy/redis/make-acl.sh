@@ -75,8 +75,8 @@ trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* ~sl:*:window:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +mget +set +del +unlink +exists +multi +exec +discard +publish +rpush +lpop +llen +lrange +getdel +hset +hgetall +evalsha +eval +script|load"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* &sl:*:weights -@all $conn +get +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +mget +set +del +unlink +exists +multi +exec +discard +publish +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos +time +evalsha +eval +script|load"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* &sl:*:weights -@all $conn +get +hget +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

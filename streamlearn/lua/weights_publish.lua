@@ -1,38 +1,64 @@
 -- Publish one weights blob; the store assigns its version. All or nothing.
--- KEYS: own latest, own version list, then without a variant the model's pin; for a
--- variant the champion pointer, the model's latest, the model's version list and pin.
--- ARGV: blob, floor, keep, own blob key prefix, the model's channel; for a variant also
--- its name, the default champion and the model's blob key prefix.
+-- KEYS: own latest, version list, history, blobs; then without a variant the model's
+-- pin; for a variant the champion pointer and the model's latest, version list, history,
+-- blobs and pin. Every key is declared: the blobs are fields of one hash.
+-- ARGV: blob, floor, keep, history_every_ms, history_max, the model's channel; for a
+-- variant also its name and the default champion.
 -- The version is one above the floor and every version of both namespaces, so the
 -- model's versions keep increasing when the champion changes. A variant's blob also
 -- becomes the model's (the keys actors read, then announced) if and only if the champion
 -- pointer names it now: a demoted champion can never publish to the model again.
--- The trim keeps the newest `keep` versions and, in the model's list, the pinned one.
+-- Kept: the newest `keep` versions; in the model's namespace also a history of one version
+-- per `history_every_ms` (the newest `history_max`, scored by publish time in ms) and the
+-- pinned one. A blob is deleted once no list holds it and it is not pinned.
 -- Returns {version, 1 if the model's keys were written else 0}.
 local blob, floor, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local variant = #KEYS > 3
+local every, history_max = tonumber(ARGV[4]), tonumber(ARGV[5])
+local variant = #KEYS > 5
 local function latest(key) return tonumber(redis.call('GET', key) or '0') end
 local v = math.max(floor, latest(KEYS[1]))
-if variant then v = math.max(v, latest(KEYS[4])) end
+if variant then v = math.max(v, latest(KEYS[6])) end
 v = v + 1
-local function put(last, list, prefix, pin)
-  redis.call('SET', prefix .. v, blob)
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+local function put(last, list, history, blobs, pin, hmax)
+  redis.call('HSET', blobs, v, blob)
   redis.call('SET', last, v)
   redis.call('RPUSH', list, v)
+  if hmax > 0 then
+    local newest = redis.call('ZRANGE', history, -1, -1, 'WITHSCORES')
+    if #newest == 0 or now - tonumber(newest[2]) >= every then
+      redis.call('ZADD', history, now, v)
+    end
+  end
   local pinned = pin and redis.call('GET', pin)
   local held = false
   while redis.call('LLEN', list) > keep do
     local old = redis.call('LPOP', list)
-    if old == pinned then held = true else redis.call('DEL', prefix .. old) end
+    if old == pinned then
+      held = true
+    elseif not redis.call('ZSCORE', history, old) then
+      redis.call('HDEL', blobs, old)
+    end
+  end
+  while redis.call('ZCARD', history) > hmax do
+    local old = redis.call('ZPOPMIN', history)[1]
+    if old == pinned then
+      held = held or not redis.call('LPOS', list, old)
+    elseif not redis.call('LPOS', list, old) then
+      redis.call('HDEL', blobs, old)
+    end
   end
   if held then redis.call('LPUSH', list, pinned) end
 end
+
 if not variant then
-  put(KEYS[1], KEYS[2], ARGV[4], KEYS[3])
+  put(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], history_max)
 else
-  put(KEYS[1], KEYS[2], ARGV[4], nil)
-  if (redis.call('GET', KEYS[3]) or ARGV[7]) ~= ARGV[6] then return {v, 0} end
-  put(KEYS[4], KEYS[5], ARGV[8], KEYS[6])
+  put(KEYS[1], KEYS[2], KEYS[3], KEYS[4], nil, 0)
+  if (redis.call('GET', KEYS[5]) or ARGV[8]) ~= ARGV[7] then return {v, 0} end
+  put(KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], history_max)
 end
-redis.call('PUBLISH', ARGV[5], v)
+redis.call('PUBLISH', ARGV[6], v)
 return {v, 1}
