@@ -37,6 +37,7 @@ import redis
 from streamlearn import scripts
 from streamlearn.names import Names
 from streamlearn.records import Samples
+from streamlearn.redis_client import evalsha
 
 # Samples per script call: a call blocks Redis while it runs, so keep each to a few ms.
 # A message is never split (one entry each), so a call holds up to max_samples_per_message.
@@ -118,14 +119,14 @@ class Appender:
         calls, at = per_call(accepted), 0
         for n in calls:
             run = accepted[at : at + n]
-            pipe.evalsha(self._append.sha, len(keys), *keys, *head, *self._args(run, window_s))
+            evalsha(pipe, self._append.sha, keys, *head, *self._args(run, window_s))
             at += n
         return calls
 
     def backlog(self, pipe: redis.client.Pipeline | None = None) -> int | None:
         """Samples in the stream the learners have not acknowledged (queued when `pipe`)."""
         if pipe is not None:
-            pipe.evalsha(self._backlog.sha, 2, self.stream, self.counter, self.group)
+            evalsha(pipe, self._backlog.sha, [self.stream, self.counter], self.group)
             return None
         return int(self._backlog(keys=[self.stream, self.counter], args=[self.group]))
 

@@ -44,14 +44,13 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The model's config and its weights store, from --config and the environment."""
-    import redis
-
+    from streamlearn import redis_client
     from streamlearn.weights import WeightsStore
 
     model: ModelConfig = load_config(args.config).model(args.model)
     settings = load_settings()
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
-    client = redis.Redis.from_url(settings.redis, socket_timeout=10, socket_connect_timeout=5)
+    client = redis_client.connect(settings.redis, socket_timeout=10, socket_connect_timeout=5)
     return model, WeightsStore(client, names)
 
 

@@ -17,8 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
-import redis
-
+from streamlearn import redis_client
 from streamlearn.config import AppConfig, Settings
 from streamlearn.monitor import StatusMonitor, snapshot
 
@@ -114,7 +113,7 @@ class Dashboard:
 
     def _sample_loop(self) -> None:
         monitor = None
-        store = redis.Redis.from_url(self.settings.redis, socket_timeout=5)
+        store = redis_client.connect(self.settings.redis, socket_timeout=5)
         while not self._stop.is_set():
             try:
                 monitor = monitor or StatusMonitor(self.cfg, self.settings)

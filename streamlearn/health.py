@@ -26,6 +26,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from streamlearn import redis_client
+
 Check = Callable[[], str | None]
 
 LIVE_STALL_S = 60.0  # a main loop silent this long is hung
@@ -92,8 +94,12 @@ def broker_connected(client: paho.Client) -> Check:
 def quick_redis(url: str) -> redis.Redis:
     """A Redis client for probes: no retries, one-second timeouts, so that a probe of a
     worker whose Redis is gone answers 503 at once rather than after the workers' backoff."""
-    return redis.Redis.from_url(
-        url, socket_timeout=1.0, socket_connect_timeout=1.0, retry=Retry(NoBackoff(), 0)
+    return redis_client.connect(
+        url,
+        probe_s=1.0,
+        socket_timeout=1.0,
+        socket_connect_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
     )
 
 

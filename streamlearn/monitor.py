@@ -21,7 +21,7 @@ from typing import Any
 import paho.mqtt.client as paho
 import redis
 
-from streamlearn import mqtt
+from streamlearn import mqtt, redis_client
 from streamlearn.champion import read_standings
 from streamlearn.config import AppConfig, Settings
 from streamlearn.names import Names
@@ -239,7 +239,7 @@ def read_status(cfg: AppConfig, settings: Settings, wait_s: float = 1.5) -> list
     monitor = StatusMonitor(cfg, settings)
     try:
         monitor.broker_seen.wait(wait_s)
-        return snapshot(monitor, redis.Redis.from_url(settings.redis))
+        return snapshot(monitor, redis_client.connect(settings.redis))
     finally:
         monitor.close()
 

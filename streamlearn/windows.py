@@ -42,6 +42,7 @@ import redis
 from streamlearn import scripts
 from streamlearn.names import Names
 from streamlearn.records import Observations
+from streamlearn.redis_client import evalsha, routed
 
 # Observations per script call: a call blocks Redis while it runs, so keep each short.
 CHUNK_OBSERVATIONS = 1000
@@ -163,7 +164,7 @@ class WindowStore:
             max_devices,
         ]
         all_keys = [self.stream, self.counter, self.index, *(self.key(k) for k in slots)]
-        pipe.evalsha(self._append.sha, len(all_keys), *all_keys, *args)
+        evalsha(pipe, self._append.sha, all_keys, *args)
 
     # -- actors --------------------------------------------------------------------------
 
@@ -175,9 +176,10 @@ class WindowStore:
         keys = [self.key(device) for device, _ in requests]
         tops = ["+inf" if seq is None else f"({float(seq)!r}" for _, seq in requests]
         # EVALSHA_RO: read-only key permissions suffice (an actor's Redis user has no more).
+        args = [self._recent.sha, len(keys), *keys, count, *tops]
         try:
-            replies = self.redis.evalsha_ro(self._recent.sha, len(keys), *keys, count, *tops)
+            replies = self.redis.execute_command("EVALSHA_RO", *args, **routed(self.redis, keys[0]))
         except redis.exceptions.NoScriptError:  # a restarted Redis lost it
             self.redis.script_load(self._recent.script)
-            replies = self.redis.evalsha_ro(self._recent.sha, len(keys), *keys, count, *tops)
+            replies = self.redis.execute_command("EVALSHA_RO", *args, **routed(self.redis, keys[0]))
         return [np.frombuffer(r, dtype=self._member)["x"].astype(np.float32) for r in replies]

@@ -17,6 +17,7 @@ from redis.retry import Retry
 from streamlearn import health
 from streamlearn.config import ModelConfig, Settings, load_config, load_settings
 from streamlearn.names import Names
+from streamlearn.redis_client import connect
 
 
 def parse_args(role: str, argv: list[str] | None) -> argparse.Namespace:
@@ -51,7 +52,7 @@ def instance_of(args: argparse.Namespace, settings: Settings) -> str:
 
 def redis_client(settings: Settings) -> redis.Redis:
     retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=5)
-    return redis.Redis.from_url(
+    return connect(
         settings.redis,
         retry=retry,
         socket_timeout=10,

@@ -65,7 +65,7 @@ hash_of() {
     printf '%s' "$pw" | sha256
 }
 
-conn='+ping +hello +client|setname'
+conn='+ping +hello +client|setname +cluster|info +cluster|slots'  # cluster: mode probe, topology
 ingest=$(hash_of REDIS_INGEST_PASSWORD)
 learner=$(hash_of REDIS_LEARNER_PASSWORD)
 actor=$(hash_of REDIS_ACTOR_PASSWORD)
