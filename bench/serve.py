@@ -45,6 +45,7 @@ from streamlearn.actor import Actor
 from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
 from streamlearn.demo import DemoStream
 from streamlearn.names import Names
+from streamlearn.redis_client import connect
 
 # label, actor table overrides
 VARIANTS = {
@@ -76,7 +77,7 @@ def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int)
     from streamlearn.weights import WeightsStore
 
     arrays = models.get_arrays(models.build_model(cfg))
-    store = WeightsStore(redis.Redis.from_url(stack.redis_url), names)
+    store = WeightsStore(connect(stack.redis_url), names)
     store.publish(codec.encode(arrays), after=version - 1)
 
 
