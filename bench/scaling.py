@@ -3,12 +3,17 @@ Cluster (three masters) and, as the baseline in the same run, on one redis-serve
 
     .venv/bin/python -m bench.scaling [--messages 3000] [--seconds 4] [--max-workers 4]
 
+About 4 minutes on 2 cores.
+
 Ingest: N `workers.ingest` processes share one subscription (MQTT v5 `$share`); one
 publisher sends `--messages` messages of 40 samples with ids (QoS 1, 100 in flight) and the
 rate is samples over the time from the first publish to the last sample counted in Redis.
 Actors: N `workers.actor` processes share the requests of a closed loop (256 in flight) for
 `--seconds`; the rate is good replies per second. Each figure is also given as a ratio to
 one worker on the same Redis, and the cluster's to the single server's.
+
+Partitions: one model's stream spread over 1 to 3 partitions (`ingest.partitions`) on the
+cluster, two ingest workers, samples/s into Redis as above.
 
 Every process shares the machine's cores with the servers and the load generator, so on a
 2-core machine the curves say where the cores run out, not what more hosts would give.
@@ -40,6 +45,10 @@ ONE, CLUSTER = "one server", "cluster, 3 masters"
 CONFIG = DEMO_TOML + "\n[models.demo.ingest]\nmax_backlog_samples = 1000000000\n"
 
 
+def _config_text(partitions: int) -> str:
+    return CONFIG + f"partitions = {partitions}\n"
+
+
 def _payloads(messages: int) -> list[bytes]:
     rng = np.random.default_rng(0)
     out = []
@@ -51,9 +60,9 @@ def _payloads(messages: int) -> list[bytes]:
     return out
 
 
-def _start(stack: Stack, role: str, prefix: str, n: int) -> list[Proc]:
-    config = stack.workdir / "scaling.toml"
-    config.write_text(CONFIG)
+def _start(stack: Stack, role: str, prefix: str, n: int, partitions: int = 1) -> list[Proc]:
+    config = stack.workdir / f"scaling-{prefix}.toml"
+    config.write_text(_config_text(partitions))
     argv = [f"workers.{role}", "--config", str(config)]
     return [stack.start([*argv, "--instance", f"{role}{i}"], prefix) for i in range(n)]
 
@@ -63,19 +72,20 @@ def _stop(procs: list[Proc]) -> None:
         p.stop()
 
 
-def ingest_rate(stack: Stack, workers: int, payloads: list[bytes]) -> float:
+def ingest_rate(stack: Stack, workers: int, payloads: list[bytes], partitions: int = 1) -> float:
     """Samples per second into Redis through `workers` ingest processes."""
     prefix = f"ing{uuid.uuid4().hex[:6]}"
     names = Names("demo", prefix, prefix)
-    procs = _start(stack, "ingest", prefix, workers)
+    procs = _start(stack, "ingest", prefix, workers, partitions)
     store = connect(stack.redis_url)
     want = len(payloads) * PER_MESSAGE
+    counts = [names.of_partition(i).ingest_count_key for i in range(partitions)]
     try:
         with streamlearn.Client(f"mqtt://{stack.host}:{stack.mqtt_port}", topic_prefix=prefix) as c:
             t0 = time.monotonic()
             c.publish_payloads("demo", payloads, timeout=60)
             deadline = time.monotonic() + 120
-            while int(store.get(names.ingest_count_key) or 0) < want:
+            while sum(int(store.get(key) or 0) for key in counts) < want:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"ingest x{workers}: not all samples stored in 120 s")
                 time.sleep(0.005)
@@ -122,6 +132,19 @@ def curves(stacks: dict[str, Stack], args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def partition_curve(stack: Stack, args: argparse.Namespace) -> list[dict]:
+    """Samples/s into the cluster against the partitions of one model (two ingest workers)."""
+    payloads = _payloads(args.messages)
+    rows = []
+    for p in range(1, 4):
+        print(f"{CLUSTER}: {p} partition(s), 2 ingest workers", flush=True)
+        rate = ingest_rate(stack, 2, payloads, partitions=p)
+        rows.append({"redis": CLUSTER, "workers": 2, "partitions": p, "ingest_samples_per_s": rate})
+    for row in rows:
+        row["ingest_vs_1"] = row["ingest_samples_per_s"] / rows[0]["ingest_samples_per_s"]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.scaling", description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=3000, help="ingest: messages of 40")
@@ -141,10 +164,14 @@ def main(argv: list[str] | None = None) -> int:
                 CLUSTER: Stack(mqtt.port, cluster.nodes[0].port, work),
             }
             rows = curves(stacks, args)
-    cluster_rows = [r for r in rows if r["redis"] == CLUSTER]
+            rows += partition_curve(stacks[CLUSTER], args)
+    cluster_rows = [r for r in rows if r["redis"] == CLUSTER and "partitions" not in r]
     checks = {
         "every role runs on the cluster: ingest and actors at every worker count": all(
             r["ingest_samples_per_s"] > 0 and r["actor_replies_per_s"] > 0 for r in cluster_rows
+        ),
+        "a partitioned stream takes every sample, 1 to 3 partitions": all(
+            r["ingest_samples_per_s"] > 0 for r in rows if "partitions" in r
         ),
     }
     report("scaling", rows, checks, messages=args.messages, per_message=PER_MESSAGE)

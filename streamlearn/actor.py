@@ -81,7 +81,8 @@ class Actor:
         )
         self.variant = BASE_VARIANT  # of the model's variants, the one whose weights serve
         if windows is None and cfg.window is not None:
-            windows = WindowStore(store.redis, names, cfg.window, cfg.inputs)
+            partitions = cfg.ingest.partitions  # a key's window is in its key's partition
+            windows = WindowStore(store.redis, names, cfg.window, cfg.inputs, partitions=partitions)
         self.windows = windows
         self.version = 0
         self.loaded_at: float | None = None

@@ -113,7 +113,7 @@ class Appender:
         """
         keys = [self.stream, self.counter]
         if window_s:
-            keys += [self.names.key(f"ingest:seen:{leaf}") for leaf in ("0", "1", "gen")]
+            keys += [self.names.stream_key(f"ingest:seen:{leaf}") for leaf in ("0", "1", "gen")]
         head = [window_s, repr(float(self.clock())), max_ids, self.row_bytes]
         accepted = list(accepted)
         calls, at = per_call(accepted), 0

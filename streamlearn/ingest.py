@@ -23,6 +23,7 @@ dead-lettered and acknowledged.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -32,6 +33,7 @@ from collections.abc import Callable
 from streamlearn.config import IngestConfig
 from streamlearn.ingest_inbox import Delivery, IngestInbox
 from streamlearn.ingest_writes import IngestCounters, RunMessage, RunWriter
+from streamlearn.partitions import PartitionedStream, split
 from streamlearn.payloads import PayloadParser
 from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
@@ -66,10 +68,11 @@ class Ingest:
         self.clock = clock
         self.counters = IngestCounters()
         model = parser.model
+        parts = stream.parts if isinstance(stream, PartitionedStream) else [stream]
+        lanes: list[WindowStore | None] = [windows] * len(parts)
         if windows is None and model.window is not None:
-            redis_client, names = stream.redis, stream.names
-            windows = WindowStore(redis_client, names, model.window, model.inputs)
-        self.windows = windows
+            lanes = [WindowStore(p.redis, p.names, model.window, model.inputs) for p in parts]
+        self.windows = lanes[0]
         self.backlog: int | None = None  # unacknowledged samples, as last measured
         self._holding = False
         self._measured_at = -math.inf
@@ -79,8 +82,14 @@ class Ingest:
         self.on_message = self.inbox.on_message
         self.on_pre_connect = self.inbox.on_pre_connect
         self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
-        self.writer = RunWriter(stream, windows, cfg, self.counters, max_run, self._measured)
-        self.writer.waiting = lambda: self.heartbeat()  # waiting out Redis is not hung
+        self._backlogs = [0] * len(parts)  # as last measured, per partition
+        self.writers = [
+            RunWriter(part, w, cfg, self.counters, max_run, functools.partial(self._lane, i))
+            for i, (part, w) in enumerate(zip(parts, lanes, strict=True))
+        ]
+        self.writer = self.writers[0]
+        for writer in self.writers:
+            writer.waiting = lambda: self.heartbeat()  # waiting out Redis is not hung
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.metrics` (Prometheus): names ending in `_total` are counters."""
@@ -135,6 +144,11 @@ class Ingest:
         stop.wait(self.poll_s)
         return True
 
+    def _lane(self, part: int, backlog: int) -> None:
+        """A write to one partition measured its backlog: the total is what counts."""
+        self._backlogs[part] = backlog
+        self._measured(sum(self._backlogs))
+
     def _measured(self, backlog: int) -> None:
         limit = self.cfg.max_backlog_samples
         if (backlog > limit) != self._holding:
@@ -158,12 +172,29 @@ class Ingest:
         adding = sum(
             len(m.parsed.samples or ()) + len(m.parsed.observations or ()) for m in messages
         )
-        stored = self.writer.store(messages, self._measure_due(adding), stop)
-        done = [delivery for delivery, m in zip(batch, messages, strict=True) if m.done]
+        n = len(self.writers)
+        lanes: list[list[RunMessage]] = [[] for _ in range(n)]
+        parts_of: list[list[RunMessage]] = []  # each message's parts, one per partition
+        for m in messages:
+            parts = [
+                (i, m if n == 1 else RunMessage(m.msg, p))
+                for i, p in split(m.parsed, m.msg.payload, n)
+            ]
+            for i, part in parts:
+                lanes[i].append(part)
+            parts_of.append([part for _, part in parts])
+        measure = self._measure_due(adding)
+        stored = all(
+            w.store(lane, measure, stop)
+            for w, lane in zip(self.writers, lanes, strict=True)
+            if lane
+        )
+        whole = [all(part.done for part in parts) for parts in parts_of]
+        done = [delivery for delivery, ok in zip(batch, whole, strict=True) if ok]
         self.inbox.acknowledge(done)
         self.counters.messages += len(done)
-        for m in messages:
-            if m.done:
+        for m, ok in zip(messages, whole, strict=True):
+            if ok:
                 self.counters.count_rejections(m.parsed.rejections)
         if not stored:
             log.warning(

@@ -13,6 +13,7 @@ learner reads as offline, a hung one as stale, never as alive.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -58,6 +59,7 @@ class StatusMonitor:
 
     def __init__(self, cfg: AppConfig, settings: Settings) -> None:
         self.names = {m: Names(m, settings.topic_prefix, settings.key_prefix) for m in cfg.models}
+        self.partitions = {m: cfg.model(m).ingest.partitions for m in cfg.models}
         self.stale_after_s = {
             m: {
                 "learner": stale_after_s(c.learner.status_every_ms),
@@ -164,22 +166,24 @@ class StatusMonitor:
         mqtt.close(self.client)
 
 
-def queue_figures(r: redis.Redis, names: Names, group: str = GROUP) -> dict[str, int | None]:
-    """Length, entries `group` has not acknowledged, dead letters of one model's streams;
-    its latest and pinned weights versions."""
+def queue_figures(
+    r: redis.Redis, names: Names, group: str = GROUP, partitions: int = 1
+) -> dict[str, int | None]:
+    """Length, entries `group` has not acknowledged (over every stream partition), dead
+    letters of one model; its latest and pinned weights versions."""
+    streams = [names.of_partition(i).samples_key for i in range(partitions)]
     pipe = r.pipeline(transaction=False)
-    pipe.xlen(names.samples_key)
     pipe.xlen(names.deadletter_key)
     pipe.get(names.latest_key)
-    pipe.exists(names.samples_key)
     pipe.get(names.pin_key)
-    length, dead, latest, exists, pinned = pipe.execute()
-    pending = 0
-    if exists:
-        try:
-            pending = r.xpending(names.samples_key, group)["pending"]
-        except redis.ResponseError:  # no consumer group yet
-            pending = 0
+    for key in streams:
+        pipe.xlen(key)
+    dead, latest, pinned, *lengths = pipe.execute()
+    length, pending = sum(lengths), 0
+    for key, n in zip(streams, lengths, strict=True):
+        if n:
+            with contextlib.suppress(redis.ResponseError):  # no consumer group yet
+                pending += r.xpending(key, group)["pending"]
     return {
         "queue_length": length,
         "pending": pending,
@@ -195,7 +199,7 @@ def snapshot(monitor: StatusMonitor, r: redis.Redis) -> list[dict[str, Any]]:
     broker = monitor.broker()
     for model, names in monitor.names.items():
         row: dict[str, Any] = {"model": model, **monitor.learner(model)}
-        row.update(queue_figures(r, names))
+        row.update(queue_figures(r, names, partitions=monitor.partitions[model]))
         row.update(read_standings(r, names))
         row["actors"] = monitor.actor_list(model)
         row["broker"] = broker

@@ -19,6 +19,7 @@ class Names:
     topic_prefix: str = "streamlearn"
     key_prefix: str = "sl"
     variant: str | None = None  # None: the model's own weights keys, the ones actors read
+    partition: int = 0  # the stream partition of the stream keys (`streamlearn.partitions`)
 
     def topic(self, leaf: str) -> str:
         return f"{self.topic_prefix}/{self.model}/{leaf}"
@@ -45,14 +46,27 @@ class Names:
     def key(self, leaf: str) -> str:
         return f"{self.key_prefix}:{{{self.model}}}:{leaf}"
 
+    def stream_key(self, leaf: str) -> str:
+        """A key of this partition of the sample stream: partition 0's are the model's own
+        keys; partition i's carry the hash tag `{model:pi}`, a slot of their own.
+
+        >>> Names("demo").of_partition(2).samples_key
+        'sl:{demo:p2}:samples'
+        """
+        tag = self.model if self.partition == 0 else f"{self.model}:p{self.partition}"
+        return f"{self.key_prefix}:{{{tag}}}:{leaf}"
+
+    def of_partition(self, partition: int) -> Names:
+        return replace(self, partition=partition)
+
     @property
     def samples_key(self) -> str:
-        return self.key("samples")
+        return self.stream_key("samples")
 
     @property
     def ingest_count_key(self) -> str:
         """Samples ever appended to the stream (`streamlearn.appends`, `streamlearn.windows`)."""
-        return self.key("ingest:count")
+        return self.stream_key("ingest:count")
 
     @property
     def deadletter_key(self) -> str:

@@ -24,6 +24,14 @@ class IngestConfig(Frozen):
     """How MQTT messages become stream entries."""
 
     replicas: int = Field(1, ge=1, description="ingest processes `streamlearn up` starts")
+    partitions: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="streams the model's samples are spread over, each in a Redis slot of its "
+        "own (by sample id; keyed observations by key); dedup ids, devices and the backlog "
+        "limits hold per partition",
+    )
     max_payload_bytes: int = Field(1_048_576, ge=64, description="larger payloads are rejected")
     max_samples_per_message: int = Field(10_000, ge=1)
     deadletter_maxlen: int = Field(10_000, ge=1, description="dead-letter stream cap (entries)")

@@ -41,6 +41,7 @@ import redis
 
 from streamlearn import scripts
 from streamlearn.names import Names
+from streamlearn.partitions import partition_of
 from streamlearn.records import Observations
 from streamlearn.redis_client import evalsha, routed
 
@@ -72,7 +73,8 @@ class WindowsAppended:
 
 
 class WindowStore:
-    """One model's per-key observation windows in Redis."""
+    """One model's per-key observation windows in Redis (of one stream partition; with
+    `partitions`, an actor's reads go to each key's partition, `streamlearn.partitions`)."""
 
     def __init__(
         self,
@@ -81,15 +83,17 @@ class WindowStore:
         window: int,
         inputs: int,
         clock: Callable[[], float] = time.time,
+        partitions: int = 1,
     ) -> None:
         self.redis = client
         self.names = names
+        self.partitions = partitions
         self.window = window
         self.inputs = inputs
         self.keep = 2 * window  # a little more than a window: tolerates reordering
         self.stream = names.samples_key
         self.counter = names.ingest_count_key
-        self.index = names.key("ingest:devices")
+        self.index = names.stream_key("ingest:devices")
         self.clock = clock
         self._append = scripts.load(client, "window_append")
         self._recent = scripts.load(client, "window_recent")
@@ -102,7 +106,10 @@ class WindowStore:
         >>> WindowStore(redis.Redis(), Names("m"), 4, 1).key("dev-1")
         'sl:{m}:window:dev-1'
         """
-        return self.names.key(f"window:{device}")
+        names = self.names
+        if self.partitions > 1:
+            names = names.of_partition(partition_of(device, self.partitions))
+        return names.stream_key(f"window:{device}")
 
     # -- ingest --------------------------------------------------------------------------
 
@@ -173,13 +180,23 @@ class WindowStore:
         oldest first, as (n <= count, inputs) float32; one script call for all."""
         if count == 0 or not requests:
             return [np.empty((0, self.inputs), np.float32) for _ in requests]
+        by_part: dict[int, list[int]] = {}  # one script call per partition (one slot each)
+        for i, (device, _) in enumerate(requests):
+            by_part.setdefault(partition_of(device, self.partitions), []).append(i)
+        out: list[np.ndarray] = [np.empty(0)] * len(requests)
+        for rows in by_part.values():
+            replies = self._recent_of([requests[i] for i in rows], count)
+            for i, reply in zip(rows, replies, strict=True):
+                out[i] = np.frombuffer(reply, dtype=self._member)["x"].astype(np.float32)
+        return out
+
+    def _recent_of(self, requests: Sequence[tuple[str, float | None]], count: int) -> list:
         keys = [self.key(device) for device, _ in requests]
         tops = ["+inf" if seq is None else f"({float(seq)!r}" for _, seq in requests]
         # EVALSHA_RO: read-only key permissions suffice (an actor's Redis user has no more).
         args = [self._recent.sha, len(keys), *keys, count, *tops]
         try:
-            replies = self.redis.execute_command("EVALSHA_RO", *args, **routed(self.redis, keys[0]))
+            return self.redis.execute_command("EVALSHA_RO", *args, **routed(self.redis, keys[0]))
         except redis.exceptions.NoScriptError:  # a restarted Redis lost it
             self.redis.script_load(self._recent.script)
-            replies = self.redis.execute_command("EVALSHA_RO", *args, **routed(self.redis, keys[0]))
-        return [np.frombuffer(r, dtype=self._member)["x"].astype(np.float32) for r in replies]
+            return self.redis.execute_command("EVALSHA_RO", *args, **routed(self.redis, keys[0]))

@@ -2,8 +2,8 @@
 
 Two models whose hash slots live on different masters run side by side: a model with a
 challenger variant (its own consumer group and weights namespace) and a per-device window
-model. Every key of a model stays on its own master. Then a master is killed: its replica is
-promoted and the stack goes on.
+model. Every key of a model stays on its own master. A partitioned model spreads its stream
+over several masters. Then a master is killed: its replica is promoted and the stack goes on.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 import redis as redis_lib
 
@@ -22,6 +21,7 @@ from streamlearn.names import Names
 from streamlearn.redis_client import connect, is_cluster
 from streamlearn.weights import WeightsStore
 from tests.conftest import Client, RoleProcess, eventually, own_settings, role_env, samples_seen
+from tests.samples import linear_messages, sine_observations
 
 TOML = """
 [models.{plain}]
@@ -53,6 +53,18 @@ max_batch = 32
 reload_check_ms = 50
 """
 DEVICES = ("dev-0", "dev-1")
+PARTITIONED = """
+[models.{model}]
+inputs = 3
+task = "regression"
+hidden = [8]
+
+[models.{model}.ingest]
+partitions = 3
+
+[models.{model}.learner]
+max_batch = 32
+"""
 
 
 @pytest.fixture(scope="module")
@@ -105,32 +117,14 @@ def test_two_models_learn_and_serve_on_different_shards_of_a_cluster(
     request.addfinalizer(challenger.stop)
     challenger.wait_for(" ready")
 
-    rng = np.random.default_rng(3)
-    x = rng.uniform(-1, 1, (1200, 3))
-    y = x @ np.array([1.0, -2.0, 0.5])
     device = client_for(plain.model)
-    ids = [f"s{i}" for i in range(len(x))]
-    chunks = range(0, len(x), 40)
-    device.publish_samples(
-        [
-            {"x": x[i : i + 40].tolist(), "y": y[i : i + 40].tolist(), "ids": ids[i : i + 40]}
-            for i in chunks
-        ]
-    )
-    device.publish_samples([{"x": x[:40].tolist(), "y": y[:40].tolist(), "ids": ids[:40]}])
+    messages = linear_messages(1200, seed=3)
+    device.publish_samples(messages + messages[:1])  # the first message sent twice
     device.publish_samples([b'{"x": [1, 2], "y": 1}'])  # two inputs of three: dead-lettered
-
     sensor = client_for(windowed.model)
-    observations = [
-        {"key": d, "seq": t, "x": [float(np.sin(t / 5 + k))], "y": float(np.sin((t - 1) / 5 + k))}
-        for t in range(300)
-        for k, d in enumerate(DEVICES)
-    ]
-    sensor.publish_samples(
-        [{"samples": observations[i : i + 30]} for i in range(0, len(observations), 30)]
-    )
+    sensor.publish_samples(sine_observations(DEVICES, 300))
 
-    eventually(lambda: samples_seen(redis, plain) == len(x), 120, "each sample learned once")
+    eventually(lambda: samples_seen(redis, plain) == 1200, 120, "each sample learned once")
     windows = len(DEVICES) * (300 - 2)  # each device's first two have no full window
     eventually(lambda: samples_seen(redis, windowed) == windows, 120, "every window learned")
     eventually(lambda: redis.xlen(plain.deadletter_key) == 1, 10, "the bad message dead-lettered")
@@ -156,6 +150,21 @@ def test_two_models_learn_and_serve_on_different_shards_of_a_cluster(
     assert owners[plain.model] != owners[windowed.model]
 
 
+def test_a_partitioned_model_spreads_over_the_masters_and_learns_every_sample(
+    cluster, settings, redis, start_role, client_for
+):
+    names = Names("spread", settings.topic_prefix, settings.key_prefix)
+    toml = PARTITIONED.format(model=names.model)
+    for role in ("ingest", "learner"):
+        start_role(role, toml, names.model)
+    streams = [names.of_partition(i).samples_key for i in range(3)]
+    assert len({port_of(cluster, key) for key in streams}) >= 2, "over at least two masters"
+
+    client_for(names.model).publish_samples(linear_messages(900, per=30, seed=5))
+    eventually(lambda: samples_seen(redis, names) == 900, 120, "each sample learned once")
+    assert all(redis.xlen(key) > 0 for key in streams)
+
+
 def test_the_stack_goes_on_when_a_master_fails_over_to_its_replica(
     cluster, settings, redis, start_role, client_for, tmp_path: Path
 ):
@@ -164,20 +173,7 @@ def test_the_stack_goes_on_when_a_master_fails_over_to_its_replica(
     for role in ("ingest", "learner", "actor"):
         start_role(role, toml, plain.model)
     device: Client = client_for(plain.model)
-    rng = np.random.default_rng(4)
-
-    def send(n: int, start: int) -> None:
-        x = rng.uniform(-1, 1, (n, 3))
-        y = x @ np.array([1.0, -2.0, 0.5])
-        ids = [f"s{start + i}" for i in range(n)]
-        device.publish_samples(
-            [
-                {"x": x[i : i + 40].tolist(), "y": y[i : i + 40].tolist(), "ids": ids[i : i + 40]}
-                for i in range(0, n, 40)
-            ]
-        )
-
-    send(400, 0)
+    device.publish_samples(linear_messages(400, seed=4))
     eventually(lambda: samples_seen(redis, plain) == 400, 60, "learned before the failover")
     before = device.request({"x": [0.1, 0.2, 0.3]})["version"]
 
@@ -187,7 +183,7 @@ def test_the_stack_goes_on_when_a_master_fails_over_to_its_replica(
     eventually(promoted, 30, "its replica promoted")
     cluster.wait_ok()
 
-    send(400, 400)
+    device.publish_samples(linear_messages(400, seed=5, first_id=400))
     # Replication is asynchronous: writes the dead master acknowledged in its last moments
     # may not have reached the replica. Everything sent after the promotion is learned.
     eventually(lambda: samples_seen(redis, plain) >= 800, 120, "learned after the failover")

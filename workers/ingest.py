@@ -6,9 +6,9 @@ import logging
 
 from streamlearn import metrics, mqtt
 from streamlearn.ingest import Ingest
+from streamlearn.partitions import open_stream
 from streamlearn.payloads import PayloadParser
 from streamlearn.reporting import Presence
-from streamlearn.stream import SampleStream
 from workers import _runtime
 
 log = logging.getLogger("streamlearn.ingest")
@@ -17,7 +17,7 @@ log = logging.getLogger("streamlearn.ingest")
 def main(argv: list[str] | None = None) -> int:
     args = _runtime.parse_args("ingest", argv)
     model, settings, names, client_id = _runtime.load("ingest", args)
-    stream = SampleStream.of(_runtime.redis_client(settings), names, model)
+    stream = open_stream(_runtime.redis_client(settings), names, model)
     ingest = Ingest(PayloadParser(model), stream, model.ingest)
     stop = _runtime.stop_on_signals()
     presence = Presence(names, "ingest", _runtime.instance_of(args, settings))

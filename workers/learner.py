@@ -15,8 +15,9 @@ from streamlearn.config import BASE_VARIANT
 from streamlearn.health import Progress, quick_redis
 from streamlearn.learner import Learner
 from streamlearn.monitor import queue_figures
+from streamlearn.partitions import open_stream
 from streamlearn.reporting import Presence, StatusPublisher
-from streamlearn.stream import SampleStream, group_of
+from streamlearn.stream import group_of
 from streamlearn.tensorboard import ScalarLog
 from streamlearn.weights import WeightsStore
 from workers import _runtime
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     learner = Learner(
         cfg,
-        SampleStream.of(redis, names, cfg, group_of(variant)),
+        open_stream(redis, names, cfg, group_of(variant)),
         store,
         consumer=f"learner-{model.name}",
         status=publisher,
@@ -70,18 +71,23 @@ def main(argv: list[str] | None = None) -> int:
 
     def snapshot() -> dict[str, object]:
         """The learner's counters plus its stream's length, pending and dead letters."""
-        return {**learner.metrics(), **queue_figures(redis, names, group_of(variant))}
+        figures = queue_figures(redis, names, group_of(variant), cfg.ingest.partitions)
+        return {**learner.metrics(), **figures}
 
     health = _runtime.connected_health("learner", client, settings)
     # Not ready when samples wait and none is trained: a stuck learner (a loop that does
     # not turn at all fails /livez instead).
-    waiting = Appender(quick_redis(settings.redis), names, cfg.sample_shape, group_of(variant))
+    probe = quick_redis(settings.redis)
+    waiting = [
+        Appender(probe, names.of_partition(i), cfg.sample_shape, group_of(variant))
+        for i in range(cfg.ingest.partitions)
+    ]
 
     def trained() -> int:
         """Samples trained on or dead-lettered: grows while a backlog is worked off."""
         return learner.state.samples_seen + learner.state.dead_lettered
 
-    health.add("progress", Progress(trained, waiting.backlog))
+    health.add("progress", Progress(trained, lambda: sum(a.backlog() for a in waiting)))
     learner.heartbeat = health.beat
     port = metrics.expose("learner", model.name, snapshot, settings.metrics_port, health=health)
     if port is not None:
