@@ -8,6 +8,7 @@ over several masters. Then a master is killed: its replica is promoted and the s
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from streamlearn.redis_client import connect, is_cluster
 from streamlearn.weights import WeightsStore
 from tests.conftest import Client, RoleProcess, eventually, own_settings, role_env, samples_seen
 from tests.samples import linear_messages, sine_observations
+from tests.test_cli import streamlearn
 
 TOML = """
 [models.{plain}]
@@ -151,7 +153,7 @@ def test_two_models_learn_and_serve_on_different_shards_of_a_cluster(
 
 
 def test_a_partitioned_model_spreads_over_the_masters_and_learns_every_sample(
-    cluster, settings, redis, start_role, client_for
+    cluster, settings, redis, start_role, client_for, tmp_path: Path
 ):
     names = Names("spread", settings.topic_prefix, settings.key_prefix)
     toml = PARTITIONED.format(model=names.model)
@@ -162,7 +164,22 @@ def test_a_partitioned_model_spreads_over_the_masters_and_learns_every_sample(
 
     client_for(names.model).publish_samples(linear_messages(900, per=30, seed=5))
     eventually(lambda: samples_seen(redis, names) == 900, 120, "each sample learned once")
-    assert all(redis.xlen(key) > 0 for key in streams)
+    counts = [int(redis.get(names.of_partition(i).ingest_count_key) or 0) for i in range(3)]
+    assert sum(counts) == 900 and min(counts) > 0, counts
+
+    # the operator's commands find the cluster from the same URL
+    config = tmp_path / "streamlearn.toml"
+    before = sum(redis.xlen(key) for key in streams)
+    status = streamlearn(settings, config, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    [row] = json.loads(status.stdout)
+    after = sum(redis.xlen(key) for key in streams)  # the learner trims what it acknowledged
+    assert before >= row["queue_length"] >= after, (before, row, after)
+    assert row["pending"] == 0 and row["deadletters"] == 0
+    kept = WeightsStore(redis, names).versions()[0]
+    pinned = streamlearn(settings, config, "pin", "--version", str(kept))
+    assert pinned.returncode == 0, pinned.stderr
+    assert WeightsStore(redis, names).pinned_version() == kept
 
 
 def test_the_stack_goes_on_when_a_master_fails_over_to_its_replica(
