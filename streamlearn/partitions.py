@@ -21,6 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 import redis
 
+from streamlearn.appends import Appended
 from streamlearn.config import ModelConfig
 from streamlearn.names import Names
 from streamlearn.records import Observations, Parsed, Rejection, Samples
@@ -144,15 +145,13 @@ class PartitionedStream:
             passed.update(part.trim(stale_group_s, max_unread))
         return passed
 
-    def write(self, accepted: Iterable[Samples], rejected: Iterable[tuple[str, Rejection]] = ()):  # type: ignore[no-untyped-def]
-        """Dead letters (the learner's): the model's one dead-letter stream. Samples: for
-        tests and benches, each message to the partition of its first id."""
-        accepted = list(accepted)
-        if not accepted:
-            return self.parts[0].write([], rejected)
-        for samples in accepted:
-            first = samples.ids[0] if samples.ids else str(id(samples))
-            self.parts[partition_of(first, len(self.parts))].write([samples])
+    def write(
+        self, accepted: Iterable[Samples], rejected: Iterable[tuple[str, Rejection]] = ()
+    ) -> Appended:
+        """The learner's dead letters, to the model's one dead-letter stream. Samples come
+        through ingest, which splits each message by partition (`split`)."""
+        if list(accepted):
+            raise ValueError("a partitioned stream takes samples through ingest (`split`)")
         return self.parts[0].write([], rejected)
 
     def backlog(self) -> int:
