@@ -95,7 +95,8 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
     bench.add_argument(
-        "name", choices=["ingest", "learner", "serve", "soak", "device", "mutants", "quality"]
+        "name",
+        choices=["ingest", "learner", "serve", "soak", "device", "mutants", "quality", "scaling"],
     )
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
     bench.set_defaults(func=_bench)
