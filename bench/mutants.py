@@ -69,9 +69,9 @@ MUTANTS = (
         "streamlearn/ingest.py",
         (
             (
-                "stored = self.writer.store(messages, self._measure_due(adding), stop)",
+                "measure = self._measure_due(adding)",
                 "self.inbox.acknowledge(batch)\nself.inbox.ack_now()\n"
-                "stored = self.writer.store(messages, self._measure_due(adding), stop)",
+                "measure = self._measure_due(adding)",
             ),
         ),
         (G + "test_ingest_killed_while_redis_refuses_writes_loses_no_sample",),

@@ -50,7 +50,9 @@ def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     model: ModelConfig = load_config(args.config).model(args.model)
     settings = load_settings()
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
-    client = redis_client.connect(settings.redis, socket_timeout=10, socket_connect_timeout=5)
+    client = redis_client.connect(
+        settings.redis, probe_s=2, socket_timeout=10, socket_connect_timeout=5
+    )
     return model, WeightsStore(client, names)
 
 
