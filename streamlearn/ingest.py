@@ -45,7 +45,8 @@ class Ingest:
     """Moves sample messages from an MQTT subscription into a `SampleStream`.
 
     For a model with a window, keyed observations go to `windows` (by default a
-    `WindowStore` on the stream's Redis).
+    `WindowStore` per stream partition). A partitioned stream (`streamlearn.partitions`)
+    gets each message split by partition, one `RunWriter` per partition.
     """
 
     def __init__(
@@ -72,7 +73,6 @@ class Ingest:
         lanes: list[WindowStore | None] = [windows] * len(parts)
         if windows is None and model.window is not None:
             lanes = [WindowStore(p.redis, p.names, model.window, model.inputs) for p in parts]
-        self.windows = lanes[0]
         self.backlog: int | None = None  # unacknowledged samples, as last measured
         self._holding = False
         self._measured_at = -math.inf
