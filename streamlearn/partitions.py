@@ -21,8 +21,9 @@ from collections.abc import Iterable
 import numpy as np
 import redis
 
-from streamlearn.appends import Appended
+from streamlearn.appends import Appended, Appender
 from streamlearn.config import ModelConfig
+from streamlearn.errors import ConfigError
 from streamlearn.names import Names
 from streamlearn.records import Observations, Parsed, Rejection, Samples
 from streamlearn.stream import GROUP, Entry, Packed, SampleStream
@@ -40,6 +41,30 @@ def open_stream(
     return PartitionedStream(
         [SampleStream.of(client, names.of_partition(i), model, group) for i in range(n)]
     )
+
+
+def settle_layout(client: redis.Redis, names: Names, model: ModelConfig) -> None:
+    """Record the model's partition count (`ingest:partitions`), or refuse to change it
+    while samples wait unlearned in the old layout: a partition no longer read would strand
+    them, and ids moved to other partitions would escape their dedup sets.
+
+    Ingest calls this at start; a refusal is a `ConfigError` naming `ingest.partitions`.
+    """
+    key, n = names.key("ingest:partitions"), model.ingest.partitions
+    recorded = client.get(key)
+    if recorded is not None and int(recorded) != n:
+        old = int(recorded)
+        waiting = sum(
+            Appender(client, names.of_partition(i), model.sample_shape, GROUP).backlog()
+            for i in range(old)
+        )
+        if waiting:
+            raise ConfigError(
+                f"ingest.partitions: {n} in the config, but the stream in Redis has {old} "
+                f"partitions holding {waiting} samples not learned yet; let the learner "
+                "work them off (`streamlearn status`: pending 0), then change it"
+            )
+    client.set(key, n)
 
 
 def partition_of(text: str | bytes, n: int) -> int:

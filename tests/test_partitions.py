@@ -8,12 +8,15 @@ finds its window.
 
 from __future__ import annotations
 
+import tomllib
+
 import numpy as np
 
+from streamlearn.config import parse_config
 from streamlearn.names import Names
-from streamlearn.partitions import partition_of, split
+from streamlearn.partitions import open_stream, partition_of, split
 from streamlearn.records import Observations, Parsed, Rejection, Samples
-from tests.conftest import eventually, samples_seen
+from tests.conftest import eventually, launch_role, samples_seen
 from tests.samples import linear_messages, sine_observations
 
 TOML = """
@@ -102,3 +105,30 @@ def test_a_partitioned_model_learns_every_sample_once_and_serves_windows(
     for d in devices:  # a key-only request: its earlier steps come from its partition
         keyed = sensor.request({"key": d, "seq": 100, "x": [0.1]})
         assert "error" not in keyed and keyed["version"] > 0, keyed
+
+
+def test_changing_the_partitions_with_samples_not_yet_learned_fails_at_start(
+    start_role, client_for, redis, settings, tmp_path
+):
+    names = Names("p", settings.topic_prefix, settings.key_prefix)
+    start_role("ingest", TOML, "p")  # three partitions
+    client_for("p").publish_samples(linear_messages(300, seed=8))
+    counts = [names.of_partition(i).ingest_count_key for i in range(3)]
+    eventually(lambda: sum(int(redis.get(k) or 0) for k in counts) == 300, 30, "stored")
+
+    two = tmp_path / "two.toml"
+    two.write_text(TOML.replace("partitions = 3", "partitions = 2"))
+    refused = launch_role(settings, "ingest", two, "p", instance="two")
+    assert refused.proc.wait(60) != 0
+    assert "ingest.partitions: 2 in the config" in refused.output
+    assert "300 samples not learned yet" in refused.output
+
+    start_role("learner", TOML, "p")  # works them off
+    stream = open_stream(redis, names, parse_config(tomllib.loads(TOML)).model("p"))
+    eventually(lambda: stream.backlog() == 0, 60, "learned and acknowledged")
+    accepted = launch_role(settings, "ingest", two, "p", instance="two")
+    try:
+        accepted.wait_for(" ready")
+    finally:
+        accepted.stop()
+    assert redis.get(names.key("ingest:partitions")) == b"2"
