@@ -33,7 +33,7 @@ from collections.abc import Callable
 from streamlearn.config import IngestConfig
 from streamlearn.ingest_inbox import Delivery, IngestInbox
 from streamlearn.ingest_writes import IngestCounters, RunMessage, RunWriter
-from streamlearn.partitions import PartitionedStream, split
+from streamlearn.partitions import PartitionedStream, settle_layout, split
 from streamlearn.payloads import PayloadParser
 from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
@@ -118,6 +118,9 @@ class Ingest:
     def run(self, stop: threading.Event | None = None, max_messages: int | None = None) -> int:
         """Process messages until `stop` is set or `max_messages` are done; returns the count."""
         stop = stop or threading.Event()
+        model, names = self.parser.model, self.stream.names
+        if self.writer.retry(lambda: settle_layout(self.stream.redis, names, model), stop) is None:
+            return 0  # stopped while Redis was unavailable
         done = 0
         while not stop.is_set() and (max_messages is None or done < max_messages):
             self.heartbeat()

@@ -43,12 +43,13 @@ def open_stream(
     )
 
 
-def settle_layout(client: redis.Redis, names: Names, model: ModelConfig) -> None:
+def settle_layout(client: redis.Redis, names: Names, model: ModelConfig) -> int:
     """Record the model's partition count (`ingest:partitions`), or refuse to change it
     while samples wait unlearned in the old layout: a partition no longer read would strand
     them, and ids moved to other partitions would escape their dedup sets.
 
-    Ingest calls this at start; a refusal is a `ConfigError` naming `ingest.partitions`.
+    Ingest calls this before its first message (retried while Redis is unavailable); a
+    refusal is a `ConfigError` naming `ingest.partitions`. Returns the count.
     """
     key, n = names.key("ingest:partitions"), model.ingest.partitions
     recorded = client.get(key)
@@ -65,6 +66,7 @@ def settle_layout(client: redis.Redis, names: Names, model: ModelConfig) -> None
                 "work them off (`streamlearn status`: pending 0), then change it"
             )
     client.set(key, n)
+    return n
 
 
 def partition_of(text: str | bytes, n: int) -> int:

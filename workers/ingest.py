@@ -6,7 +6,7 @@ import logging
 
 from streamlearn import metrics, mqtt
 from streamlearn.ingest import Ingest
-from streamlearn.partitions import open_stream, settle_layout
+from streamlearn.partitions import open_stream
 from streamlearn.payloads import PayloadParser
 from streamlearn.reporting import Presence
 from workers import _runtime
@@ -17,9 +17,7 @@ log = logging.getLogger("streamlearn.ingest")
 def main(argv: list[str] | None = None) -> int:
     args = _runtime.parse_args("ingest", argv)
     model, settings, names, client_id = _runtime.load("ingest", args)
-    redis = _runtime.redis_client(settings)
-    settle_layout(redis, names, model)  # ConfigError: partitions changed with a backlog
-    stream = open_stream(redis, names, model)
+    stream = open_stream(_runtime.redis_client(settings), names, model)
     ingest = Ingest(PayloadParser(model), stream, model.ingest)
     stop = _runtime.stop_on_signals()
     presence = Presence(names, "ingest", _runtime.instance_of(args, settings))
