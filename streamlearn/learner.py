@@ -22,7 +22,7 @@ import keras
 
 from streamlearn.batching import Batch, Drainer, Prefetcher
 from streamlearn.champion import Contest
-from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.config import BASE_VARIANT, LearnerConfig, ModelConfig
 from streamlearn.durability import Durability
 from streamlearn.errors import ConfigError
 from streamlearn.reporting import Reporter, StatusSink
@@ -72,18 +72,8 @@ class Learner:
             contest,
             unpublished=lambda: self.durability.steps_since_publish,
         )
-        self.drainer = Drainer(
-            sample_queue,
-            consumer,
-            policy,
-            self.trainer.buckets,
-            () if cfg.task == "multiclass" else (1,),
-            stale_after_ms=int(max(30.0, 3 * self.durability.every_s) * 1000),
-            deadletter=self.writes.deadletter,
-        )
-        depth = policy.prefetch_batches
-        reading = self.writes.reading
-        self.prefetcher = Prefetcher(self.drainer.drain, depth, reading) if depth else None
+        self.y_tail = () if cfg.task == "multiclass" else (1,)
+        self.drainer, self.prefetcher = self.reader(policy, self.trainer.buckets)
         self._last_status = clock()
         self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
 
@@ -94,13 +84,29 @@ class Learner:
     probe = property(lambda self: self.trainer.probe)
     replicas = property(lambda self: self.trainer.replicas)
 
+    def reader(
+        self, policy: LearnerConfig, buckets: tuple[int, ...]
+    ) -> tuple[Drainer, Prefetcher | None]:
+        """The stream's batches of up to `policy.max_batch` samples, read ahead."""
+        drainer = Drainer(
+            self.queue,
+            self.consumer,
+            policy,
+            buckets,
+            self.y_tail,
+            stale_after_ms=int(max(30.0, 3 * self.durability.every_s) * 1000),
+            deadletter=self.writes.deadletter,
+        )
+        depth = policy.prefetch_batches
+        return drainer, Prefetcher(drainer.drain, depth, self.writes.reading) if depth else None
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
         """Resume (checkpoint, else latest weights), take pending entries, trace every
         bucket; with nothing published yet, publish the initial weights."""
         self.queue.ensure_group()
-        source = self.durability.resume()
+        source = self.resume()
         self.trainer.guard.reset()
         pending = self.drainer.resume()
         self.warm_up()
@@ -116,6 +122,10 @@ class Learner:
             self.trainer.warm_traces,
             list(self.buckets),
         )
+
+    def resume(self) -> str:
+        """The state to go on from (`Durability.resume`); says which."""
+        return self.durability.resume()
 
     def warm_up(self) -> None:
         """Trace every bucket once (`Trainer.warm_up`); a contest on a metric needs one."""

@@ -91,17 +91,26 @@ def _conv1d(h: Any, cfg: ModelConfig) -> Any:
     return h
 
 
+def head_metric(task: str) -> str:
+    """The metric a built-in model of `task` compiles (its name in the step's logs)."""
+    return _HEADS[task][2]
+
+
 def distribution(cfg: LearnerConfig) -> Any:
-    """The `tf.distribute.MirroredStrategy` the learner trains under, or None (one device)."""
+    """The `tf.distribute` strategy the learner trains under, or None (one device):
+    `MirroredStrategy` over this host's devices, or `MultiWorkerMirroredStrategy` over the
+    workers `TF_CONFIG` names (`streamlearn.collective`)."""
     if cfg.distribute == "none":
         return None
     if keras.backend.backend() != "tensorflow":
         raise ConfigError(
-            f"learner.distribute: 'mirrored' needs the tensorflow backend, "
+            f"learner.distribute: {cfg.distribute!r} needs the tensorflow backend, "
             f"got {keras.backend.backend()!r}"
         )
     import tensorflow as tf
 
+    if cfg.distribute == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.MirroredStrategy(list(cfg.devices) or None)
 
 
@@ -144,11 +153,11 @@ class TrainProbe:
             out = inner(*args)
             if isinstance(out, dict):  # TensorFlow, PyTorch: variables updated in place
                 variables = [*model.trainable_variables, *model.optimizer.variables]
-                return {**out, FINITE: _all_finite(variables)}
+                return {**out, FINITE: all_finite_tensor(variables)}
             if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict):
                 # JAX: (logs, state), state = (trainable, non-trainable, optimizer, metrics)
                 logs, state = out
-                return {**logs, FINITE: _all_finite([*state[0], *state[2]])}, state
+                return {**logs, FINITE: all_finite_tensor([*state[0], *state[2]])}, state
             return out
 
         model.train_step = train_step
@@ -162,7 +171,7 @@ class TrainProbe:
         return self.calls // self.replicas
 
 
-def _all_finite(values: list[Any]) -> Any:
+def all_finite_tensor(values: list[Any]) -> Any:
     """1.0 when every float value is finite: one isfinite over all, fewer ops than one each."""
     flat = [
         keras.ops.reshape(keras.ops.cast(v, "float32"), (-1,))

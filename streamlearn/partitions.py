@@ -8,7 +8,8 @@ earlier copy), a keyed observation to that of its key (so a device's observation
 together, in order), and a message's samples without ids to the partition of the message's
 bytes. Dead letters stay in the model's one dead-letter stream.
 
-The learner reads all partitions (`PartitionedStream`): entry ids carry their partition
+The learner reads all partitions (`PartitionedStream`; a worker of a multi-host learner,
+its own): entry ids carry their partition's place among those read
 (`b"2|1700000000000-0"`), so acknowledgements go back where the entries came from.
 """
 
@@ -32,14 +33,19 @@ _POLL_S = 0.005  # between sweeps of the partitions while waiting for entries
 
 
 def open_stream(
-    client: redis.Redis, names: Names, model: ModelConfig, group: str = GROUP
+    client: redis.Redis,
+    names: Names,
+    model: ModelConfig,
+    group: str = GROUP,
+    only: list[int] | None = None,
 ) -> SampleStream | PartitionedStream:
-    """`model`'s sample stream: one `SampleStream`, or all of its partitions."""
-    n = model.ingest.partitions
-    if n == 1:
-        return SampleStream.of(client, names, model, group)
+    """`model`'s sample stream: one `SampleStream`, or all of its partitions (`only`
+    those listed: a worker of a multi-host learner reads its own)."""
+    chosen = range(model.ingest.partitions) if only is None else only
+    if len(chosen) == 1:
+        return SampleStream.of(client, names.of_partition(chosen[0]), model, group)
     return PartitionedStream(
-        [SampleStream.of(client, names.of_partition(i), model, group) for i in range(n)]
+        [SampleStream.of(client, names.of_partition(i), model, group) for i in chosen]
     )
 
 

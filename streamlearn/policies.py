@@ -144,8 +144,10 @@ class LearnerConfig(Frozen):
     tensorboard_dir: str | None = Field(
         None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
     )
-    distribute: Literal["none", "mirrored"] = Field(
-        "none", description="mirrored: data-parallel with tf.distribute.MirroredStrategy"
+    distribute: Literal["none", "mirrored", "multi_worker"] = Field(
+        "none",
+        description="mirrored: data-parallel over this host's devices (MirroredStrategy); "
+        "multi_worker: one learner process per host, over TF_CONFIG (docs/scaling.md)",
     )
     devices: tuple[str, ...] = Field(
         (), description="devices to mirror over, e.g. ['/gpu:0', '/gpu:1']; default: all GPUs"

@@ -25,6 +25,7 @@ import numpy as np
 from streamlearn import models, standardize
 from streamlearn.batching import Batch
 from streamlearn.champion import RecentFigures
+from streamlearn.collective import Collective
 from streamlearn.config import ModelConfig
 from streamlearn.drift import DriftDetector
 from streamlearn.guard import StepGuard
@@ -47,7 +48,10 @@ class Trainer:
         self.strategy = models.distribution(policy)
         self.replicas = self.strategy.num_replicas_in_sync if self.strategy else 1
         self.model = models.build_model(cfg, self.strategy)
-        self.probe = models.TrainProbe(self.model, self.replicas)
+        # several hosts: a step of our own (`collective`); else `train_on_batch`, probed
+        several = policy.distribute == "multi_worker"
+        self.collective = Collective(self.strategy, self.model, cfg) if several else None
+        self.probe = self.collective or models.TrainProbe(self.model, self.replicas)
         self.spec = models.spec(self.model)
         self.variables = models.training_variables(self.model)
         self.buckets = policy.bucket_sizes(self.replicas)
@@ -76,7 +80,7 @@ class Trainer:
         for size in self.buckets:
             x = np.zeros((size, *self.cfg.sample_shape), np.float32)
             y = np.zeros((size,) if self.cfg.task == "multiclass" else (size, 1), np.float32)
-            if self.replicas > 1 and size == self.buckets[0]:
+            if self.replicas > 1 and size == self.buckets[0] and not self.collective:
                 # Keras builds the compiled loss and metrics from a plain (undivided) batch.
                 self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
             logs = self.fit(x, y, np.zeros(size, np.float32))
@@ -146,6 +150,8 @@ class Trainer:
             stats.flush()
 
     def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
+        if self.collective:
+            return self.collective.fit(x, y, w)
         if self.replicas > 1:
             x, y, w = (models.split_per_replica(self.strategy, a) for a in (x, y, w))
         return self.model.train_on_batch(x, y, sample_weight=w, return_dict=True)

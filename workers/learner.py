@@ -11,9 +11,11 @@ import logging
 from streamlearn import metrics, mqtt
 from streamlearn.appends import Appender
 from streamlearn.champion import Contest
+from streamlearn.collective import Workers
 from streamlearn.config import BASE_VARIANT
 from streamlearn.health import Progress, quick_redis
 from streamlearn.learner import Learner
+from streamlearn.lockstep import LockstepLearner
 from streamlearn.monitor import queue_figures
 from streamlearn.partitions import open_stream
 from streamlearn.reporting import Presence, StatusPublisher
@@ -57,14 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         history=cfg.learner.history_versions,
         history_every_s=cfg.learner.history_every_s,
     )
-    learner = Learner(
+    kind, workers, extra = Learner, None, {}
+    if cfg.learner.distribute == "multi_worker":  # one worker of several: docs/scaling.md
+        kind, workers = LockstepLearner, Workers.from_env()
+        extra = {"workers": workers}
+    partitions = workers.partitions(cfg.ingest.partitions) if workers else None
+    chief = workers is None or workers.chief
+    learner = kind(
         cfg,
-        open_stream(redis, names, cfg, group_of(variant)),
+        open_stream(redis, names, cfg, group_of(variant), partitions),
         store,
         consumer=f"learner-{model.name}",
-        status=publisher,
+        status=publisher if chief else None,
         variant=variant,
-        contest=contest,
+        contest=contest if chief else None,
+        **extra,
     )
     stop = _runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = quick_redis(settings.redis)
     waiting = [
         Appender(probe, names.of_partition(i), cfg.sample_shape, group_of(variant))
-        for i in range(cfg.ingest.partitions)
+        for i in (partitions or range(cfg.ingest.partitions))
     ]
 
     def trained() -> int:

@@ -1,0 +1,163 @@
+"""The multi-host learner's collective operations, on TensorFlow's MultiWorkerMirroredStrategy.
+
+`learner.distribute = "multi_worker"` runs one learner process per host (a *worker*); the
+cluster is described by `TF_CONFIG`, as for any TensorFlow multi-worker job (`Workers`).
+Every step is synchronous: each worker computes the gradient of its share of the batch,
+the strategy all-reduces them, and every worker applies the same update to its copy of
+the variables, which stay identical (`Collective.fit`).
+
+Keras 3's `train_on_batch` fails under this strategy with two workers or more (TF 2.21,
+Keras 3.15: `Invalid reduction dimension 0` in its metric reduction, tensorflow#72388), so
+the step is written here with the public API: a `GradientTape` over the model's own
+`compute_loss` (which already divides by the replicas in sync) and `optimizer.apply`
+(which all-reduces the gradients). Its logs are those of `train_on_batch`: the loss and
+the built-in metric of the batch with the weights from before its update, and the
+`finite` flag (`models.FINITE`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+
+from streamlearn import models
+from streamlearn.config import ModelConfig
+from streamlearn.errors import ConfigError
+
+_WHERE = "learner.distribute: 'multi_worker'"
+
+# The per-row form of each built-in head's metric (`models._HEADS`), by its log name.
+_METRICS = {
+    "mae": keras.metrics.mean_absolute_error,
+    "binary_accuracy": keras.metrics.binary_accuracy,
+    "sparse_categorical_accuracy": keras.metrics.sparse_categorical_accuracy,
+}
+
+
+@dataclass(frozen=True)
+class Workers:
+    """This process's place in the multi-worker cluster: `count` workers, this one
+    `index`; worker 0 is the chief (it publishes, checkpoints and reports)."""
+
+    count: int
+    index: int
+
+    @property
+    def chief(self) -> bool:
+        return self.index == 0
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Workers:
+        """From `TF_CONFIG`: `{"cluster": {"worker": [host:port, ...]}, "task": {"type":
+        "worker", "index": i}}`; a `ConfigError` says what is missing.
+
+        >>> Workers.from_env({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:1"]}, '
+        ...                   '"task": {"type": "worker", "index": 1}}'})
+        Workers(count=2, index=1)
+        """
+        raw = (os.environ if environ is None else environ).get("TF_CONFIG")
+        if not raw:
+            raise ConfigError(f"{_WHERE} needs TF_CONFIG in the environment (see docs/scaling.md)")
+        try:
+            doc = json.loads(raw)
+            workers = list(doc["cluster"]["worker"])
+            task = doc["task"]
+            index = int(task["index"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"{_WHERE}: TF_CONFIG is not a cluster and task: {exc!r}") from None
+        if task.get("type") != "worker" or not 0 <= index < len(workers):
+            raise ConfigError(
+                f"{_WHERE}: TF_CONFIG's task must be a worker of {workers}, got {task}"
+            )
+        return cls(len(workers), index)
+
+    def partitions(self, partitions: int) -> list[int]:
+        """The stream partitions this worker reads: every `count`-th, from its index.
+
+        >>> Workers(2, 1).partitions(4)
+        [1, 3]
+        """
+        if partitions < self.count:
+            raise ConfigError(
+                f"ingest.partitions: {partitions}, but {self.count} learner workers each "
+                f"need a partition of their own; set it to {self.count} or a multiple"
+            )
+        return list(range(self.index, partitions, self.count))
+
+
+class Collective:
+    """The collective step and exchanges of one worker (all of them call each in turn)."""
+
+    def __init__(self, strategy: Any, model: keras.Model, cfg: ModelConfig) -> None:
+        import tensorflow as tf
+
+        # it logs every collective it builds at INFO: each turn's exchange, the whole log
+        logging.getLogger("tensorflow").setLevel(logging.WARNING)
+        self.strategy = strategy
+        self.model = model
+        self.replicas = strategy.num_replicas_in_sync
+        self.workers = strategy.extended._num_workers  # no public accessor
+        self.traces = 0  # of the step, as `models.TrainProbe` counts them
+        metric = None if cfg.factory else models.head_metric(cfg.task)
+        per_row = _METRICS.get(metric) if metric else None
+        variables = [*model.trainable_variables, *model.optimizer.variables]
+
+        def step(x: Any, y: Any, w: Any) -> dict[str, Any]:
+            self.traces += 1  # Python runs here only while tracing
+            ctx = tf.distribute.get_replica_context()
+            with tf.GradientTape() as tape:
+                pred = model(x, training=True)
+                loss = model.compute_loss(x, y, pred, w)  # divided by the replicas
+            grads = tape.gradient(loss, model.trainable_variables)
+            model.optimizer.apply(grads, model.trainable_variables)
+            logs = {"loss": ctx.all_reduce("sum", loss)}
+            if per_row is not None:
+                w = tf.cast(w, "float32")
+                hits = tf.reduce_sum(w * tf.reshape(per_row(y, pred), [-1]))
+                total, weight = ctx.all_reduce("sum", [hits, tf.reduce_sum(w)])
+                logs[metric] = tf.math.divide_no_nan(total, weight)
+            logs[models.FINITE] = models.all_finite_tensor(variables)
+            return logs
+
+        self._step = tf.function(lambda x, y, w: strategy.run(step, args=(x, y, w)))
+
+        def gather(*arrays: Any) -> list[Any]:
+            local = strategy.experimental_distribute_values_from_function
+            return [strategy.gather(local(lambda _ctx, a=a: a), axis=0) for a in arrays]
+
+        self._gather = tf.function(gather)
+
+    def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
+        """One synchronous step: replica r trains rows r, r+R, r+2R... of the batch, which
+        must be the same on every worker (the learner's batches are: `exchange`)."""
+        split = [models.split_per_replica(self.strategy, a) for a in (x, y, w)]
+        out = self._step(*split)
+        first = self.strategy.experimental_local_results
+        return {k: float(first(v)[0]) for k, v in out.items()}
+
+    def exchange(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        """Every worker's `arrays` (the same shapes on each), stacked along a new first
+        axis in worker order."""
+        gathered = self._gather(*arrays)
+        per_worker = self.replicas // self.workers  # each local replica sent the same
+        return [
+            np.asarray(g).reshape(self.replicas, *a.shape)[::per_worker]
+            for g, a in zip(gathered, arrays, strict=True)
+        ]
+
+    def from_chief(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        """The chief's `values` on every worker (a resumed state, counters)."""
+        flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
+        (chiefs,) = self.exchange(flat)
+        out, at = [], 0
+        for v in values:
+            size = np.asarray(v).size
+            out.append(chiefs[0][at : at + size].reshape(np.shape(v)).astype(np.asarray(v).dtype))
+            at += size
+        return out

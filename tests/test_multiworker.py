@@ -1,0 +1,150 @@
+"""The multi-host learner (`learner.distribute = "multi_worker"`): two `streamlearn learner`
+processes on localhost, over TF_CONFIG and a real Redis, train as one.
+
+Each reads its own partition; every turn they exchange their rows and take one
+synchronous step, whose gradient is all-reduced. What the chief publishes must be what a
+single learner reaches on the same batches (each turn's rows of worker 0, then of worker
+1), within float32 round-off of a different summation order: TOLERANCE.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import numpy as np
+import pytest
+
+from streamlearn import codec, embedded, models
+from streamlearn.batching import padded
+from streamlearn.config import parse_config
+from streamlearn.names import Names
+from streamlearn.partitions import open_stream
+from streamlearn.records import Samples
+from streamlearn.stream import SampleStream
+from streamlearn.training import Trainer
+from streamlearn.weights import WeightsStore
+from tests.conftest import eventually, launch_role, published, samples_seen
+
+TOLERANCE = 1e-5  # largest absolute difference of any weight; measured: ~1e-7
+SHARE, TURNS = 32, 12  # each worker's rows per turn (max_batch 64 over 2), entries each
+
+TOML = """
+[models.mw]
+inputs = 4
+task = "regression"
+hidden = [16, 16]
+optimizer = "sgd"      # Adam would hide a gradient off by a constant factor
+learning_rate = 0.005
+
+[models.mw.ingest]
+partitions = 2
+
+[models.mw.learner]
+distribute = "multi_worker"
+max_batch = 64
+prefetch_batches = 0   # one entry a turn each, in order: the batches are known
+replay_ratio = 0       # no replay between turns: it depends on timing
+keep_versions = 100    # version 1 (the initial weights) stays for the reference
+"""
+
+
+def tf_configs(n: int) -> list[str]:
+    hosts = [f"localhost:{embedded.free_port()}" for _ in range(n)]
+    return [
+        json.dumps({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}})
+        for i in range(n)
+    ]
+
+
+def entries(seed: int) -> list[Samples]:
+    """TURNS entries of SHARE samples of a nonlinear function."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(TURNS):
+        x = rng.normal(2.0, 3.0, (SHARE, 4)).astype(np.float32)
+        y = (np.sin(x[:, 0]) + 0.2 * x[:, 1] * x[:, 2] - 0.5 * x[:, 3]).astype(np.float32)
+        out.append(Samples(x, y))
+    return out
+
+
+def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
+    redis, settings, tmp_path
+):
+    cfg = parse_config(tomllib.loads(TOML)).model("mw")
+    names = Names("mw", settings.topic_prefix, settings.key_prefix)
+    parts = [entries(seed) for seed in (1, 2)]
+    for i, part in enumerate(parts):
+        stream = SampleStream.of(redis, names.of_partition(i), cfg)
+        for samples in part:
+            stream.write([samples])
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(TOML)
+    workers = [
+        launch_role(settings, "learner", config, "mw", str(i), {"TF_CONFIG": tf_config})
+        for i, tf_config in enumerate(tf_configs(2))
+    ]
+    total = 2 * TURNS * SHARE
+    both = open_stream(redis, names, cfg)
+    try:
+        for worker in workers:
+            worker.wait_for(" ready", 120)
+
+        def learned() -> bool:
+            if any(w.proc.poll() is not None for w in workers):
+                raise AssertionError("a worker exited")
+            return samples_seen(redis, names) == total
+
+        eventually(learned, 120, "all learned, published")
+        eventually(lambda: both.backlog() == 0, 30, "each worker acknowledged its entries")
+    except AssertionError as exc:
+        tails = "\n".join(f"worker {i}:\n{w.output[-3000:]}" for i, w in enumerate(workers))
+        raise AssertionError(f"{exc}\n{tails}") from None
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert "chief of 2 workers" in workers[0].output
+    assert "worker 1 of 2, from the chief" in workers[1].output
+
+    # One learner, distribute = "none", from the same initial weights, on the same batches.
+    single = cfg.model_copy(
+        update={"learner": cfg.learner.model_copy(update={"distribute": "none"})}
+    )
+    trainer = Trainer(single, lambda reason, payload: None)
+    first = WeightsStore(redis, names).fetch(1)
+    assert first is not None, "the initial weights are kept"
+    models.set_arrays(trainer.model, codec.decode(first[1])[0])
+    for a, b in zip(*parts, strict=True):
+        batch = padded([a.x, b.x], [a.y, b.y], trainer.buckets, (1,))
+        assert trainer.step(batch)
+        trainer.flush_statistics()
+
+    version, meta = published(redis, names)
+    assert int(meta["step"]) == TURNS and int(meta["samples_seen"]) == total
+    got = codec.decode(WeightsStore(redis, names).fetch(version)[1])[0]
+    want = models.get_arrays(trainer.model)
+    assert got.keys() == want.keys()
+    worst = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
+    start = codec.decode(first[1])[0]
+    moved = max(float(np.max(np.abs(want[k] - start[k]))) for k in want if "kernel" in k)
+    assert moved > 100 * TOLERANCE, "the reference learned something"
+    assert worst <= TOLERANCE, f"weights differ by up to {worst}"
+
+
+def test_a_worker_needs_a_partition_of_its_own(settings, tmp_path):
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(TOML.replace("partitions = 2", "partitions = 1"))
+    refused = launch_role(settings, "learner", config, "mw", "0", {"TF_CONFIG": tf_configs(2)[0]})
+    assert refused.proc.wait(60) != 0
+    refused.stop()  # its output read to the end
+    assert "ingest.partitions: 1, but 2 learner workers" in refused.output
+
+
+@pytest.mark.parametrize("tf_config", ["", '{"cluster": {}}'])
+def test_multi_worker_without_a_cluster_fails_at_start(settings, tmp_path, tf_config):
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(TOML)
+    refused = launch_role(settings, "learner", config, "mw", "0", {"TF_CONFIG": tf_config})
+    assert refused.proc.wait(60) != 0
+    refused.stop()  # its output read to the end
+    assert "learner.distribute: 'multi_worker'" in refused.output
