@@ -17,9 +17,11 @@ the built-in metric of the batch with the weights from before its update, and th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,7 @@ import numpy as np
 
 from streamlearn import models
 from streamlearn.config import ModelConfig
-from streamlearn.errors import ConfigError
+from streamlearn.errors import ConfigError, StreamlearnError
 
 _WHERE = "learner.distribute: 'multi_worker'"
 
@@ -116,14 +118,14 @@ class Collective:
                 loss = model.compute_loss(x, y, pred, w)  # divided by the replicas
             grads = tape.gradient(loss, model.trainable_variables)
             model.optimizer.apply(grads, model.trainable_variables)
-            logs = {"loss": ctx.all_reduce("sum", loss)}
-            if per_row is not None:
+            if per_row is None:
+                logs = {"loss": ctx.all_reduce("sum", loss)}
+            else:  # the metric's weighted mean over every worker's rows; one all-reduce
                 w = tf.cast(w, "float32")
                 hits = tf.reduce_sum(w * tf.reshape(per_row(y, pred), [-1]))
-                total, weight = ctx.all_reduce("sum", [hits, tf.reduce_sum(w)])
-                logs[metric] = tf.math.divide_no_nan(total, weight)
-            logs[models.FINITE] = models.all_finite_tensor(variables)
-            return logs
+                loss, hits, weight = ctx.all_reduce("sum", [loss, hits, tf.reduce_sum(w)])
+                logs = {"loss": loss, metric: tf.math.divide_no_nan(hits, weight)}
+            return {**logs, models.FINITE: models.all_finite_tensor(variables)}
 
         self._step = tf.function(lambda x, y, w: strategy.run(step, args=(x, y, w)))
 
@@ -137,27 +139,47 @@ class Collective:
         """One synchronous step: replica r trains rows r, r+R, r+2R... of the batch, which
         must be the same on every worker (the learner's batches are: `exchange`)."""
         split = [models.split_per_replica(self.strategy, a) for a in (x, y, w)]
-        out = self._step(*split)
+        with self._peers():
+            out = self._step(*split)
         first = self.strategy.experimental_local_results
         return {k: float(first(v)[0]) for k, v in out.items()}
 
-    def exchange(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        """Every worker's `arrays` (the same shapes on each), stacked along a new first
-        axis in worker order."""
-        gathered = self._gather(*arrays)
+    def exchange(self, *arrays: np.ndarray, exact: type = np.float32) -> list[np.ndarray]:
+        """Every worker's `arrays` (the same shapes on each, values that `exact` holds
+        exactly), stacked along a new first axis in worker order: one collective for all."""
+        flat = np.concatenate([np.asarray(a, exact).ravel() for a in arrays])
+        with self._peers():
+            gathered = self._gather(flat)[0]
         per_worker = self.replicas // self.workers  # each local replica sent the same
-        return [
-            np.asarray(g).reshape(self.replicas, *a.shape)[::per_worker]
-            for g, a in zip(gathered, arrays, strict=True)
-        ]
+        rows = np.asarray(gathered).reshape(self.replicas, flat.size)[::per_worker]
+        out, at = [], 0
+        for a in arrays:
+            size = np.asarray(a).size
+            part = rows[:, at : at + size].reshape(len(rows), *np.shape(a))
+            out.append(part.astype(np.asarray(a).dtype))
+            at += size
+        return out
 
     def from_chief(self, values: list[np.ndarray]) -> list[np.ndarray]:
         """The chief's `values` on every worker (a resumed state, counters)."""
-        flat = np.concatenate([np.asarray(v, np.float64).ravel() for v in values])
-        (chiefs,) = self.exchange(flat)
-        out, at = [], 0
-        for v in values:
-            size = np.asarray(v).size
-            out.append(chiefs[0][at : at + size].reshape(np.shape(v)).astype(np.asarray(v).dtype))
-            at += size
-        return out
+        return [every[0] for every in self.exchange(*values, exact=np.float64)]
+
+    @contextlib.contextmanager
+    def _peers(self) -> Iterator[None]:
+        """A collective that failed (a worker died or cannot be reached) ends this worker
+        too, with a `WorkerLost` rather than TensorFlow's traceback."""
+        import tensorflow as tf
+
+        try:
+            yield
+        except tf.errors.OpError as exc:
+            first = str(exc.message).strip().splitlines()[0]
+            raise WorkerLost(
+                f"a collective with the other learner workers failed "
+                f"({type(exc).__name__}: {first}); every worker must start again, and they "
+                "resume together from the chief's checkpoint or published weights"
+            ) from None
+
+
+class WorkerLost(StreamlearnError):
+    """Another worker of the multi-host learner died or cannot be reached."""

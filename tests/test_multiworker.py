@@ -68,38 +68,60 @@ def entries(seed: int) -> list[Samples]:
     return out
 
 
-def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
-    redis, settings, tmp_path
-):
-    cfg = parse_config(tomllib.loads(TOML)).model("mw")
-    names = Names("mw", settings.topic_prefix, settings.key_prefix)
-    parts = [entries(seed) for seed in (1, 2)]
+def write(redis, names: Names, cfg, seeds: tuple[int, int]) -> list[list[Samples]]:
+    """`entries` of each seed into partitions 0 and 1."""
+    parts = [entries(seed) for seed in seeds]
     for i, part in enumerate(parts):
         stream = SampleStream.of(redis, names.of_partition(i), cfg)
         for samples in part:
             stream.write([samples])
-    config = tmp_path / "streamlearn.toml"
-    config.write_text(TOML)
+    return parts
+
+
+def start_workers(settings, config) -> list:
     workers = [
         launch_role(settings, "learner", config, "mw", str(i), {"TF_CONFIG": tf_config})
         for i, tf_config in enumerate(tf_configs(2))
     ]
-    total = 2 * TURNS * SHARE
+    for worker in workers:
+        worker.wait_for(" ready", 120)
+    return workers
+
+
+def learn(redis, names: Names, cfg, workers: list, total: int) -> None:
+    """Wait until the chief published `total` samples and each worker acknowledged its
+    entries; on failure, the workers' output."""
+
+    def learned() -> bool:
+        if any(w.proc.poll() is not None for w in workers):
+            raise AssertionError("a worker exited")
+        return samples_seen(redis, names) == total
+
     both = open_stream(redis, names, cfg)
     try:
-        for worker in workers:
-            worker.wait_for(" ready", 120)
-
-        def learned() -> bool:
-            if any(w.proc.poll() is not None for w in workers):
-                raise AssertionError("a worker exited")
-            return samples_seen(redis, names) == total
-
         eventually(learned, 120, "all learned, published")
         eventually(lambda: both.backlog() == 0, 30, "each worker acknowledged its entries")
     except AssertionError as exc:
         tails = "\n".join(f"worker {i}:\n{w.output[-3000:]}" for i, w in enumerate(workers))
         raise AssertionError(f"{exc}\n{tails}") from None
+
+
+@pytest.fixture
+def mw(redis, settings, tmp_path):
+    """(config path, model config, names) of the test model."""
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(TOML)
+    cfg = parse_config(tomllib.loads(TOML)).model("mw")
+    return config, cfg, Names("mw", settings.topic_prefix, settings.key_prefix)
+
+
+def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(redis, settings, mw):
+    config, cfg, names = mw
+    parts = write(redis, names, cfg, (1, 2))
+    total = 2 * TURNS * SHARE
+    workers = start_workers(settings, config)
+    try:
+        learn(redis, names, cfg, workers, total)
     finally:
         for worker in workers:
             worker.stop()
@@ -132,7 +154,7 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
 
 
 def test_a_worker_needs_a_partition_of_its_own(settings, tmp_path):
-    config = tmp_path / "streamlearn.toml"
+    config = tmp_path / "one.toml"
     config.write_text(TOML.replace("partitions = 2", "partitions = 1"))
     refused = launch_role(settings, "learner", config, "mw", "0", {"TF_CONFIG": tf_configs(2)[0]})
     assert refused.proc.wait(60) != 0
@@ -148,3 +170,28 @@ def test_multi_worker_without_a_cluster_fails_at_start(settings, tmp_path, tf_co
     assert refused.proc.wait(60) != 0
     refused.stop()  # its output read to the end
     assert "learner.distribute: 'multi_worker'" in refused.output
+
+
+def test_when_a_worker_dies_the_other_stops_and_both_resume_where_the_chief_left(redis, settings, mw):
+    config, cfg, names = mw
+    write(redis, names, cfg, (1, 2))
+    workers = start_workers(settings, config)
+    try:
+        learn(redis, names, cfg, workers, 2 * TURNS * SHARE)
+        workers[1].proc.kill()
+        assert workers[0].proc.wait(60) != 0, "the chief stops at its next exchange"
+        workers[0].stop()
+        assert "every worker must start again" in workers[0].output
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    write(redis, names, cfg, (3, 4))  # while no learner runs
+    workers = start_workers(settings, config)
+    try:
+        learn(redis, names, cfg, workers, 4 * TURNS * SHARE)
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert "chief of 2 workers, resumed from published weights" in workers[0].output
+    assert int(published(redis, names)[1]["step"]) == 2 * TURNS
