@@ -172,7 +172,7 @@ def test_multi_worker_without_a_cluster_fails_at_start(settings, tmp_path, tf_co
     assert "learner.distribute: 'multi_worker'" in refused.output
 
 
-def test_when_a_worker_dies_the_other_stops_and_both_resume_where_the_chief_left(redis, settings, mw):
+def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(redis, settings, mw):
     config, cfg, names = mw
     write(redis, names, cfg, (1, 2))
     workers = start_workers(settings, config)
