@@ -28,6 +28,7 @@ from tests.conftest import eventually, launch_role, published, samples_seen
 
 TOLERANCE = 1e-5  # largest absolute difference of any weight; measured: ~1e-7
 SHARE, TURNS = 32, 12  # each worker's rows per turn (max_batch 64 over 2), entries each
+POISONED = 7  # the turn whose step overflows: every worker undoes it and replays since
 
 TOML = """
 [models.mw]
@@ -68,9 +69,15 @@ def entries(seed: int) -> list[Samples]:
     return out
 
 
-def write(redis, names: Names, cfg, seeds: tuple[int, int]) -> list[list[Samples]]:
-    """`entries` of each seed into partitions 0 and 1."""
+def write(
+    redis, names: Names, cfg, seeds: tuple[int, int], poisoned: int | None = None
+) -> list[list[Samples]]:
+    """`entries` of each seed into partitions 0 and 1; with `poisoned`, that entry of
+    partition 1 makes the loss overflow (its turn's step must be undone)."""
     parts = [entries(seed) for seed in seeds]
+    if poisoned is not None:
+        bad = parts[1][poisoned]
+        parts[1][poisoned] = Samples(bad.x * np.float32(1e30), bad.y)
     for i, part in enumerate(parts):
         stream = SampleStream.of(redis, names.of_partition(i), cfg)
         for samples in part:
@@ -117,8 +124,8 @@ def mw(redis, settings, tmp_path):
 
 def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(redis, settings, mw):
     config, cfg, names = mw
-    parts = write(redis, names, cfg, (1, 2))
-    total = 2 * TURNS * SHARE
+    parts = write(redis, names, cfg, (1, 2), poisoned=POISONED)
+    total = 2 * (TURNS - 1) * SHARE  # the poisoned turn is undone, both entries dead-lettered
     workers = start_workers(settings, config)
     try:
         learn(redis, names, cfg, workers, total)
@@ -136,13 +143,16 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(redis,
     first = WeightsStore(redis, names).fetch(1)
     assert first is not None, "the initial weights are kept"
     models.set_arrays(trainer.model, codec.decode(first[1])[0])
-    for a, b in zip(*parts, strict=True):
+    trainer.guard.reset()  # the rollback point, as a learner's start makes it
+    for turn, (a, b) in enumerate(zip(*parts, strict=True)):
         batch = padded([a.x, b.x], [a.y, b.y], trainer.buckets, (1,))
-        assert trainer.step(batch)
+        assert trainer.step(batch) == (turn != POISONED)  # undone: back, and replayed
         trainer.flush_statistics()
 
     version, meta = published(redis, names)
-    assert int(meta["step"]) == TURNS and int(meta["samples_seen"]) == total
+    assert int(meta["step"]) == TURNS - 1 and int(meta["samples_seen"]) == total
+    reasons = [f[b"reason"] for _, f in redis.xrange(names.deadletter_key)]
+    assert len(reasons) == 2 and all(b"non-finite" in r for r in reasons), reasons
     got = codec.decode(WeightsStore(redis, names).fetch(version)[1])[0]
     want = models.get_arrays(trainer.model)
     assert got.keys() == want.keys()
@@ -172,8 +182,12 @@ def test_multi_worker_without_a_cluster_fails_at_start(settings, tmp_path, tf_co
     assert "learner.distribute: 'multi_worker'" in refused.output
 
 
-def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(redis, settings, mw):
+def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(
+    redis, settings, mw, tmp_path
+):
     config, cfg, names = mw
+    checkpoints = f"checkpoint_dir = '{tmp_path / 'checkpoints'}'\ncheckpoint_every_s = 1\n"
+    config.write_text(TOML + checkpoints)  # entries acknowledged at them
     write(redis, names, cfg, (1, 2))
     workers = start_workers(settings, config)
     try:
@@ -193,5 +207,5 @@ def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(redis
     finally:
         for worker in workers:
             worker.stop()
-    assert "chief of 2 workers, resumed from published weights" in workers[0].output
+    assert "chief of 2 workers, resumed from checkpoint" in workers[0].output
     assert int(published(redis, names)[1]["step"]) == 2 * TURNS
