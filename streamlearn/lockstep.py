@@ -1,7 +1,7 @@
 """One worker of the multi-host learner (`learner.distribute = "multi_worker"`): the
 learner's loop, in lockstep with the other workers.
 
-Each worker reads its own partitions of the stream (`Workers.partitions`), in the model's
+Each worker reads its own partitions of the stream (`tfconfig.Workers.partitions`), in the model's
 consumer group, up to its share of `max_batch` a turn. Every turn the workers exchange
 what they read, with a few flags (`Collective.exchange`), so that each holds the same
 batch: every worker's rows, in worker order, at most `max_batch`. Every worker then runs
@@ -29,10 +29,10 @@ import numpy as np
 
 from streamlearn import models
 from streamlearn.batching import Batch, padded
-from streamlearn.collective import Workers
 from streamlearn.errors import ConfigError
 from streamlearn.learner import Learner
 from streamlearn.resume import LearnerState
+from streamlearn.tfconfig import Workers
 from streamlearn.writes import LearnerWrites
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ from streamlearn.dashboard import Dashboard
 from streamlearn.errors import ConfigError
 from streamlearn.monitor import StatusMonitor, fmt_number
 from streamlearn.runlog import QUIET_ENV, Board, ChildLog
+from streamlearn.tfconfig import Workers
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,9 @@ class Stack:
         self.children: list[Child] = []
         # The children's settings come from here; each gets its own metrics port below.
         self.env = {k: v for k, v in os.environ.items() if k != "STREAMLEARN_METRICS_PORT"}
+        for model in cfg.models.values():  # a multi-host learner: this host runs one worker
+            if model.learner.distribute == "multi_worker":
+                Workers.from_env(self.env).partitions(model.ingest.partitions)  # or a ConfigError
         self.env.update(QUIET_ENV)
         # The prefixes these settings name (perhaps another stack's, from its run file).
         self.env["STREAMLEARN_TOPIC_PREFIX"] = settings.topic_prefix

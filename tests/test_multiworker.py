@@ -10,6 +10,9 @@ single learner reaches on the same batches (each turn's rows of worker 0, then o
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tomllib
 
 import numpy as np
@@ -209,3 +212,16 @@ def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(
             worker.stop()
     assert "chief of 2 workers, resumed from checkpoint" in workers[0].output
     assert int(published(redis, names)[1]["step"]) == 2 * TURNS
+
+
+def test_up_with_a_multi_worker_model_and_no_cluster_fails_before_starting(tmp_path):
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(TOML)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
+    env.pop("TF_CONFIG", None)
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    argv = [sys.executable, "-m", "streamlearn.cli", "up", "--config", str(config)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "learner.distribute: 'multi_worker' needs TF_CONFIG" in done.stderr
+    assert "redis" not in done.stdout.lower(), "nothing was started"

@@ -11,7 +11,6 @@ import logging
 from streamlearn import metrics, mqtt
 from streamlearn.appends import Appender
 from streamlearn.champion import Contest
-from streamlearn.collective import Workers
 from streamlearn.config import BASE_VARIANT
 from streamlearn.health import Progress, quick_redis
 from streamlearn.learner import Learner
@@ -21,6 +20,7 @@ from streamlearn.partitions import open_stream
 from streamlearn.reporting import Presence, StatusPublisher
 from streamlearn.stream import group_of
 from streamlearn.tensorboard import ScalarLog
+from streamlearn.tfconfig import Workers
 from streamlearn.weights import WeightsStore
 from workers import _runtime
 
