@@ -18,6 +18,9 @@ from streamlearn.names import Names
 ROLES = ("ingest", "learner", "actor")
 
 
+BENCHES = "ingest learner serve soak device mutants quality scaling multiworker"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ROLES:
@@ -94,10 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("--timeout", type=float, default=10.0)
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
-    bench.add_argument(
-        "name",
-        choices=["ingest", "learner", "serve", "soak", "device", "mutants", "quality", "scaling"],
-    )
+    bench.add_argument("name", choices=BENCHES.split())
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
     bench.set_defaults(func=_bench)
 
