@@ -79,6 +79,13 @@ class Durability:
         self.steps_since_publish += 1
         self._samples_since_checkpoint += samples
 
+    def settled(self) -> bool:
+        """Whether every sample trained on is in the durable state (no step since the
+        last publish, or no sample since the last checkpoint)."""
+        if self.checkpoints:
+            return not self._samples_since_checkpoint
+        return not self.steps_since_publish
+
     def caught_up(self) -> None:
         """Nothing fresh is waiting: publish what was learned (fresh or replayed steps) now
         rather than at the next cadence, so that actors answer with weights that know the

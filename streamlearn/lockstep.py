@@ -38,8 +38,9 @@ from streamlearn.writes import LearnerWrites
 log = logging.getLogger(__name__)
 
 # What each worker sends every turn, by position: its rows, whether it stops, whether it
-# has caught up with its partitions; the chief's: a durable point, a new rollback point.
-ROWS, STOP, CAUGHT_UP, DURABLE, MARKED = range(5)
+# has caught up with its partitions, whether it has entries to acknowledge; the chief's:
+# a durable point, a new rollback point.
+ROWS, STOP, CAUGHT_UP, UNACKED, DURABLE, MARKED = range(6)
 
 
 class LockstepLearner(Learner):
@@ -144,10 +145,13 @@ class LockstepLearner(Learner):
         y = np.zeros((self.share, *self.y_tail), np.float32)
         if n:
             x[:n], y[:n] = batch.x[:n], batch.y[:n]
-        flags = np.array([n, stop, self._caught_up(), self._durable, self._marked], np.int64)
+        flags = [n, stop, self._caught_up(), bool(self.writes.unacked), self._durable, self._marked]
         self._durable = self._marked = False
-        xs, ys, every = self.collective.exchange(x, y, flags)
-        if not self.workers.chief:
+        xs, ys, every = self.collective.exchange(x, y, np.array(flags, np.int64))
+        if self.workers.chief:
+            # another's entries that trained nothing (dead letters) wait for no new state
+            self._durable = bool(every[1:, UNACKED].any()) and self.durability.settled()
+        else:
             if every[0, MARKED]:
                 self.trainer.guard.mark()
             if every[0, DURABLE]:
@@ -186,6 +190,9 @@ class Follower:
 
     def publish_wait_s(self) -> float | None:
         return None
+
+    def settled(self) -> bool:
+        return True
 
     def tick(self) -> None:
         self.writes.maybe_trim()
