@@ -138,8 +138,8 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(redis,
         pending = lambda: redis.xpending(second, GROUP)["pending"]  # noqa: E731
         eventually(lambda: pending() == 0, 30, "and acknowledged, with nothing to train")
     finally:
-        for worker in workers:
-            worker.stop()
+        codes = [worker.stop() for worker in workers]
+    assert codes == [0, 0], "a stop reaches both: they finish the same turn and exit"
     assert "chief of 2 workers" in workers[0].output
     assert "worker 1 of 2, from the chief" in workers[1].output
 
