@@ -13,10 +13,11 @@ This module wires them to the stream (`batching.Drainer`, read ahead by a `Prefe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import keras
 
@@ -150,9 +151,7 @@ class Learner:
         """
         stop = stop or threading.Event()
         steps = 0
-        if self.prefetcher:
-            self.prefetcher.start()
-        try:
+        with self.reading():
             while not stop.is_set() and (max_steps is None or steps < max_steps):
                 spare = not burst and self.trainer.replay.due() and self._caught_up()
                 wait_s = 0.0 if spare else self._idle_wait_s()
@@ -168,14 +167,27 @@ class Learner:
                 else:
                     if self._caught_up():  # publish what it learned now, then replay
                         self.durability.caught_up()
-                    if spare and self.trainer.replay_step():
-                        self.durability.trained(0)
+                    if spare:
+                        self.replay()
                 self._tick()
+        self.durability.finish()
+        return steps
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """The read-ahead thread runs within (its batches not taken stay for the next)."""
+        if self.prefetcher:
+            self.prefetcher.start()
+        try:
+            yield
         finally:
             if self.prefetcher:
                 self.prefetcher.stop()
-        self.durability.finish()
-        return steps
+
+    def replay(self) -> None:
+        """A step from the replay buffer, if its budget allows."""
+        if self.trainer.replay_step():
+            self.durability.trained(0)
 
     def _caught_up(self) -> bool:
         """Whether the stream had nothing more to read (not merely the read-ahead behind)."""

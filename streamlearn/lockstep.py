@@ -102,9 +102,7 @@ class LockstepLearner(Learner):
         `max_steps`, with `burst` every worker caught up with nothing read) stops all."""
         stop = stop or threading.Event()
         steps = 0
-        if self.prefetcher:
-            self.prefetcher.start()
-        try:
+        with self.reading():
             while True:
                 batch = self._held or self._read()
                 self._held = None
@@ -122,20 +120,20 @@ class LockstepLearner(Learner):
                     steps += 1
                 elif flags[:, CAUGHT_UP].all():
                     self.durability.caught_up()
-                    if not burst and self.trainer.replay_step():  # the same on every worker
-                        self.durability.trained(0)
+                    if not burst:
+                        self.replay()  # its decision and shape are the same on every worker
                 self._tick()
-        finally:
-            if self.prefetcher:
-                self.prefetcher.stop()
         self.durability.finish()
         self._exchange(None, True)  # the others learn whether the chief's last state is durable
         return steps
 
     def _read(self) -> Batch | None:
+        """This worker's batch, waiting for one only while no replay step is due."""
+        spare = self.trainer.replay.due() and self._caught_up()
+        wait_s = 0.0 if spare else self._idle_wait_s()
         if self.prefetcher:
-            return self.prefetcher.get(self._idle_wait_s())
-        return self._drain(round(self._idle_wait_s() * 1000) or None)
+            return self.prefetcher.get(wait_s)
+        return self._drain(round(wait_s * 1000) or None)
 
     def _exchange(self, batch: Batch | None, stop: bool) -> tuple[list, np.ndarray]:
         """Every worker's rows and flags; a follower acknowledges what the chief made
