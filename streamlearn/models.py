@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
 from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
 from streamlearn.standardize import Standardize, Unstandardize  # noqa: E402
+from streamlearn.tfconfig import Workers  # noqa: E402
 
 _HEADS = {
     "regression": (None, "mse", "mae"),
@@ -110,6 +111,7 @@ def distribution(cfg: LearnerConfig) -> Any:
     import tensorflow as tf
 
     if cfg.distribute == "multi_worker":
+        Workers.from_env()  # a ConfigError, not TensorFlow's, when TF_CONFIG is missing
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.MirroredStrategy(list(cfg.devices) or None)
 
