@@ -180,6 +180,8 @@ class WindowStore:
         oldest first, as (n <= count, inputs) float32; one script call for all."""
         if count == 0 or not requests:
             return [np.empty((0, self.inputs), np.float32) for _ in requests]
+        if self.partitions == 1:
+            return [self._inputs(reply) for reply in self._recent_of(requests, count)]
         by_part: dict[int, list[int]] = {}  # one script call per partition (one slot each)
         for i, (device, _) in enumerate(requests):
             by_part.setdefault(partition_of(device, self.partitions), []).append(i)
@@ -187,8 +189,11 @@ class WindowStore:
         for rows in by_part.values():
             replies = self._recent_of([requests[i] for i in rows], count)
             for i, reply in zip(rows, replies, strict=True):
-                out[i] = np.frombuffer(reply, dtype=self._member)["x"].astype(np.float32)
+                out[i] = self._inputs(reply)
         return out
+
+    def _inputs(self, reply: bytes) -> np.ndarray:
+        return np.frombuffer(reply, dtype=self._member)["x"].astype(np.float32)
 
     def _recent_of(self, requests: Sequence[tuple[str, float | None]], count: int) -> list:
         keys = [self.key(device) for device, _ in requests]

@@ -27,7 +27,7 @@ from streamlearn.records import Samples
 from streamlearn.stream import GROUP, SampleStream
 from streamlearn.training import Trainer
 from streamlearn.weights import WeightsStore
-from tests.conftest import eventually, launch_role, published, samples_seen
+from tests.conftest import eventually, launch_role, published, retained, samples_seen
 
 TOLERANCE = 1e-5  # largest absolute difference of any weight; measured: ~1e-7
 SHARE, TURNS = 32, 12  # each worker's rows per turn (max_batch 64 over 2), entries each
@@ -61,14 +61,17 @@ def tf_configs(n: int) -> list[str]:
     ]
 
 
-def entries(seed: int) -> list[Samples]:
-    """TURNS entries of SHARE samples of a nonlinear function."""
+def entries(seed: int, task: str = "regression") -> list[Samples]:
+    """TURNS entries of SHARE samples of a nonlinear function (its sign for "binary", its
+    tercile for "multiclass")."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(TURNS):
         x = rng.normal(2.0, 3.0, (SHARE, 4)).astype(np.float32)
-        y = (np.sin(x[:, 0]) + 0.2 * x[:, 1] * x[:, 2] - 0.5 * x[:, 3]).astype(np.float32)
-        out.append(Samples(x, y))
+        y = np.sin(x[:, 0]) + 0.2 * x[:, 1] * x[:, 2] - 0.5 * x[:, 3]
+        if task != "regression":
+            y = np.digitize(y, [-1.0, 1.0] if task == "multiclass" else [0.0])
+        out.append(Samples(x, y.astype(np.float32)))
     return out
 
 
@@ -77,7 +80,7 @@ def write(
 ) -> list[list[Samples]]:
     """`entries` of each seed into partitions 0 and 1; with `poisoned`, that entry of
     partition 1 makes the loss overflow (its turn's step must be undone)."""
-    parts = [entries(seed) for seed in seeds]
+    parts = [entries(seed, cfg.task) for seed in seeds]
     if poisoned is not None:
         bad = parts[1][poisoned]
         parts[1][poisoned] = Samples(bad.x * np.float32(1e30), bad.y)
@@ -125,16 +128,32 @@ def mw(redis, settings, tmp_path):
     return config, cfg, Names("mw", settings.topic_prefix, settings.key_prefix)
 
 
-def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(redis, settings, mw):
+TASKS = {
+    "regression": "",  # with a poisoned turn
+    "binary": 'task = "binary"',
+    "multiclass": 'task = "multiclass"\nclasses = 3',
+}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
+    redis, settings, mw, task
+):
     config, cfg, names = mw
-    parts = write(redis, names, cfg, (1, 2), poisoned=POISONED)
-    total = 2 * (TURNS - 1) * SHARE  # the poisoned turn is undone, both entries dead-lettered
+    if task != "regression":
+        text = TOML.replace('task = "regression"', TASKS[task])
+        config.write_text(text)
+        cfg = parse_config(tomllib.loads(text)).model("mw")
+    poisoned = POISONED if task == "regression" else None
+    parts = write(redis, names, cfg, (1, 2), poisoned)
+    total = 2 * (TURNS - (poisoned is not None)) * SHARE  # an undone turn: dead letters
     workers = start_workers(settings, config)
     try:
         learn(redis, names, cfg, workers, total)
         second = names.of_partition(1).samples_key
         redis.xadd(second, {"n": 2, "x": b"short", "y": b""})  # worker 1's, undecodable
-        eventually(lambda: redis.xlen(names.deadletter_key) == 3, 30, "dead-lettered")
+        dead = 1 + 2 * (poisoned is not None)
+        eventually(lambda: redis.xlen(names.deadletter_key) == dead, 30, "dead-lettered")
         pending = lambda: redis.xpending(second, GROUP)["pending"]  # noqa: E731
         eventually(lambda: pending() == 0, 30, "and acknowledged, with nothing to train")
     finally:
@@ -148,19 +167,27 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(redis,
         update={"learner": cfg.learner.model_copy(update={"distribute": "none"})}
     )
     trainer = Trainer(single, lambda reason, payload: None)
+    trainer.warm_up()  # as a learner's start: it names the metric of the figures
     first = WeightsStore(redis, names).fetch(1)
     assert first is not None, "the initial weights are kept"
     models.set_arrays(trainer.model, codec.decode(first[1])[0])
     trainer.guard.reset()  # the rollback point, as a learner's start makes it
+    y_tail = () if task == "multiclass" else (1,)
     for turn, (a, b) in enumerate(zip(*parts, strict=True)):
-        batch = padded([a.x, b.x], [a.y, b.y], trainer.buckets, (1,))
-        assert trainer.step(batch) == (turn != POISONED)  # undone: back, and replayed
+        batch = padded([a.x, b.x], [a.y, b.y], trainer.buckets, y_tail)
+        assert trainer.step(batch) == (turn != poisoned)  # undone: back, and replayed
         trainer.flush_statistics()
 
     version, meta = published(redis, names)
-    assert int(meta["step"]) == TURNS - 1 and int(meta["samples_seen"]) == total
-    reasons = [f[b"reason"] for _, f in redis.xrange(names.deadletter_key)][:2]
+    assert int(meta["step"]) == TURNS - (poisoned is not None)
+    assert int(meta["samples_seen"]) == total
+    reasons = [f[b"reason"] for _, f in redis.xrange(names.deadletter_key)][: dead - 1]
     assert all(b"non-finite" in r for r in reasons), reasons
+    status = retained(settings, names.status_topic)  # the chief's online figures
+    assert status is not None and status["samples_seen"] == total
+    for figure in ("online_loss", "online_metric"):
+        want = getattr(trainer.state, figure)
+        assert status[figure] == pytest.approx(want, rel=1e-4, abs=1e-6), figure
     got = codec.decode(WeightsStore(redis, names).fetch(version)[1])[0]
     want = models.get_arrays(trainer.model)
     assert got.keys() == want.keys()
