@@ -39,8 +39,8 @@ log = logging.getLogger(__name__)
 
 # What each worker sends every turn, by position: its rows, whether it stops, whether it
 # has caught up with its partitions, whether it has entries to acknowledge; the chief's:
-# a durable point, a new rollback point.
-ROWS, STOP, CAUGHT_UP, UNACKED, DURABLE, MARKED = range(6)
+# a durable point, a new rollback point, a return to its rollback point.
+ROWS, STOP, CAUGHT_UP, UNACKED, DURABLE, MARKED, BACK = range(7)
 
 
 class LockstepLearner(Learner):
@@ -57,12 +57,14 @@ class LockstepLearner(Learner):
         local = self.policy.model_copy(update={"max_batch": self.share, "buckets": None})
         self.drainer, self.prefetcher = self.reader(local, (self.share,))
         self._held: Batch | None = None  # read, then a stop came before its step
-        # the chief: since the last exchange, a durable point; a rollback point (its
+        # the chief, since the last exchange: a durable point; a rollback point (its
         # checkpoints make one), which the others make too, so that an undo replays the
-        # same steps everywhere
-        self._durable = self._marked = False
+        # same steps everywhere; a return to it (a refused publish), after which every
+        # worker takes the chief's variables
+        self._durable = self._marked = self._back = False
         if workers.chief:
-            made_durable, mark = self.writes.made_durable, self.trainer.guard.mark
+            guard = self.trainer.guard
+            made_durable, mark, back = self.writes.made_durable, guard.mark, guard.back
 
             def durable() -> None:
                 made_durable()
@@ -72,18 +74,21 @@ class LockstepLearner(Learner):
                 self._marked = True
                 return mark()
 
+            def backed(reason: str) -> None:
+                self._back = True
+                back(reason)
+
             self.writes.made_durable = durable  # type: ignore[method-assign]
-            self.trainer.guard.mark = marked  # type: ignore[method-assign]
+            guard.mark, guard.back = marked, backed  # type: ignore[method-assign]
         else:
             self.durability = Follower(self.writes)  # type: ignore[assignment]
 
     def resume(self) -> str:
         """The chief's state, on every worker: its variables and counters."""
         source = super().resume()
-        variables, state = self.trainer.variables, self.trainer.state
+        state = self.trainer.state
         counters = np.array([np.nan if v is None else v for v in astuple(state)], np.float64)
-        *values, counters = self.collective.from_chief([*models.snapshot(variables), counters])
-        models.restore(variables, values)
+        (counters,) = self._chiefs_variables(counters)
         kinds = [f.name for f in fields(LearnerState)]
         self.trainer.state = LearnerState(
             **{
@@ -94,6 +99,14 @@ class LockstepLearner(Learner):
         if not self.workers.chief:
             return f"worker {self.workers.index} of {self.workers.count}, from the chief"
         return f"chief of {self.workers.count} workers, {source}"
+
+    def _chiefs_variables(self, *also: np.ndarray) -> list[np.ndarray]:
+        """Every worker takes the chief's training variables (and the `also` arrays,
+        returned); the same collective on each."""
+        variables = self.trainer.variables
+        values = self.collective.from_chief([*models.snapshot(variables), *also])
+        models.restore(variables, values[: len(variables)])
+        return values[len(variables) :]
 
     def run(
         self, stop: threading.Event | None = None, max_steps: int | None = None, *, burst=False
@@ -143,17 +156,21 @@ class LockstepLearner(Learner):
         y = np.zeros((self.share, *self.y_tail), np.float32)
         if n:
             x[:n], y[:n] = batch.x[:n], batch.y[:n]
-        flags = [n, stop, self._caught_up(), bool(self.writes.unacked), self._durable, self._marked]
-        self._durable = self._marked = False
-        xs, ys, every = self.collective.exchange(x, y, np.array(flags, np.int64))
+        unacked = bool(self.writes.unacked)
+        chiefs = [self._durable, self._marked, self._back]
+        flags = np.array([n, stop, self._caught_up(), unacked, *chiefs], np.int64)
+        self._durable = self._marked = self._back = False
+        xs, ys, every = self.collective.exchange(x, y, flags)
+        if every[0, BACK]:  # rare (a refused publish): the chief's state, made the point
+            self._chiefs_variables()
+            self.trainer.guard.reset()
+        elif every[0, MARKED] and not self.workers.chief:
+            self.trainer.guard.mark()
         if self.workers.chief:
             # another's entries that trained nothing (dead letters) wait for no new state
             self._durable = bool(every[1:, UNACKED].any()) and self.durability.settled()
-        else:
-            if every[0, MARKED]:
-                self.trainer.guard.mark()
-            if every[0, DURABLE]:
-                self.writes.made_durable()
+        elif every[0, DURABLE]:
+            self.writes.made_durable()
         return list(zip(xs, ys, strict=True)), every
 
     def _step(self, rows: list, counts: np.ndarray, batch: Batch | None) -> None:
