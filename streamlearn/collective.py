@@ -29,6 +29,7 @@ import numpy as np
 from streamlearn import models
 from streamlearn.config import ModelConfig
 from streamlearn.errors import StreamlearnError
+from streamlearn.tfconfig import Workers
 
 # The per-row form of each built-in head's metric (`models._HEADS`), by its log name.
 _METRICS = {
@@ -49,7 +50,7 @@ class Collective:
         self.strategy = strategy
         self.model = model
         self.replicas = strategy.num_replicas_in_sync
-        self.workers = strategy.extended._num_workers  # no public accessor
+        self.workers = Workers.from_env().count
         self.traces = 0  # of the step, as `models.TrainProbe` counts them
         metric = None if cfg.factory else models.head_metric(cfg.task)
         per_row = _METRICS.get(metric) if metric else None

@@ -24,15 +24,20 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import astuple, fields
+from typing import Any
 
 import numpy as np
 
 from streamlearn import models
 from streamlearn.batching import Batch, padded
+from streamlearn.config import ModelConfig
 from streamlearn.errors import ConfigError
 from streamlearn.learner import Learner
+from streamlearn.partitions import PartitionedStream
 from streamlearn.resume import LearnerState
+from streamlearn.stream import SampleStream
 from streamlearn.tfconfig import Workers
+from streamlearn.weights import WeightsStore
 from streamlearn.writes import LearnerWrites
 
 log = logging.getLogger(__name__)
@@ -47,8 +52,17 @@ class LockstepLearner(Learner):
     """A `Learner` whose every step is taken with the other workers of `workers`; its
     `queue` is this worker's partitions of the stream."""
 
-    def __init__(self, *args: object, workers: Workers, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        queue: SampleStream | PartitionedStream,
+        store: WeightsStore,
+        *,
+        workers: Workers,
+        **kwargs: Any,
+    ) -> None:
+        """As `Learner`; `queue` is this worker's partitions (`Workers.partitions`)."""
+        super().__init__(cfg, queue, store, **kwargs)
         self.workers = workers
         self.collective = self.trainer.collective
         if self.collective is None:

@@ -59,21 +59,22 @@ def main(argv: list[str] | None = None) -> int:
         history=cfg.learner.history_versions,
         history_every_s=cfg.learner.history_every_s,
     )
-    kind, workers, extra = Learner, None, {}
-    if cfg.learner.distribute == "multi_worker":  # one worker of several: docs/scaling.md
-        kind, workers = LockstepLearner, Workers.from_env()
-        extra = {"workers": workers}
+    # one worker of a multi-host learner (docs/scaling.md): its own partitions; only the
+    # chief reports and competes
+    workers = Workers.from_env() if cfg.learner.distribute == "multi_worker" else None
     partitions = workers.partitions(cfg.ingest.partitions) if workers else None
     chief = workers is None or workers.chief
-    learner = kind(
-        cfg,
-        open_stream(redis, names, cfg, group_of(variant), partitions),
-        store,
-        consumer=f"learner-{model.name}",
-        status=publisher if chief else None,
-        variant=variant,
-        contest=contest if chief else None,
-        **extra,
+    stream = open_stream(redis, names, cfg, group_of(variant), partitions)
+    parts = {
+        "consumer": f"learner-{model.name}",
+        "status": publisher if chief else None,
+        "variant": variant,
+        "contest": contest if chief else None,
+    }
+    learner = (
+        LockstepLearner(cfg, stream, store, workers=workers, **parts)
+        if workers
+        else Learner(cfg, stream, store, **parts)
     )
     stop = _runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
