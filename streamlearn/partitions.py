@@ -29,7 +29,9 @@ from streamlearn.names import Names
 from streamlearn.records import Observations, Parsed, Rejection, Samples
 from streamlearn.stream import GROUP, Entry, Packed, SampleStream
 
-_POLL_S = 0.005  # between sweeps of the partitions while waiting for entries
+# Between sweeps of the partitions while waiting for entries: 5 ms, doubling up to 40 ms
+# while none come (an idle learner of 3 partitions made 600 reads/s at a steady 5 ms).
+_POLL_S, _POLL_MAX_S = 0.005, 0.04
 
 
 def open_stream(
@@ -124,7 +126,7 @@ class PartitionedStream:
 
     A read sweeps the partitions, starting one further each time so that none waits behind
     another, and returns what all of them had; while none has anything, it sweeps again
-    every 5 ms until `block_ms` is over.
+    after 5 ms, then 10, 20 and every 40 ms until `block_ms` is over.
     """
 
     def __init__(self, parts: list[SampleStream]) -> None:
@@ -141,11 +143,14 @@ class PartitionedStream:
 
     def read_packed(self, consumer: str, count: int, block_ms: int | None) -> Packed:
         deadline = time.monotonic() + (block_ms or 0) / 1000
+        pause = _POLL_S
         while True:
             packed = self._sweep(consumer, count)
-            if len(packed) or block_ms is None or time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if len(packed) or block_ms is None or left <= 0:
                 return packed
-            time.sleep(_POLL_S)
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, _POLL_MAX_S)  # idle, N reads a sweep: fewer sweeps
 
     def _sweep(self, consumer: str, count: int) -> Packed:
         n = len(self.parts)
