@@ -21,7 +21,6 @@ import redis
 
 from bench._stack import Stack
 from bench.loadgen import open_loop
-from streamlearn import codec
 from streamlearn.config import DEMO_TOML, parse_config
 from streamlearn.demo import DemoStream
 from streamlearn.names import Names
@@ -51,9 +50,9 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
             msg = pubsub.get_message(timeout=0.2)
             if msg is not None:
                 version = int(msg["data"])
-                found = store.fetch(version)
-                if found is not None:
-                    seen[version] = int(codec.decode(found[1])[1]["samples_seen"])
+                found, meta = store.metadata(version)
+                if found:
+                    seen[version] = int(meta["samples_seen"])
         pubsub.close()
 
     listener = threading.Thread(target=listen)

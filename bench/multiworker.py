@@ -30,7 +30,7 @@ import numpy as np
 
 from bench._report import report
 from bench._stack import Proc, Stack, broker
-from streamlearn import codec, embedded
+from streamlearn import embedded
 from streamlearn.config import DEMO_TOML, parse_config
 from streamlearn.names import Names
 from streamlearn.records import Samples
@@ -63,8 +63,7 @@ def _fill(redis_url: str, names: Names, text: str, samples: int) -> None:
 
 def _seen(client, names: Names) -> int:
     """Samples the latest published weights have seen."""
-    found = WeightsStore(client, names).fetch()
-    return 0 if found is None else int(codec.decode(found[1])[1].get("samples_seen", 0))
+    return int(WeightsStore(client, names).metadata()[1].get("samples_seen", 0))
 
 
 def learn_rate(stack: Stack, workers: int, max_batch: int, args: argparse.Namespace) -> float:

@@ -48,7 +48,6 @@ class Collective:
         # it logs every collective it builds at INFO: each turn's exchange, the whole log
         logging.getLogger("tensorflow").setLevel(logging.WARNING)
         self.strategy = strategy
-        self.model = model
         self.replicas = strategy.num_replicas_in_sync
         self.workers = Workers.from_env().count
         self.traces = 0  # of the step, as `models.TrainProbe` counts them
@@ -75,9 +74,9 @@ class Collective:
 
         self._step = tf.function(lambda x, y, w: strategy.run(step, args=(x, y, w)))
 
-        def gather(*arrays: Any) -> list[Any]:
-            local = strategy.experimental_distribute_values_from_function
-            return [strategy.gather(local(lambda _ctx, a=a: a), axis=0) for a in arrays]
+        def gather(flat: Any) -> Any:
+            local = strategy.experimental_distribute_values_from_function(lambda _ctx: flat)
+            return strategy.gather(local, axis=0)
 
         self._gather = tf.function(gather)
 
@@ -95,7 +94,7 @@ class Collective:
         exactly), stacked along a new first axis in worker order: one collective for all."""
         flat = np.concatenate([np.asarray(a, exact).ravel() for a in arrays])
         with self._peers():
-            gathered = self._gather(flat)[0]
+            gathered = self._gather(flat)
         per_worker = self.replicas // self.workers  # each local replica sent the same
         rows = np.asarray(gathered).reshape(self.replicas, flat.size)[::per_worker]
         out, at = [], 0

@@ -42,6 +42,7 @@ class StepGuard:
         self._max_replay = max_replay
         self.good = models.snapshot(variables)  # the rollback point
         self._since_good: list[Batch] = []
+        self.marks = self.backs = 0  # rollback points made, returns to one (`lockstep`)
 
     def finite(self, logs: dict[str, float]) -> bool:
         """Whether a step left a finite loss, weights and optimizer state."""
@@ -67,12 +68,14 @@ class StepGuard:
             self.back("non-finite variables")
             return False
         self.good, self._since_good = values, []
+        self.marks += 1
         return True
 
     def back(self, reason: str) -> None:
         """Past the per-step checks (a bug if it happens): no culprit to name, no replay."""
         models.restore(self._variables, self.good)
         self._since_good = []
+        self.backs += 1
         self._rolled_back(reason)
 
     def undo(self) -> None:

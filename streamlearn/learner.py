@@ -154,11 +154,7 @@ class Learner:
         with self.reading():
             while not stop.is_set() and (max_steps is None or steps < max_steps):
                 spare = not burst and self.trainer.replay.due() and self._caught_up()
-                wait_s = 0.0 if spare else self._idle_wait_s()
-                if self.prefetcher:
-                    batch = self.prefetcher.get(wait_s)
-                else:
-                    batch = self._drain(round(wait_s * 1000) or None)
+                batch = self.next_batch(spare)
                 if batch is not None:
                     self.train_step(batch)
                     steps += 1
@@ -188,6 +184,13 @@ class Learner:
         """A step from the replay buffer, if its budget allows."""
         if self.trainer.replay_step():
             self.durability.trained(0)
+
+    def next_batch(self, spare: bool) -> Batch | None:
+        """The next fresh batch, waiting for one only when no replay step is due (`spare`)."""
+        wait_s = 0.0 if spare else self._idle_wait_s()
+        if self.prefetcher:
+            return self.prefetcher.get(wait_s)
+        return self._drain(round(wait_s * 1000) or None)
 
     def _caught_up(self) -> bool:
         """Whether the stream had nothing more to read (not merely the read-ahead behind)."""

@@ -71,31 +71,17 @@ class LockstepLearner(Learner):
         local = self.policy.model_copy(update={"max_batch": self.share, "buckets": None})
         self.drainer, self.prefetcher = self.reader(local, (self.share,))
         self._held: Batch | None = None  # read, then a stop came before its step
-        # the chief, since the last exchange: a durable point; a rollback point (its
-        # checkpoints make one), which the others make too, so that an undo replays the
-        # same steps everywhere; a return to it (a refused publish), after which every
-        # worker takes the chief's variables
-        self._durable = self._marked = self._back = False
-        if workers.chief:
-            guard = self.trainer.guard
-            made_durable, mark, back = self.writes.made_durable, guard.mark, guard.back
-
-            def durable() -> None:
-                made_durable()
-                self._durable = True
-
-            def marked() -> bool:
-                self._marked = True
-                return mark()
-
-            def backed(reason: str) -> None:
-                self._back = True
-                back(reason)
-
-            self.writes.made_durable = durable  # type: ignore[method-assign]
-            guard.mark, guard.back = marked, backed  # type: ignore[method-assign]
-        else:
+        # the chief's durable points, rollback points and returns to one, as last sent:
+        # the others ack at the first, make the second too (so that an undo replays the
+        # same steps everywhere) and take the chief's variables after the third
+        self._sent = self._events()
+        self._others_settled = False  # the chief: another's dead letters may be acked
+        if not workers.chief:
             self.durability = Follower(self.writes)  # type: ignore[assignment]
+
+    def _events(self) -> np.ndarray:
+        guard = self.trainer.guard
+        return np.array([self.writes.durable_points, guard.marks, guard.backs])
 
     def resume(self) -> str:
         """The chief's state, on every worker: its variables and counters."""
@@ -131,7 +117,8 @@ class LockstepLearner(Learner):
         steps = 0
         with self.reading():
             while True:
-                batch = self._held or self._read()
+                spare = not burst and self.trainer.replay.due() and self._caught_up()
+                batch = self._held or self.next_batch(spare)
                 self._held = None
                 ending = stop.is_set() or (max_steps is not None and steps >= max_steps)
                 rows, flags = self._exchange(batch, ending)
@@ -154,14 +141,6 @@ class LockstepLearner(Learner):
         self._exchange(None, True)  # the others learn whether the chief's last state is durable
         return steps
 
-    def _read(self) -> Batch | None:
-        """This worker's batch, waiting for one only while no replay step is due."""
-        spare = self.trainer.replay.due() and self._caught_up()
-        wait_s = 0.0 if spare else self._idle_wait_s()
-        if self.prefetcher:
-            return self.prefetcher.get(wait_s)
-        return self._drain(round(wait_s * 1000) or None)
-
     def _exchange(self, batch: Batch | None, stop: bool) -> tuple[list, np.ndarray]:
         """Every worker's rows and flags; a follower acknowledges what the chief made
         durable since the last exchange."""
@@ -170,10 +149,12 @@ class LockstepLearner(Learner):
         y = np.zeros((self.share, *self.y_tail), np.float32)
         if n:
             x[:n], y[:n] = batch.x[:n], batch.y[:n]
+        events = self._events()
+        chiefs = events != self._sent if self.workers.chief else np.zeros(3, bool)
+        chiefs[0] |= self._others_settled
+        self._sent = events
         unacked = bool(self.writes.unacked)
-        chiefs = [self._durable, self._marked, self._back]
         flags = np.array([n, stop, self._caught_up(), unacked, *chiefs], np.int64)
-        self._durable = self._marked = self._back = False
         xs, ys, every = self.collective.exchange(x, y, flags)
         if every[0, BACK]:  # rare (a refused publish): the chief's state, made the point
             self._chiefs_variables()
@@ -182,7 +163,7 @@ class LockstepLearner(Learner):
             self.trainer.guard.mark()
         if self.workers.chief:
             # another's entries that trained nothing (dead letters) wait for no new state
-            self._durable = bool(every[1:, UNACKED].any()) and self.durability.settled()
+            self._others_settled = bool(every[1:, UNACKED].any()) and self.durability.settled()
         elif every[0, DURABLE]:
             self.writes.made_durable()
         return list(zip(xs, ys, strict=True)), every

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import redis
 
-from streamlearn import scripts
+from streamlearn import codec, scripts
 from streamlearn.config import BASE_VARIANT
 from streamlearn.errors import WeightsError
 from streamlearn.names import Names
@@ -85,6 +85,12 @@ class WeightsStore:
         if found is None and version is None and self.variant == BASE_VARIANT:
             found = self._fetch(self.model, None)
         return found
+
+    def metadata(self, version: int | None = None) -> tuple[int, dict[str, str]]:
+        """A version (default: the latest) and its blob's metadata (step, samples_seen...);
+        (0, {}) when there is none."""
+        found = self.fetch(version)
+        return (0, {}) if found is None else (found[0], codec.decode(found[1])[1])
 
     # -- pinning (the model's keys, whatever the variant) --------------------------------
 

@@ -51,6 +51,7 @@ class LearnerWrites:
         self.reporting = retried("status")
         self.reading = retried("read")
         self.unacked: list[bytes] = []  # entries done since the last durable point
+        self.durable_points = 0  # times the learner's state was made durable
         self.passed_groups: dict[str, str] = {}  # groups trimming no longer waits for
         self._last_trim = -math.inf
 
@@ -63,6 +64,7 @@ class LearnerWrites:
     def made_durable(self) -> None:
         """Acknowledge what the durable state covers, and now and then trim the stream;
         what Redis refuses stays to acknowledge at the next call after the backoff."""
+        self.durable_points += 1
         if self.unacked and self.acking.due():
             done = self.unacked
             if self.acking.run(lambda: self.queue.ack(done)):

@@ -236,11 +236,9 @@ def retained(settings: Settings, topic: str, timeout_s: float = 2) -> dict | Non
 
 def published(client: redis_lib.Redis, names: Names) -> tuple[int, dict[str, str]]:
     """The model's latest version and its blob's metadata ((0, {}) before any)."""
-    from streamlearn import codec
     from streamlearn.weights import WeightsStore
 
-    found = WeightsStore(client, names).fetch()
-    return (0, {}) if found is None else (found[0], codec.decode(found[1])[1])
+    return WeightsStore(client, names).metadata()
 
 
 def samples_seen(client: redis_lib.Redis, names: Names) -> int:
