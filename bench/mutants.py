@@ -53,9 +53,9 @@ MUTANTS = (
         "streamlearn/ingest_inbox.py",
         (
             (
-                "self._messages.append((self._generation, client, msg))",
-                "client.ack(msg.mid, msg.qos)\n"
-                "self._messages.append((self._generation, client, msg))",
+                "        self._messages.append(\n",
+                "        client.ack_many([(client.generation, msg.mid)])\n"
+                "        self._messages.append(\n",
             ),
         ),
         (
@@ -70,7 +70,7 @@ MUTANTS = (
         (
             (
                 "measure = self._measure_due(adding)",
-                "self.inbox.acknowledge(batch)\nself.inbox.ack_now()\n"
+                "self.inbox.acknowledge(batch)\n"
                 "measure = self._measure_due(adding)",
             ),
         ),

@@ -1,11 +1,10 @@
 """Ingest: MQTT sample messages -> validated, packed stream entries in Redis.
 
-paho's network thread only enqueues (and sends the PUBACKs queued for it: the inbox,
-`streamlearn.ingest_inbox`); the loop here validates a run of messages, appends them to
-Redis in one round trip and only then lets them be acknowledged, so a crash at any point
-leaves unacknowledged messages with the broker, never a lost sample. A redelivered message
-adds nothing twice: sample ids are de-duplicated in the same atomic step as the append
-(`streamlearn.stream`).
+paho's network thread only enqueues (the inbox, `streamlearn.ingest_inbox`); the loop
+here validates a run of messages, appends them to Redis in one round trip and only then
+acknowledges them, so a crash at any point leaves unacknowledged messages with the broker,
+never a lost sample. A redelivered message adds nothing twice: sample ids are de-duplicated
+in the same atomic step as the append (`streamlearn.stream`).
 
 Keyed observations (models with a window) take the same path: they go to their keys'
 windows in Redis (`streamlearn.windows`, exactly once by key and seq) before the message is
@@ -80,7 +79,6 @@ class Ingest:
         self.inbox = IngestInbox(cfg)
         # paho's callbacks, for the client that subscribes to the samples
         self.on_message = self.inbox.on_message
-        self.on_pre_connect = self.inbox.on_pre_connect
         self.heartbeat: Callable[[], object] = lambda: None  # each turn (`streamlearn.health`)
         self._backlogs = [0] * len(parts)  # as last measured, per partition
         self.writers = [
@@ -130,7 +128,6 @@ class Ingest:
             batch = self.inbox.take(limit, self.linger_s)
             if batch and self._process(batch, stop):
                 done += len(batch)
-        self.inbox.ack_now()
         return done
 
     def _held_back(self, stop: threading.Event) -> bool:
@@ -143,7 +140,6 @@ class Ingest:
                 self._measured(measured)
         if not self._holding:
             return False
-        self.inbox.ack_now()
         stop.wait(self.poll_s)
         return True
 
@@ -171,7 +167,7 @@ class Ingest:
     def _process(self, batch: list[Delivery], stop: threading.Event) -> bool:
         """Validate and store, then queue the PUBACKs; False if stopped before Redis took it
         all (what it took is acknowledged)."""
-        messages = [RunMessage(msg, self.parser.parse_message(msg.payload)) for *_, msg in batch]
+        messages = [RunMessage(d, self.parser.parse_message(d.payload)) for d in batch]
         adding = sum(
             len(m.parsed.samples or ()) + len(m.parsed.observations or ()) for m in messages
         )

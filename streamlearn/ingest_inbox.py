@@ -1,15 +1,15 @@
 """Ingest's inbox: sample messages handed over by paho's network thread to the ingest
 loop, and their PUBACKs handed back.
 
-paho's thread only appends here (and sends the PUBACKs queued for it) and returns at once;
-the loop takes runs of messages and, once Redis holds a run, queues its PUBACKs. QoS 1
+paho's thread only appends here and returns at once; the loop takes runs of messages and,
+once Redis holds a run, queues its PUBACKs as one write (`mqtt.BufferedClient.ack_many`). QoS 1
 messages are bounded by the client's receive maximum. QoS 0 messages are not held by the
 broker: the inbox takes them up to `max_inbox_messages` and `max_inbox_bytes`, and drops
 (and counts) the rest; QoS 0 promises nothing more.
 
-A message is acknowledged only on the connection that delivered it: after a reconnect the
-broker redelivers what the old connection left unacknowledged, and an old packet id may
-by then name another message.
+A message is acknowledged only on the connection that delivered it (its client's
+`generation`): after a reconnect the broker redelivers what the old connection left
+unacknowledged, and an old packet id may by then name another message.
 """
 
 from __future__ import annotations
@@ -19,16 +19,32 @@ import math
 import threading
 import time
 from collections import deque
+from typing import NamedTuple
 
-import paho.mqtt.client as mqtt
+import paho.mqtt.client as paho
 
 from streamlearn.config import IngestConfig
+from streamlearn.mqtt import BufferedClient
 
 log = logging.getLogger("streamlearn.ingest")  # its warnings are the ingest worker's
 
 _DROP_LOG_EVERY_S = 10.0
 
-Delivery = tuple[int, mqtt.Client, mqtt.MQTTMessage]  # (connection generation, client, msg)
+
+class Delivery(NamedTuple):
+    """What the loop needs of a received message, taken out of paho's `MQTTMessage`.
+
+    paho's message brings a dozen containers (its properties, a lock, a condition); a
+    thousand of them alive in the inbox made the cyclic collector run over and over,
+    several times the cost of the ingest work itself (`bench.ingest`'s backlog case).
+    """
+
+    generation: int  # of the client's connection that delivered it
+    client: BufferedClient
+    mid: int
+    qos: int
+    topic: str
+    payload: bytes
 
 
 class IngestInbox:
@@ -43,9 +59,6 @@ class IngestInbox:
         self._drop_logged_at = -math.inf
         self._arrived = threading.Event()
         self._wanted = 1  # how many messages the loop waits for
-        self._generation = 0
-        self._ack_lock = threading.Lock()
-        self._acks: deque[Delivery] = deque()  # in Redis, to acknowledge
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -57,9 +70,7 @@ class IngestInbox:
 
     # -- paho callbacks (network thread): hand over and return at once ---------------------
 
-    def on_message(self, client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
-        if self._acks:
-            self._flush_acks()
+    def on_message(self, client: BufferedClient, _userdata: object, msg: paho.MQTTMessage) -> None:
         size = len(msg.payload)
         if msg.qos == 0 and (
             len(self._messages) >= self.cfg.max_inbox_messages
@@ -68,7 +79,9 @@ class IngestInbox:
             self._drop()
             return
         self._bytes_in += size
-        self._messages.append((self._generation, client, msg))
+        self._messages.append(
+            Delivery(client.generation, client, msg.mid, msg.qos, msg.topic, msg.payload)
+        )
         waiting = len(self._messages)
         if waiting == 1 or waiting >= self._wanted:
             self._arrived.set()
@@ -87,26 +100,6 @@ class IngestInbox:
                 self.dropped,
             )
 
-    def on_pre_connect(self, _client: mqtt.Client, _userdata: object) -> None:
-        """Before each reconnect: the broker redelivers what the old connection left
-        unacknowledged, so its messages are written but never acknowledged (an ack could
-        reach a packet id the broker has since given to another message)."""
-        with self._ack_lock:
-            self._generation += 1
-
-    def _flush_acks(self) -> None:
-        """PUBACK what Redis holds, from paho's thread as it delivers the next message (or
-        from the loop when none comes): each ack is a syscall that hands the GIL over, which
-        from the loop's thread would cost two thread switches per message. Messages of an
-        older connection are left for the broker to redeliver."""
-        while True:
-            try:
-                generation, client, msg = self._acks.popleft()
-            except IndexError:
-                return
-            if generation == self._generation:
-                client.ack(msg.mid, msg.qos)
-
     # -- the loop's side -------------------------------------------------------------------
 
     def take(self, limit: int, linger_s: float) -> list[Delivery]:
@@ -116,8 +109,6 @@ class IngestInbox:
         thread and paho's, few per message.
         """
         self._wanted = limit
-        if not self._messages:
-            self.ack_now()  # no message is coming to carry the acks
         if not self._wait_for(1, 0.1):
             return []
         self._wait_for(limit, linger_s)
@@ -127,7 +118,7 @@ class IngestInbox:
                 batch.append(self._messages.popleft())
             except IndexError:
                 break
-            self._bytes_out += len(batch[-1][2].payload)
+            self._bytes_out += len(batch[-1].payload)
         return batch
 
     def _wait_for(self, count: int, timeout_s: float) -> bool:
@@ -139,10 +130,10 @@ class IngestInbox:
         return bool(self._messages)
 
     def acknowledge(self, batch: list[Delivery]) -> None:
-        """Queue the PUBACKs of messages Redis holds; paho's thread sends them with the
-        next delivery, or `ack_now` does."""
-        self._acks.extend(batch)
-
-    def ack_now(self) -> None:
-        with self._ack_lock:  # a reconnect does not change the generation meanwhile
-            self._flush_acks()
+        """PUBACK the QoS 1 messages of `batch` (Redis holds them), one write per client."""
+        acks: dict[BufferedClient, list[tuple[int, int]]] = {}
+        for d in batch:
+            if d.qos == 1:
+                acks.setdefault(d.client, []).append((d.generation, d.mid))
+        for client, mids in acks.items():
+            client.ack_many(mids)

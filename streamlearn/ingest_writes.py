@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import paho.mqtt.client as mqtt
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import (
@@ -35,6 +34,7 @@ from redis.exceptions import (
 )
 
 from streamlearn.config import IngestConfig
+from streamlearn.ingest_inbox import Delivery
 from streamlearn.payloads import Parsed, Rejection
 from streamlearn.stream import SampleStream
 from streamlearn.windows import WindowStore
@@ -97,7 +97,7 @@ class IngestCounters:
 class RunMessage:
     """A message of the run being written, and what of it Redis does not hold yet."""
 
-    def __init__(self, msg: mqtt.MQTTMessage, parsed: Parsed) -> None:
+    def __init__(self, msg: Delivery, parsed: Parsed) -> None:
         self.msg = msg
         self.parsed = parsed
         self.observed = parsed.observations is None  # in their windows

@@ -7,7 +7,7 @@ sample it has already acknowledged to a device, lost without any other trace.
 
 A retained status outlives its publisher, so every status is judged by its age (its
 `updated_at`) and, for the learner and ingest, by their presence markers
-(`streamlearn.reporting.Presence`, cleared by the broker when the process dies): a dead
+(`streamlearn.presence.Presence`, cleared by the broker when the process dies): a dead
 learner reads as offline, a hung one as stale, never as alive.
 """
 

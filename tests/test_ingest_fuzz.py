@@ -23,6 +23,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from streamlearn.config import parse_config
 from streamlearn.ingest import Ingest
+from streamlearn.mqtt import BufferedClient
 from streamlearn.names import Names
 from streamlearn.payloads import PayloadParser
 from streamlearn.records import Rejection, Samples
@@ -131,7 +132,7 @@ def test_ten_thousand_payloads_through_the_ingest_loop(redis_server, batch):
     client = redis_lib.Redis(port=redis_server.port)
     names = Names("fz", key_prefix=f"fz{uuid.uuid4().hex[:10]}")
     ingest = Ingest(PayloadParser(MODEL), SampleStream.of(client, names, MODEL), MODEL.ingest)
-    device = paho.Client(CallbackAPIVersion.VERSION2)  # never connected: acks go nowhere
+    device = BufferedClient(CallbackAPIVersion.VERSION2)  # never connected: acks go nowhere
     for mid, raw in enumerate(batch, 1):
         ingest.on_message(device, None, message(mid, names.samples_topic, raw))
     try:
@@ -182,7 +183,7 @@ def test_the_dead_letter_stream_is_capped(redis, settings):
         update={"ingest": MODEL.ingest.model_copy(update={"deadletter_maxlen": 50})}
     )
     ingest = Ingest(PayloadParser(model), SampleStream.of(redis, names, model), model.ingest)
-    device = paho.Client(CallbackAPIVersion.VERSION2)
+    device = BufferedClient(CallbackAPIVersion.VERSION2)
     for mid in range(1, 301):
         ingest.on_message(device, None, message(mid, names.samples_topic, b"junk %d" % mid))
     assert ingest.run(max_messages=300) == 300

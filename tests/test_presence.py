@@ -16,7 +16,7 @@ from streamlearn.cli import format_status
 from streamlearn.config import Settings, parse_config
 from streamlearn.monitor import read_status
 from streamlearn.names import Names
-from streamlearn.reporting import presence_topic
+from streamlearn.presence import presence_topic
 from tests.conftest import eventually, retained
 
 TOML = """

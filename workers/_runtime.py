@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -84,3 +85,13 @@ def connected_health(role: str, client: paho.Client, settings: Settings | None) 
     if settings is not None:
         h.add("redis", health.redis_reachable(health.quick_redis(settings.redis)))
     return h
+
+
+def settle() -> None:
+    """Before the loop: move what start-up allocated (imports, config, connections, a
+    model) out of the cyclic collector's reach. Otherwise each full collection walks it
+    all again, and a loop that makes objects per message (paho makes several) triggers
+    one every few thousand messages: it cut ingest's backlog rate in half (bench.ingest).
+    """
+    gc.collect()
+    gc.freeze()

@@ -8,7 +8,7 @@ from streamlearn import metrics, mqtt
 from streamlearn.ingest import Ingest
 from streamlearn.partitions import open_stream
 from streamlearn.payloads import PayloadParser
-from streamlearn.reporting import Presence
+from streamlearn.presence import Presence
 from workers import _runtime
 
 log = logging.getLogger("streamlearn.ingest")
@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         receive_maximum=model.ingest.max_pending_messages,
         online=presence.online,
     )
-    client.on_pre_connect = ingest.on_pre_connect
     health = _runtime.connected_health("ingest", client, settings)
     ingest.heartbeat = health.beat
     port = metrics.expose(
@@ -46,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if port is not None:
         log.info("metrics on port %d", port)
     log.info("ingest for %s ready on %s", model.name, names.samples_topic)
+    _runtime.settle()
     try:
         ingest.run(stop)
     finally:

@@ -17,7 +17,8 @@ from streamlearn.learner import Learner
 from streamlearn.lockstep import LockstepLearner
 from streamlearn.monitor import queue_figures
 from streamlearn.partitions import open_stream
-from streamlearn.reporting import Presence, StatusPublisher
+from streamlearn.presence import Presence
+from streamlearn.reporting import StatusPublisher
 from streamlearn.stream import group_of
 from streamlearn.tensorboard import ScalarLog
 from streamlearn.tfconfig import Workers
