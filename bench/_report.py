@@ -1,25 +1,53 @@
-"""Shared output of the benchmarks: a printed table and a JSON file under bench/results/."""
+"""Shared output of the benchmarks: a printed table and a JSON file under bench/results/.
+
+A full run (not `--quick`) also appends one line to `bench/results/history.jsonl`, kept in
+git: the benchmark, the time, the commit and each check with its verdict, so a regression
+shows against the runs before it. `--quick` is the CI smoke: a short run whose ratio checks
+are held to `QUICK_MARGIN` of each goal (short runs on a shared machine are noisy; a 2x
+regression still fails), exiting 1 on a FAIL like a full run.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+HISTORY = RESULTS / "history.jsonl"
+QUICK_MARGIN = 0.5  # a --quick run checks half of each goal
+
+
+def goal(value: float, target: float, quick: bool) -> bool:
+    """`value >= target`, or `>= QUICK_MARGIN * target` in a quick run (for a ceiling,
+    pass both inverted: `goal(1 / ratio, 1 / limit, quick)`)."""
+    return value >= target * (QUICK_MARGIN if quick else 1.0)
+
+
+def exit_status(checks: dict[str, bool]) -> int:
+    """What a benchmark's main returns: 1 if any check failed."""
+    return 0 if all(checks.values()) else 1
 
 
 def report(
-    name: str, rows: Sequence[dict[str, Any]], checks: dict[str, bool] | None = None, **meta: Any
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    checks: dict[str, bool] | None = None,
+    *,
+    quick: bool = False,
+    figures: dict[str, float] | None = None,
+    **meta: Any,
 ) -> Path:
     """Print `rows` as a table, then each named check as PASS/FAIL; write all to JSON.
 
     `checks` are the issue's targets, computed as ratios against a baseline measured in the
-    same run, so that a noisy shared machine moves both sides alike.
+    same run, so that a noisy shared machine moves both sides alike. `figures`, the few
+    numbers the checks judge (ratios, rates), go to the history with them, unless `quick`.
     """
     columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[_fmt(row.get(c)) for c in columns] for row in rows]
@@ -40,13 +68,43 @@ def report(
             "platform": platform.platform(),
             "python": platform.python_version(),
         },
+        "quick": quick,
         **meta,
+        "figures": figures or {},
         "rows": list(rows),
         "checks": checks or {},
     }
+    if quick:
+        path = RESULTS / f"{name}-quick.json"
     path.write_text(json.dumps(doc, indent=2, default=str))
     print(f"wrote {path}")
+    if not quick:
+        line = {k: doc[k] for k in ("benchmark", "at", "figures", "checks")}
+        line["commit"] = _commit()
+        with HISTORY.open("a") as history:
+            history.write(json.dumps(line, default=str) + "\n")
+        print(f"appended to {HISTORY}")
     return path
+
+
+def _commit() -> str | None:
+    """HEAD, with `+dirty` when the tree has uncommitted changes (None outside git)."""
+    root = RESULTS.parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short=10", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _fmt(value: Any) -> str:
