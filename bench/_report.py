@@ -56,6 +56,8 @@ def report(
     print("  ".join("-" * w for w in widths))
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+    if quick and checks:
+        print(f"--quick: each check below holds its figure to {QUICK_MARGIN:.0%} of the goal named")
     for label, ok in (checks or {}).items():
         print(f"{'PASS' if ok else 'FAIL'}  {label}")
     RESULTS.mkdir(exist_ok=True)

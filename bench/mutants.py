@@ -10,6 +10,10 @@ An unmutated copy runs every listed test first: they must pass, or no verdict me
     python -m bench.mutants --list
     python -m bench.mutants --check         # only: does every anchor still apply? (seconds)
 
+A mutant's "tests" may also be a benchmark's smoke run, `python -m bench.NAME --quick`
+(a planted slowdown is caught by the bench, not by a test): it counts as failed when it
+exits 1 (a FAIL line).
+
 Exit status 1 when a mutant survives, an anchor is missing (the code moved: re-anchor it
 here), or the unmutated tests fail. Anchors are small snippets, each expected exactly once.
 """
@@ -30,6 +34,7 @@ from bench._report import report
 
 ROOT = Path(__file__).resolve().parents[1]
 G = "tests/test_guarantees.py::"
+SMOKE = "python -m bench."  # a "test" that is a benchmark's smoke run
 
 
 Sub = tuple[str, str]  # (anchor, replacement)
@@ -70,8 +75,7 @@ MUTANTS = (
         (
             (
                 "measure = self._measure_due(adding)",
-                "self.inbox.acknowledge(batch)\n"
-                "measure = self._measure_due(adding)",
+                "self.inbox.acknowledge(batch)\nmeasure = self._measure_due(adding)",
             ),
         ),
         (G + "test_ingest_killed_while_redis_refuses_writes_loses_no_sample",),
@@ -213,6 +217,23 @@ MUTANTS = (
         "the learner refreshes its status ten times less often than status_every_ms",
     ),
     Mutant(
+        "ingest_parse_3x_slower",
+        "streamlearn/payloads.py",
+        (
+            (
+                "def parse_message(self, raw: bytes) -> Parsed:\n",
+                "def parse_message(self, raw: bytes) -> Parsed:\n"
+                "    self._parse_once(raw)\n"
+                "    self._parse_once(raw)\n"
+                "    return self._parse_once(raw)\n"
+                "\n"
+                "def _parse_once(self, raw: bytes) -> Parsed:\n",
+            ),
+        ),
+        (SMOKE + "ingest --quick",),
+        "ingest parses each message three times over (a 3x slower parse)",
+    ),
+    Mutant(
         "retraces_metric_renamed",
         "streamlearn/reporting.py",
         (('"retraces_total": t.retraces', '"retrace_count_total": t.retraces'),),
@@ -288,7 +309,38 @@ def check(mutants: list[Mutant]) -> int:
 def run_tests(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, str]:
     """Run `tests` in `tree`: ('passed' | 'failed' | 'partly' | 'timeout' | 'error', the
     output's tail). 'failed' when every listed test failed (each is one that must catch the
-    fault), 'partly' when only some did."""
+    fault), 'partly' when only some did. Benchmark smoke runs (`SMOKE`) run one by one."""
+    smokes = [t for t in tests if t.startswith(SMOKE)]
+    pytests = tuple(t for t in tests if not t.startswith(SMOKE))
+    verdicts = [run_smoke(tree, s, timeout_s) for s in smokes]
+    if pytests:
+        verdicts.append(run_pytest(tree, pytests, timeout_s))
+    kinds = {v for v, _ in verdicts}
+    tail = "\n".join(t for _, t in verdicts)[-3000:]
+    for kind in ("timeout", "error", "partly"):
+        if kind in kinds:
+            return kind, tail
+    if kinds == {"failed"}:
+        return "failed", tail
+    return ("passed" if kinds == {"passed"} else "partly"), tail
+
+
+def run_smoke(tree: Path, command: str, timeout_s: float) -> tuple[str, str]:
+    """A benchmark's smoke run in `tree`: 'failed' when it exits 1 (a FAIL line)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = [sys.executable, *command.split()[1:]]
+    try:
+        done = subprocess.run(
+            argv, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as exc:
+        return "timeout", str(exc.stdout or "")[-2000:]
+    out = (done.stdout + done.stderr)[-2000:]
+    return {0: "passed", 1: "failed"}.get(done.returncode, "error"), out
+
+
+def run_pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, str]:
+    """pytest over `tests` in `tree`, judged as `run_tests` says."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     argv = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *tests]
     try:
@@ -389,7 +441,8 @@ def _row(name: str, file: str, tests: tuple[str, ...], verdict: str, started: fl
             "timeout": "killed (timeout)",
             "error": "error (no verdict)",
         }.get(verdict, verdict)
-    short = ", ".join(t.split("::")[-1] for t in tests) if name != "(none)" else f"{len(tests)}"
+    short = ", ".join(t.removeprefix("python -m ").split("::")[-1] for t in tests)
+    short = short if name != "(none)" else f"{len(tests)}"
     return {
         "mutant": name,
         "file": file,
