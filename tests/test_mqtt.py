@@ -1,0 +1,98 @@
+"""`mqtt.BufferedClient` against a real mosquitto: what its overrides of paho's private
+read and acknowledgement paths must keep (every message whole, in order; a PUBACK for
+exactly what `ack_many` was given, on the connection that delivered it)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from paho.mqtt.enums import CallbackAPIVersion
+
+from streamlearn import mqtt
+from streamlearn.config import Settings
+from tests.conftest import eventually, plain_paho
+
+
+def _sizes() -> list[int]:
+    """Tiny, ordinary and larger than one 64 KiB read, so packets straddle the reads."""
+    return [1, 100, 70_000, 5, 200_000, *([120] * 900), 65_536, 3]  # < max_inflight_messages
+
+
+def _payload(i: int, size: int) -> bytes:
+    return (b"%d:" % i + bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+def _subscriber(settings: Settings, topic: str, got: list, client_id: str) -> mqtt.BufferedClient:
+    def on_message(_c: object, _u: object, msg: object) -> None:
+        got.append((msg.mid, msg.payload))  # type: ignore[attr-defined]
+
+    return mqtt.connect(
+        settings.mqtt,
+        client_id,
+        subscriptions=[(topic, 1)],
+        on_message=on_message,
+        manual_ack=True,
+        persistent=True,
+    )
+
+
+def _publish(settings: Settings, topic: str, payloads: list[bytes]) -> None:
+    device = plain_paho(settings)
+    for info in [device.publish(topic, p, qos=1) for p in payloads]:
+        info.wait_for_publish(30)
+    device.disconnect()
+    device.loop_stop()
+
+
+def test_every_message_arrives_whole_and_in_order_across_buffered_reads(settings):
+    topic = f"{settings.topic_prefix}/buffered"
+    sent = [_payload(i, n) for i, n in enumerate(_sizes())]
+    got: list = []
+    client = _subscriber(settings, topic, got, f"t-{uuid.uuid4().hex[:8]}")
+    try:
+        _publish(settings, topic, sent)
+        eventually(lambda: len(got) >= len(sent), 30, "every message")
+        assert [p for _, p in got] == sent
+    finally:
+        mqtt.close(client)
+
+
+def test_ack_many_acknowledges_exactly_what_it_was_given(settings):
+    """Half acknowledged in one write: after a reconnect (same session), the broker
+    redelivers the other half and nothing of the first."""
+    topic = f"{settings.topic_prefix}/acks"
+    client_id = f"t-{uuid.uuid4().hex[:8]}"
+    sent = [b"m%d" % i for i in range(400)]
+    got: list = []
+    client = _subscriber(settings, topic, got, client_id)
+    _publish(settings, topic, sent)
+    eventually(lambda: len(got) >= len(sent), 30, "every message")
+    client.ack_many((client.generation, mid) for mid, p in got if int(p[1:]) % 2 == 0)
+    eventually(lambda: not client.want_write(), 10, "the PUBACKs written")
+    mqtt.close(client)
+
+    again: list = []
+    client = _subscriber(settings, topic, again, client_id)
+    try:
+        eventually(lambda: len(again) >= len(sent) // 2, 30, "the redelivery")
+        threading.Event().wait(0.5)  # nothing more comes
+        assert sorted(p for _, p in again) == sorted(p for p in sent if int(p[1:]) % 2)
+        client.ack_many((client.generation, mid) for mid, _ in again)
+    finally:
+        mqtt.close(client)
+
+
+def test_acks_of_an_earlier_connection_are_not_sent():
+    """After a reconnect a packet id may name another message: an ack taken on the old
+    connection is dropped (the broker redelivers that message)."""
+    client = mqtt.BufferedClient(CallbackAPIVersion.VERSION2)  # never connected
+    client.generation = 2
+    client.ack_many([(1, 5), (1, 6)])
+    assert not client.want_write()
+    client.ack_many([(1, 5), (2, 7), (2, 8)])
+    assert [p["packet"] for p in client._out_packet] == [b"\x40\x02\x00\x07\x40\x02\x00\x08"]
+
+
+def test_puback_packet():
+    assert mqtt._puback(0x1234) == b"\x40\x02\x12\x34"
