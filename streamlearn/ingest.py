@@ -46,6 +46,10 @@ class Ingest:
     For a model with a window, keyed observations go to `windows` (by default a
     `WindowStore` per stream partition). A partitioned stream (`streamlearn.partitions`)
     gets each message split by partition, one `RunWriter` per partition.
+
+    `max_run` messages at most per Redis round trip, waiting up to `linger_s` for them: a
+    sweep of 100 to 1,000 messages and 0 to 10 ms moved `bench.ingest`'s ratios by less
+    than its noise (1.0-1.4x the raw subscriber everywhere), so the defaults stayed.
     """
 
     def __init__(
