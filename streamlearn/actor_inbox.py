@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import re
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -40,67 +40,89 @@ _SHED_LOG_EVERY_S = 10.0
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
-@dataclass(slots=True)
-class Arrival:
-    """A request as paho handed it over, with when it arrived and when it expires."""
+class Arrival(NamedTuple):
+    """What serving needs of a request, taken out of paho's message on arrival.
 
-    msg: mqtt.MQTTMessage
+    paho's `MQTTMessage` brings a dozen containers (its properties' tables among them);
+    hundreds of them alive in the inbox made the cyclic collector run often, and long.
+    """
+
+    topic: str | None  # None: not valid UTF-8 (no reply can be routed)
+    payload: bytes  # b"" when over the size limit: only its size is kept
+    correlation: bytes | None  # MQTT v5 Correlation Data, echoed in the reply
+    response_topic: str | None  # MQTT v5 Response Topic
     arrived: float  # time.monotonic()
     deadline: float  # time.monotonic()
-    size: int  # payload bytes (the payload is dropped when over the limit)
+    size: int  # payload bytes as received
 
     def expired(self, now: float) -> bool:
         return now > self.deadline
 
 
 class Inbox:
-    """A bounded FIFO of arrivals; `shed` counts the requests refused when it was full."""
+    """A bounded FIFO of arrivals; `shed` counts the requests refused when it was full.
+
+    paho's thread appends, the serving loop pops: each end has one writer, so the bounds
+    need no lock (the byte count is kept as bytes in and out, one per thread).
+    """
 
     def __init__(
         self, max_requests: int, max_bytes: int, deadline_ms: float, max_payload_bytes: int
     ) -> None:
+        self.max_requests = max_requests
         self.max_bytes = max_bytes
         self.deadline_s = deadline_ms / 1000
         self.max_payload_bytes = max_payload_bytes
         self.shed = 0
-        self._queue: queue.Queue[Arrival] = queue.Queue(max_requests)
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._arrivals: deque[Arrival] = deque()
+        self._bytes_in = self._bytes_out = 0
+        self._arrived = threading.Event()  # set when the inbox stops being empty
         self._shed_logged = (0.0, 0)  # (when, shed) of the last log line
 
     def put(self, msg: mqtt.MQTTMessage) -> bool:
         """Queue a request (paho's network thread); False when it was shed. Never blocks."""
         now = time.monotonic()
-        size = len(msg.payload)
+        payload = msg.payload
+        size = len(payload)
         if size > self.max_payload_bytes:
-            msg.payload = b""  # refused unread: keep only its size
+            payload = b""  # refused unread: keep only its size
+        if (
+            len(self._arrivals) >= self.max_requests
+            or self._bytes_in - self._bytes_out + len(payload) > self.max_bytes
+        ):
+            return self._shed(now)
+        props = msg.properties
         deadline = now + self.deadline_s
-        expiry = getattr(msg.properties, "MessageExpiryInterval", None)
+        expiry = getattr(props, "MessageExpiryInterval", None)
         if isinstance(expiry, int) and expiry > 0:  # 0 is taken as none
             deadline = min(deadline, now + expiry)
-        with self._lock:
-            held = len(msg.payload)
-            if self._bytes + held > self.max_bytes:
-                return self._shed(now)
-            try:
-                self._queue.put_nowait(Arrival(msg, now, deadline, size))
-            except queue.Full:
-                return self._shed(now)
-            self._bytes += held
+        try:
+            topic: str | None = msg.topic
+        except UnicodeDecodeError:
+            topic = None
+        correlation = getattr(props, "CorrelationData", None)
+        asked = getattr(props, "ResponseTopic", None)
+        self._bytes_in += len(payload)
+        self._arrivals.append(Arrival(topic, payload, correlation, asked, now, deadline, size))
+        if len(self._arrivals) == 1:
+            self._arrived.set()
         return True
 
-    def get(self, timeout_s: float) -> Arrival | None:
-        """The oldest arrival, waiting up to `timeout_s`; None when none came."""
+    def get(self, timeout_s: float = 0.0) -> Arrival | None:
+        """The oldest arrival, waiting up to `timeout_s` for one; None when none came."""
+        if not self._arrivals and timeout_s > 0:
+            self._arrived.clear()
+            if not self._arrivals:
+                self._arrived.wait(timeout_s)
         try:
-            arrival = self._queue.get(timeout=timeout_s)
-        except queue.Empty:
+            arrival = self._arrivals.popleft()
+        except IndexError:
             return None
-        with self._lock:
-            self._bytes -= len(arrival.msg.payload)
+        self._bytes_out += len(arrival.payload)
         return arrival
 
     def qsize(self) -> int:
-        return self._queue.qsize()
+        return len(self._arrivals)
 
     def _shed(self, now: float) -> bool:
         self.shed += 1
@@ -108,8 +130,8 @@ class Inbox:
         if now - when >= _SHED_LOG_EVERY_S:
             log.warning(
                 "inbox full (%d requests, %d bytes): shed %d requests since the last report",
-                self._queue.qsize(),
-                self._bytes,
+                len(self._arrivals),
+                self._bytes_in - self._bytes_out,
                 self.shed - logged,
             )
             self._shed_logged = (now, self.shed)
@@ -190,14 +212,15 @@ class Admission:
         policy = self.cfg.actor
         topic, correlation, rid = None, None, None
         try:
-            msg = arrival.msg
-            correlation = getattr(msg.properties, "CorrelationData", None)
-            request_topic = msg.topic  # paho decodes it here: invalid UTF-8 raises
+            correlation = arrival.correlation
+            request_topic = arrival.topic
+            if request_topic is None:
+                raise PayloadError("request topic is not valid UTF-8")
             default = self.routes.default(request_topic)
             topic = default.topic
             doc, problem = self._decode(arrival)
             rid = _request_id(doc.get("id"))
-            asked = getattr(msg.properties, "ResponseTopic", None)
+            asked = arrival.response_topic
             if asked is None:
                 asked = doc.get("reply_to")
             route = self.routes.route(request_topic, asked, default)
@@ -244,7 +267,7 @@ class Admission:
         if arrival.size > limit:  # the inbox kept only its size
             return {}, f"payload of {arrival.size} bytes exceeds max_payload_bytes={limit}"
         try:
-            return decode(arrival.msg.payload), None
+            return decode(arrival.payload), None
         except PayloadError as exc:
             return {}, str(exc)
 

@@ -428,7 +428,25 @@ def test_the_inbox_sheds_beyond_its_bounds_and_keeps_no_oversize_payload():
     assert inbox.shed == 2 and inbox.qsize() == 2
     first, second = inbox.get(0), inbox.get(0)
     assert first is not None and second is not None
-    assert (second.size, second.msg.payload) == (1000, b"")
+    assert (second.size, second.payload) == (1000, b"")
+
+
+def test_the_inbox_keeps_what_serving_reads_not_the_paho_message():
+    inbox = Inbox(10, 1 << 20, deadline_ms=5000, max_payload_bytes=1 << 20)
+    msg = paho.MQTTMessage(topic=b"t/h/predict/\xff")  # not UTF-8: no reply can be routed
+    msg.payload = b"{}"
+    msg.properties = Properties(PacketTypes.PUBLISH)
+    msg.properties.CorrelationData = b"c1"
+    msg.properties.ResponseTopic = "t/h/replies/me"
+    assert inbox.put(msg)
+    arrival = inbox.get()
+    assert arrival is not None and not isinstance(arrival, paho.MQTTMessage)
+    assert (arrival.topic, arrival.payload, arrival.correlation, arrival.response_topic) == (
+        None,
+        b"{}",
+        b"c1",
+        "t/h/replies/me",
+    )
 
 
 def test_nesting_is_measured_outside_strings():
