@@ -218,7 +218,9 @@ class ActorConfig(Frozen):
 
     replicas: int = Field(1, ge=1, description="actor processes `streamlearn up` starts")
     max_batch: int = Field(64, ge=1, description="rows per forward pass, at most")
-    max_wait_ms: float = Field(2, ge=0, description="wait for more requests once one arrived")
+    max_wait_ms: float = Field(
+        2, ge=0, description="wait for more, only while requests keep arriving as a batch is read"
+    )
     reload_check_ms: float = Field(1000, gt=0, description="fallback poll for a new version")
     status_every_ms: float = Field(
         2000, gt=0, description="retained per-actor status (version, weights age) refresh"
