@@ -144,7 +144,7 @@ class HostileSender(threading.Thread):
         for _ in range(2):  # the broker closed the connection: once more on a new one
             try:
                 self._client.send(packet)
-                self.sent.append(Sent(n, kind, probe.bare))
+                self.sent.append(Sent(n, kind, probe.bare, at=time.monotonic()))
                 return
             except OSError:
                 self.reconnects += 1

@@ -271,6 +271,7 @@ class Sent:
     kind: Kind
     bare: bool = False
     closed_by_broker: bool = False
+    at: float = 0.0  # time.monotonic() when sent
 
 
 def outcomes(
@@ -280,9 +281,13 @@ def outcomes(
     names: Names,
     client: str,
     shape: Shape,
+    excused: Callable[[Sent], bool] = lambda _s: False,
 ) -> tuple[list[dict], bool]:
     """One row per kind, in catalogue order: how many were refused as promised; True when
-    all were. `seen`: correlation -> (topic, "error"/"y"/"other", error) of each reply."""
+    all were. `seen`: correlation -> (topic, "error"/"y"/"other", error) of each reply.
+    A request `excused` (sent while a request flood was served: the actor sheds what its
+    inbox cannot hold, as it does valid requests then) counts as refused with no reply
+    too; a reply outside the sender's reply space is a leak all the same."""
     marked: dict[int, list[str]] = defaultdict(list)  # marker number -> reasons
     unmarked: list[tuple[bytes, int]] = []
     for _source, reason, head, size in deadletters:
@@ -314,15 +319,19 @@ def outcomes(
             ok = sum(s.closed_by_broker for s in sent)
             detail = "the broker closed the publisher's connection"
         else:
-            ok, leaks, answered, errors = 0, 0, 0, []
+            ok, leaks, answered, shed, errors = 0, 0, 0, 0, []
             for s in sent:
                 replies = seen.get(b"h%d" % s.n, [])
                 mine = [v for t, v, _ in replies if reply_allowed(names, client, s.bare, t)]
                 leaks += len(mine) < len(replies)
                 answered += bool(replies)
+                shed += not replies and excused(s)
                 errors += [e for _, v, e in replies if v == "error"]
-                ok += mine == ["error"]
-            detail = f"replies {answered}, leaked {leaks}; {errors[0][:60] if errors else ''}"
+                ok += mine == ["error"] or (not replies and excused(s))
+            detail = (
+                f"replies {answered}, leaked {leaks}, shed in a flood {shed}; "
+                f"{errors[0][:50] if errors else ''}"
+            )
         all_ok &= ok == len(sent)
         rows.append(
             {
