@@ -16,20 +16,7 @@ from streamlearn.actor_inbox import Arrival, Pending
 from streamlearn.config import ActorConfig, ModelConfig
 from streamlearn.names import Names
 from streamlearn.weights import WeightsStore
-
-
-class Replies:
-    """The actor's publish callback: the replies it would send, in order."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict] = []
-
-    def __call__(self, topic: str, payload: bytes, qos: int, retain: bool, props: object) -> None:
-        if not retain:
-            self.sent.append(json.loads(payload))
-
-    def ids(self) -> list[object]:
-        return [r["id"] for r in self.sent]
+from tests.test_guarantees import Replies
 
 
 def serving_actor(redis, settings, **policy: object) -> tuple[Actor, Replies]:

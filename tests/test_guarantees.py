@@ -365,6 +365,9 @@ class Replies:
         if not retain:
             self.sent.append(json.loads(payload))
 
+    def ids(self) -> list[object]:
+        return [r["id"] for r in self.sent]
+
 
 def make_actor(redis, settings, cfg: ModelConfig) -> tuple[Actor, WeightsStore, Replies]:
     names = Names(cfg.name, settings.topic_prefix, settings.key_prefix)
