@@ -51,9 +51,7 @@ class Sent:
         self._conn = conn = senders.take()
         if conn is not None:
             try:
-                # one write: redis-py sends a long argument (the ids) in a write of its own
-                command = conn.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
-                conn.send_packed_command([b"".join(command)])
+                conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
             except BaseException:
                 self._conn = None
                 self._lost(conn)
