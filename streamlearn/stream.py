@@ -276,15 +276,17 @@ class SampleStream:
         """`lua/stream_read.lua`'s reply as arrays."""
         if not got:
             return Packed.empty(self.sample_shape)
-        ids, same, x, y, bad, counts = got
+        ids, counts, x, y, bad = got
         unusable = [(bad[i], bad[i + 1].decode()) for i in range(0, len(bad), 2)]
         if not ids:
             return Packed.empty(self.sample_shape, unusable)
-        ids = ids.split(b",")
-        per = np.full(len(ids), same) if same else np.frombuffer(counts, "<u4")
-        x = np.frombuffer(x, np.float32).reshape((-1, *self.sample_shape))
-        y = np.frombuffer(y, np.float32)
-        return Packed(ids, np.cumsum(per, dtype=np.int64), x, y, unusable)
+        return Packed(
+            ids.split(b","),
+            np.cumsum(np.frombuffer(counts, "<u4"), dtype=np.int64),
+            np.frombuffer(x, np.float32).reshape((-1, *self.sample_shape)),
+            np.frombuffer(y, np.float32),
+            unusable,
+        )
 
     @cached_property
     def _read_script(self) -> redis.commands.core.Script:

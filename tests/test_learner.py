@@ -181,21 +181,6 @@ def test_entries_read_ahead_are_trained_after_a_restart(redis, settings):
     assert second.state.version > first.state.version
 
 
-def test_a_read_sent_ahead_when_a_run_stops_is_trained_by_the_next_run(redis, settings):
-    """Under a backlog the next read goes out while a batch trains: a run that stops then
-    keeps what Redis delivered for the next run, and acknowledges what it made durable."""
-    learner = make_learner(redis, settings, regression(prefetch_batches=0))
-    total = fill(learner, 400)
-    learner.start()
-    learner.run(max_steps=5)
-    g = group(learner)
-    assert g["entries-read"] > 5 * 16, "read beyond what it trained"
-    assert g["pending"] == g["entries-read"] - 5 * 16, "the last publish's entries acknowledged"
-    learner.run(burst=True)
-    assert learner.state.samples_seen == total, "each sample trained once"
-    assert group(learner)["pending"] == 0 and group(learner)["lag"] == 0
-
-
 def test_resumes_from_its_checkpoint_with_optimizer_state(redis, settings, tmp_path):
     cfg = regression(checkpoint_dir=str(tmp_path), checkpoint_every_s=1000)
     learner = make_learner(redis, settings, cfg)

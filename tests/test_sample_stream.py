@@ -53,27 +53,3 @@ def test_ack_of_many_ids_acknowledges_exactly_those(redis, settings):
     queue.ack(ids[:2400], chunk=1000)  # several script calls, each past Lua's unpack chunk
     pending = redis.xpending_range(queue.key, GROUP, "-", "+", 1000)
     assert [p["message_id"] for p in pending] == ids[2400:]
-
-
-def test_packed_read_of_entries_alike_and_of_sizes_that_differ_late(redis, settings):
-    queue = make_queue(redis, settings)
-    sizes = [2, 2, 2, 5, 2]
-    parts = [Samples(np.full((n, 3), i, np.float32), np.full(n, i)) for i, n in enumerate(sizes)]
-    queue.write(parts[:3])
-    assert queue.read_packed("c", 100, None).ends.tolist() == [2, 4, 6], "one count for all"
-    queue.write(parts)
-    packed = queue.read_packed("c", 100, None)
-    assert packed.ends.tolist() == np.cumsum(sizes).tolist()
-    np.testing.assert_array_equal(packed.x, np.concatenate([p.x for p in parts]))
-
-
-def test_a_read_and_an_ack_sent_ahead_are_answered_after_redis_lost_its_scripts(redis, settings):
-    queue = make_queue(redis, settings)
-    queue.write([Samples(np.ones((1, 3), np.float32), np.ones(1))] * 5)
-    first = queue.read_packed("c", 1, None).ids  # the scripts are loaded, then lost
-    redis.script_flush()
-    rest = queue.packed(queue.send_read("c", 10).result()).ids
-    assert len(rest) == 4
-    redis.script_flush()
-    assert queue.send_ack(first + rest).result() == 5
-    assert redis.xpending(queue.key, GROUP)["pending"] == 0
