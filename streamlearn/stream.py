@@ -26,7 +26,6 @@ from streamlearn.appends import Appended, Appender
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.names import Names
 from streamlearn.records import Rejection, Samples
-from streamlearn.sent import Senders, Sent
 
 GROUP = "learners"  # the base variant's group: the one ingest's back-pressure bounds
 
@@ -133,7 +132,6 @@ class SampleStream:
         self.group = group
         self.deadletter_maxlen = deadletter_maxlen
         self.deadletter_payload_bytes = deadletter_payload_bytes
-        self._senders = Senders(client)  # the learner's reads and acknowledgements
 
     @classmethod
     def of(
@@ -249,14 +247,14 @@ class SampleStream:
     def read_packed(self, consumer: str, count: int, block_ms: int | None) -> Packed:
         """Like `read`, for the learner: up to `count` entries packed by a script in Redis
         (`lua/stream_read.lua`); when there are none, waits up to `block_ms` for the first."""
-        packed = self.packed(self.send_read(consumer, count).result())
+        packed = self._read_packed(consumer, count)
         if len(packed) or block_ms is None:
             return packed
         first = Packed.of(self.read(consumer, 1, block_ms), self.sample_shape)
         if not len(first) or count == 1:
             return first
         try:
-            rest = self.packed(self.send_read(consumer, count - 1).result())
+            rest = self._read_packed(consumer, count - 1)
         except redis.RedisError:  # shows at the next read; what was read is not dropped
             return first
         return Packed(
@@ -267,13 +265,9 @@ class SampleStream:
             first.unusable + rest.unusable,
         )
 
-    def send_read(self, consumer: str, count: int) -> Sent:
-        """`read_packed(consumer, count, None)` sent now: `packed(result())` (`Sent`)."""
-        args = [self.group, consumer, count, 4 * int(np.prod(self.sample_shape))]
-        return Sent(self._senders, self._read_script, [self.key], args)
-
-    def packed(self, got: list | None) -> Packed:
-        """`lua/stream_read.lua`'s reply as arrays."""
+    def _read_packed(self, consumer: str, count: int) -> Packed:
+        row = 4 * int(np.prod(self.sample_shape))
+        got = self._read_script(keys=[self.key], args=[self.group, consumer, count, row])
         if not got:
             return Packed.empty(self.sample_shape)
         ids, counts, x, y, bad = got
@@ -333,11 +327,8 @@ class SampleStream:
 
     def ack(self, ids: list[bytes], chunk: int = 20_000) -> None:
         for start in range(0, len(ids), chunk):
-            self.send_ack(ids[start : start + chunk]).result()
-
-    def send_ack(self, ids: list[bytes]) -> Sent:
-        """`ack(ids)` sent now, fewer ids than a chunk (`Sent`)."""
-        return Sent(self._senders, self._ack_script, [self.key], [self.group, b",".join(ids)])
+            joined = b",".join(ids[start : start + chunk])
+            self._ack_script(keys=[self.key], args=[self.group, joined])
 
     def trim(
         self, stale_group_s: float | None = None, max_unread: int | None = None
