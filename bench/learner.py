@@ -1,15 +1,23 @@
 """Learner throughput on a pre-filled Redis stream, against `train_on_batch` in memory.
 
     .venv/bin/python -m bench.learner [--samples 500000] [--batch 256]
+    .venv/bin/python -m bench.learner --quick   # the CI smoke: < 60 s, half of each goal
 
 Rows, all with the same model and batch size, measured in one run:
 - `train_on_batch` on arrays already in memory (the ceiling: plain Keras, which zeroes
   the metrics eagerly at every call; the learner's step does it inside its graph);
 - the per-message loop: one `train_on_batch` per sample, as people first write it;
-- the learner draining a stream of `--samples` samples, with entries of 64 samples and of
-  1 sample (ingest writes one entry per MQTT message), with and without read-ahead, as
-  deployed (`Learner.run` with replay on: it replays only once caught up, so a full
-  backlog gets fresh steps alone; `replay steps` counts any that ran);
+- the learner draining a stream of `--samples` samples, as deployed (`Learner.run` with
+  replay on: it replays only once caught up, so a full backlog gets fresh steps alone;
+  `replay steps` counts any that ran), in three layouts: 64-sample messages, an entry
+  each; single-sample messages as ingest appends them, a run of `RUN` messages to an
+  entry (its runs live at ~13,000 messages/s; under a backlog they are longer); and
+  entries of 1 sample (what a trickle of single-sample messages gets, or a stream written
+  an entry a sample: Redis's work is per entry, so this is the floor). Each with the
+  reading thread as this machine gets it by default (`LearnerConfig.prefetch_depth`: by
+  cores) and, for 64 and 1, the other setting, which shows whether the default pays here;
+  under a backlog the next read goes out while a batch trains either way
+  (`batching.Drainer`);
 - steps of random drained sizes 1..batch (padded to buckets) against full steps, and the
   same sizes unpadded, to show what the buckets save.
 
@@ -32,7 +40,7 @@ import keras
 import numpy as np
 import redis
 
-from bench._report import report
+from bench._report import exit_status, goal, report
 from streamlearn import embedded, models
 from streamlearn.batching import Batch, samples_batch
 from streamlearn.config import LearnerConfig, ModelConfig
@@ -81,21 +89,32 @@ def per_message(cfg: ModelConfig, samples: int) -> float:
     return samples / (time.perf_counter() - start)
 
 
-def prefill(queue: SampleStream, samples: int, per_entry: int) -> int:
+def prefill(queue: SampleStream, samples: int, per_entry: int, run: int = 1) -> int:
+    """`samples` samples in messages of `per_entry` samples, appended as ingest appends
+    them, `run` messages a call (`Appender.append`: a call's messages make one entry), so
+    a stream of entries of `per_entry * run` samples; returns the entries."""
     x, y = data(samples, seed=3)
-    entries = [
+    messages = [
         Samples(x[i : i + per_entry], y[i : i + per_entry]) for i in range(0, samples, per_entry)
     ]
-    for i in range(0, len(entries), 5000):
-        queue.write(entries[i : i + 5000])
-    return len(entries)
+    calls = [messages[i : i + run] for i in range(0, len(messages), run)]
+    for i in range(0, len(calls), 5000):
+        pipe = queue.redis.pipeline(transaction=False)
+        for call in calls[i : i + 5000]:
+            queue.appender.append(pipe, call, window_s=0)
+        pipe.execute()
+    return len(calls)
 
 
-def drain_stream(client: redis.Redis, cfg: ModelConfig, samples: int, per_entry: int) -> dict:
-    """A learner draining a pre-filled stream; the clock runs from its first read."""
+def drain_stream(
+    client: redis.Redis, cfg: ModelConfig, samples: int, per_entry: int, run: int = 1
+) -> dict:
+    """A learner draining a pre-filled stream (`prefill`); the clock runs from its first
+    read."""
     names = Names(cfg.name, "bench", f"b{uuid.uuid4().hex[:8]}")
     queue = SampleStream(client, names, cfg.sample_shape)
-    entries = prefill(queue, samples, per_entry)
+    queue.load_scripts()
+    entries = prefill(queue, samples, per_entry, run)
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.start()  # resume and warm-up: not timed
     last = [0.0]
@@ -169,23 +188,45 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
     )
 
 
-def main(argv: list[str] | None = None) -> None:
+RUN = 64  # messages a call when ingest appends single-sample messages: its runs at ~13k/s
+LABELS = {
+    (64, 1): "entries of 64",
+    (1, RUN): f"single-sample messages, ingest's runs of {RUN}",
+    (1, 1): "entries of 1",
+}
+
+
+def thread_of(depth: int, deployed: int) -> str:
+    thread = f"reading thread {depth}" if depth else "no reading thread"
+    return thread + (" (this machine's default)" if depth == deployed else "")
+
+
+# `--quick`'s defaults: the CI smoke, under 60 s on 2 cores with TensorFlow's import
+QUICK = {"samples": 40_000, "steps": 400, "messages": 300, "rounds": 2, "random_steps": 100}
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.learner", description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=500_000, help="samples in the stream")
     parser.add_argument("--batch", type=int, default=256, help="max_batch of the learner")
     parser.add_argument("--steps", type=int, default=1500, help="in-memory steps per baseline")
     parser.add_argument("--messages", type=int, default=2000, help="per-message loop samples")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds; each row keeps its best")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds; each row keeps its best")
+    parser.add_argument("--random-steps", type=int, default=400, help="steps of random sizes")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: < 60 s, half of each goal")
     args = parser.parse_args(argv)
+    if args.quick:  # shorter defaults; options given still count
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
     cfg = model_config(args.batch)
-    cases = {  # (samples per entry, read-ahead)
-        (64, True): cfg,
-        (64, False): model_config(args.batch, prefetch_batches=0),
-        (1, True): cfg,
-    }
+    deployed = cfg.learner.prefetch_depth()  # this machine's default
+    other = 0 if deployed else 2
+    # (samples per message, messages per append call, reading thread's depth)
+    cases = [(64, 1, deployed), (64, 1, other), (1, RUN, deployed), (1, 1, deployed), (1, 1, other)]
+    configs = {case: model_config(args.batch, prefetch_batches=case[2]) for case in cases}
     memory: list[float] = []
-    runs: dict[tuple[int, bool], list[dict]] = {case: [] for case in cases}
+    runs: dict[tuple[int, int, int], list[dict]] = {case: [] for case in cases}
     with (
         tempfile.TemporaryDirectory(prefix="sl-bench-") as tmp,
         embedded.redis_server(workdir=tmp) as server,
@@ -194,10 +235,11 @@ def main(argv: list[str] | None = None) -> None:
         loop = per_message(cfg, args.messages)
         for _ in range(args.rounds):  # alternate, so that both sides see the same load
             memory.append(in_memory(cfg, args.steps))
-            for case, case_cfg in cases.items():
-                runs[case].append(drain_stream(client, case_cfg, args.samples, case[0]))
+            for case, case_cfg in configs.items():
+                per_entry, run, _depth = case
+                runs[case].append(drain_stream(client, case_cfg, args.samples, per_entry, run))
         memory.append(in_memory(cfg, args.steps))
-        padded_row, full_row, unpadded_row = random_sizes(client, cfg, 400)
+        padded_row, full_row, unpadded_row = random_sizes(client, cfg, args.random_steps)
         client.close()
 
     ceiling = max(memory)
@@ -207,9 +249,8 @@ def main(argv: list[str] | None = None) -> None:
         {"case": "per-message loop (batch 1)", "samples/s": loop, "step ms": 1000 / loop},
     ]
     rows[0]["step ms"] = 1000 * args.batch / ceiling
-    for (per_entry, ahead), run in best.items():
-        ahead_note = "" if ahead else ", no read-ahead"
-        rows.append({"case": f"learner, entries of {per_entry}{ahead_note}", **run})
+    for case, run in best.items():
+        rows.append({"case": f"learner, {LABELS[case[:2]]}, {thread_of(case[2], deployed)}", **run})
     for row in rows:
         row["vs memory"] = row["samples/s"] / ceiling
         row["vs per-message"] = row["samples/s"] / loop
@@ -217,34 +258,51 @@ def main(argv: list[str] | None = None) -> None:
     rows.append({"case": f"steps of {args.batch} (full)", **full_row})
     rows.append({"case": f"steps of random sizes 1..{args.batch}, not padded", **unpadded_row})
 
+    q = args.quick
     ratio = padded_row["step ms"] / full_row["step ms"]
+    vs = {case: run["samples/s"] / ceiling for case, run in best.items()}
     checks = {}
-    for per_entry in (64, 1):
-        speed = best[(per_entry, True)]["samples/s"]
+    for case, target in (((64, 1), 0.9), ((1, RUN), 0.85), ((1, 1), 0.7)):
+        speed, share = best[(*case, deployed)]["samples/s"], vs[(*case, deployed)]
         checks[
-            f"entries of {per_entry}: learner >= 70% of train_on_batch in memory "
-            f"({speed / ceiling:.0%})"
-        ] = speed >= 0.7 * ceiling
-        checks[
-            f"entries of {per_entry}: learner >= 100x the per-message loop ({speed / loop:.0f}x)"
-        ] = speed >= 100 * loop
+            f"{LABELS[case]}: learner >= {target:.0%} of train_on_batch in memory ({share:.0%})"
+        ] = goal(share, target, q)
+        checks[f"{LABELS[case]}: learner >= 100x the per-message loop ({speed / loop:.0f}x)"] = (
+            goal(speed / loop, 100, q)
+        )
     checks["random sizes: 0 retraces after warm-up"] = padded_row["retraces"] == 0
-    checks[f"random sizes: step time within 1.2x of full steps ({ratio:.2f}x)"] = ratio <= 1.2
+    checks[f"random sizes: step time within 1.2x of full steps ({ratio:.2f}x)"] = goal(
+        1 / ratio, 1 / 1.2, q
+    )
+    figures = {
+        f"messages_of_{e}_runs_of_{r}_thread_{d}_vs_memory": v for (e, r, d), v in vs.items()
+    }
+    figures |= {
+        "single_sample_messages_vs_memory": vs[(1, RUN, deployed)],
+        "entries_1_vs_memory": vs[(1, 1, deployed)],
+        "entries_64_vs_memory": vs[(64, 1, deployed)],
+        "default_prefetch_batches": deployed,
+        "random_sizes_vs_full_steps": ratio,
+    }
     report(
         "learner",
         rows,
         checks,
+        quick=q,
+        figures=figures,
         samples=args.samples,
         batch=args.batch,
         rounds=args.rounds,
         model="mlp 9-64-64-1, binary, adam",
         in_memory_samples_per_s=memory,
-        learner_rounds={f"entries of {k[0]}, read-ahead {k[1]}": v for k, v in runs.items()},
+        learner_rounds={f"{LABELS[c[:2]]}, reading thread {c[2]}": v for c, v in runs.items()},
         load_average=[load_before, os.getloadavg()[0]],
         devices=keras.distribution.list_devices(),
         hiredis=redis.utils.HIREDIS_AVAILABLE,
+        cores=len(os.sched_getaffinity(0)),
     )
+    return exit_status(checks)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

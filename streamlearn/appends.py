@@ -3,7 +3,7 @@ the internals of `streamlearn.stream`, which alone uses them.
 
 A redelivered MQTT message must not add its samples twice, and a crash must never leave
 an id marked as seen without its samples in the stream. So a run of messages is checked
-against the ids seen recently, appended (one entry per message) and its new ids recorded,
+against the ids seen recently, appended (one entry per call) and its new ids recorded,
 all in one Lua script call (`lua/stream_append.lua`): Redis runs it atomically, and it
 reaches the AOF and replicas as one transaction. Every key it touches is passed in KEYS
 and carries the model's hash tag (`sl:{model}:...`), so it also runs on a Redis Cluster.
@@ -39,19 +39,23 @@ from streamlearn.names import Names
 from streamlearn.records import Samples
 from streamlearn.redis_client import evalsha
 
-# Samples per script call: a call blocks Redis while it runs, so keep each to a few ms.
-# A message is never split (one entry each), so a call holds up to max_samples_per_message.
+# Samples per script call, and so per stream entry: a call blocks Redis while it runs, so
+# keep each to a few ms. A message is never split, so a call holds up to
+# max_samples_per_message.
 CHUNK_SAMPLES = 2000
 
 
-def per_call(accepted: Sequence[Samples]) -> list[int]:
+def per_call(accepted: Sequence[Samples], entry_each: bool = False) -> list[int]:
     """How many messages of `accepted`, in order, each script call of `Appender.append`
-    takes: up to `CHUNK_SAMPLES` samples, a message never split. Each call is atomic, so a
-    caller can tell from a pipeline's replies which messages are in (`streamlearn.ingest`).
+    takes: up to `CHUNK_SAMPLES` samples, a message never split (`entry_each`: one each).
+    Each call is atomic, so a caller can tell from a pipeline's replies which messages are
+    in (`streamlearn.ingest`).
 
     >>> per_call([Samples(np.zeros((n, 1)), np.zeros(n)) for n in (1500, 400, 300, 5000)])
     [2, 1, 1]
     """
+    if entry_each:
+        return [1] * len(accepted)
     counts: list[int] = []
     size = 0
     for samples in accepted:
@@ -104,9 +108,12 @@ class Appender:
         accepted: Iterable[Samples],
         window_s: int,
         max_ids: int = 1_000_000,
+        entry_each: bool = False,
     ) -> list[int]:
-        """Queue the appends of `accepted` (one entry each); returns how many messages each
-        script call queued takes (`per_call`).
+        """Queue the appends of `accepted`; returns how many messages each script call
+        queued takes (`per_call`). A call's samples make one stream entry: a learner's cost
+        is per entry, whatever its size. `entry_each`: an entry per message (a stream laid
+        out as a test or a bench needs it).
 
         Samples whose id was appended within the last `window_s` seconds (up to twice
         that) are dropped, of the last `max_ids` ids at least; 0 turns de-duplication off.
@@ -116,7 +123,7 @@ class Appender:
             keys += [self.names.stream_key(f"ingest:seen:{leaf}") for leaf in ("0", "1", "gen")]
         head = [window_s, repr(float(self.clock())), max_ids, self.row_bytes]
         accepted = list(accepted)
-        calls, at = per_call(accepted), 0
+        calls, at = per_call(accepted, entry_each), 0
         for n in calls:
             run = accepted[at : at + n]
             evalsha(pipe, self._append.sha, keys, *head, *self._args(run, window_s))

@@ -138,6 +138,8 @@ class Drainer:
         self.deadletter = deadletter or (lambda reason, payload: None)
         self._carry = _Carry()
         self._per_entry = 1.0  # running mean of samples per entry, to size reads
+        self._more = False  # the last read was full: the stream holds more (a backlog)
+        self._ahead: Callable[[], int] | None = None  # a read sent, its reply not taken
         self._next_claim = time.monotonic() + stale_after_ms / 2000
 
     def resume(self) -> int:
@@ -151,6 +153,7 @@ class Drainer:
         """Up to `max_batch` samples: block up to `idle_block_ms` for the first (None: not
         at all), then wait `max_wait_ms` for more."""
         limit = self.policy.max_batch
+        self.land()
         if time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.stale_after_ms / 2000
             stale = self.stream.claim_stale(self.consumer, self.stale_after_ms)
@@ -170,16 +173,43 @@ class Drainer:
                 break
             if not got:
                 time.sleep(min(_POLL_S, left))
-        return self._take(limit)
+        batch = self._take(limit)
+        if self._more and self._carry.available < limit:
+            self._send_ahead(limit)
+        return batch
+
+    def land(self) -> None:
+        """Take in the read sent ahead, if any: Redis delivered its entries to this
+        consumer, so they must reach the carry (else they wait for a restart)."""
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            ahead()
+
+    def _send_ahead(self, limit: int) -> None:
+        """Under a backlog, the next batch's read, sent now: Redis runs it (on another
+        core) while this batch trains, and the next drain takes its reply. At most
+        `limit` entries, so that Redis answers within about one step."""
+        send = getattr(self.stream, "send_read", None)  # a partitioned stream: no
+        if send is None:
+            return
+        count = min(self._count(_READ_BATCHES * limit - self._carry.available), limit)
+        sent = send(self.consumer, count)
+        self._ahead = lambda: self._took(self.stream.packed(sent.result()), count)
 
     def _read(self, samples: int, block_ms: int | None) -> int:
         # Reads of a few batches at once spread the cost of a round trip.
-        want = max(samples, _READ_BATCHES * self.policy.max_batch)
-        count = max(1, math.ceil(want / self._per_entry))
-        packed = self.stream.read_packed(self.consumer, count, block_ms)
+        count = self._count(max(samples, _READ_BATCHES * self.policy.max_batch))
+        return self._took(self.stream.read_packed(self.consumer, count, block_ms), count)
+
+    def _count(self, samples: int) -> int:
+        """Entries to read for about `samples` samples."""
+        return max(1, math.ceil(samples / self._per_entry))
+
+    def _took(self, packed: Packed, count: int) -> int:
         if packed.ids:
             got = int(packed.ends[-1]) / len(packed.ids)
             self._per_entry = max(1.0, 0.8 * self._per_entry + 0.2 * got)
+        self._more = len(packed) >= count
         self._accept(packed)
         return len(packed)
 

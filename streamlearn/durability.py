@@ -116,7 +116,7 @@ class Durability:
             self.publish()
         if self.checkpoints is None:
             if self.writes.unacked and not self.steps_since_publish:
-                self.writes.made_durable()  # dead letters only, or acks Redis refused
+                self.writes.made_durable()  # dead letters only
         elif (self._samples_since_checkpoint or self.writes.unacked) and (
             now - self._last_checkpoint >= policy.checkpoint_every_s
             or self._samples_since_checkpoint >= policy.checkpoint_every_samples
@@ -125,13 +125,15 @@ class Durability:
         self.writes.maybe_trim()
 
     def finish(self) -> None:
-        """On the way out: publish and checkpoint what was learned since the last time."""
+        """On the way out: publish and checkpoint what was learned since the last time,
+        and acknowledge what that covers."""
         if self.steps_since_publish:
             self.publish()
         if self.checkpoints and (self._samples_since_checkpoint or self.writes.unacked):
             self.checkpoint()
         elif self.checkpoints is None and self.writes.unacked and not self.steps_since_publish:
             self.writes.made_durable()  # dead letters only
+        self.writes.acknowledged()
 
     def publish(self) -> None:
         """Publish the current weights as a new version; non-finite weights never leave.

@@ -98,7 +98,7 @@ class Learner:
             stale_after_ms=int(max(30.0, 3 * self.durability.every_s) * 1000),
             deadletter=self.writes.deadletter,
         )
-        depth = policy.prefetch_batches
+        depth = policy.prefetch_depth()
         return drainer, Prefetcher(drainer.drain, depth, self.writes.reading) if depth else None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -179,6 +179,7 @@ class Learner:
         finally:
             if self.prefetcher:
                 self.prefetcher.stop()
+            self.writes.reading.run(self.drainer.land)  # a read sent ahead: into the carry
 
     def replay(self) -> None:
         """A step from the replay buffer, if its budget allows."""
@@ -219,10 +220,15 @@ class Learner:
             self.durability.trained(batch.n)
 
     def publish(self) -> None:
+        """Publish now; returns once the entries that makes durable are acknowledged (the
+        loop's own publishes do not wait: `LearnerWrites.acknowledge`)."""
         self.durability.publish()
+        self.writes.acknowledged()
 
     def checkpoint(self) -> None:
+        """Checkpoint now; returns as `publish` does."""
         self.durability.checkpoint()
+        self.writes.acknowledged()
 
     def status(self) -> dict[str, object]:
         return self.reporter.status()
@@ -236,6 +242,7 @@ class Learner:
 
     def _tick(self) -> None:
         self.heartbeat()
+        self.writes.acknowledge()  # before a durable point sends acknowledgements of its own
         self.durability.tick()
         now = self.clock()
         if self.reporter.active and (now - self._last_status) * 1000 >= self.policy.status_every_ms:

@@ -7,11 +7,14 @@ that needs only its own policy imports it from here.
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streamlearn import buckets
+
+PREFETCH_MIN_CORES = 4  # the learner's reading thread is on by default from this many cores
 
 
 class Frozen(BaseModel):
@@ -125,8 +128,12 @@ class LearnerConfig(Frozen):
     )
     history_every_s: float = Field(60, gt=0, description="seconds between history versions")
     status_every_ms: float = Field(1000, gt=0, le=2000)
-    prefetch_batches: int = Field(
-        2, ge=0, description="micro-batches read ahead by a background thread; 0: none"
+    prefetch_batches: int | None = Field(
+        None,
+        ge=0,
+        description="micro-batches read ahead by a background thread; 0: none (under a "
+        "backlog the next read still goes out while a batch trains); unset: 2 with 4 CPU "
+        "cores or more, else 0 (on 2 cores the thread cost more than it saved)",
     )
     checkpoint_dir: str | None = Field(
         None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
@@ -206,6 +213,14 @@ class LearnerConfig(Frozen):
                     f"got {list(self.buckets)}"
                 )
         return self
+
+    def prefetch_depth(self) -> int:
+        """`prefetch_batches`, or, unset, by this machine's cores: a reading thread pays only
+        with cores to spare besides the step's and Redis's (`bench.learner` measures it)."""
+        if self.prefetch_batches is not None:
+            return self.prefetch_batches
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return 2 if (cores or os.cpu_count() or 1) >= PREFETCH_MIN_CORES else 0
 
     def bucket_sizes(self, replicas: int = 1) -> tuple[int, ...]:
         """The sorted padded sizes every train step uses (so it never retraces): powers of

@@ -1,8 +1,9 @@
 """The sample stream: a Redis Stream per model, read by consumer groups, and its dead letters.
 
 This module owns the stream: its entry format (here and in `lua/entry.lua`), its consumer
-groups, its scripts. One entry per accepted MQTT message holds its samples packed as
-float32 arrays, appended exactly once (`streamlearn.appends`). Entries are acknowledged by
+groups, its scripts. An entry holds the samples of a run of accepted MQTT messages packed
+as float32 arrays, appended exactly once (`streamlearn.appends`): a learner's cost is per
+entry, so a run of single-sample messages is one entry, not hundreds. Entries are acknowledged by
 the learner only after the step that trained on them, and the stream is trimmed only below
 what every group has delivered and acknowledged (a model's challenger variants read the
 same stream in groups of their own, `group_of`), except a variant's group that is stale or
@@ -26,6 +27,7 @@ from streamlearn.appends import Appended, Appender
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.names import Names
 from streamlearn.records import Rejection, Samples
+from streamlearn.sent import Senders, Sent
 
 GROUP = "learners"  # the base variant's group: the one ingest's back-pressure bounds
 
@@ -132,6 +134,7 @@ class SampleStream:
         self.group = group
         self.deadletter_maxlen = deadletter_maxlen
         self.deadletter_payload_bytes = deadletter_payload_bytes
+        self._senders = Senders(client)  # the learner's reads and acknowledgements
 
     @classmethod
     def of(
@@ -161,9 +164,11 @@ class SampleStream:
         dedup_window_s: int = 0,
         max_dedup_ids: int = 1_000_000,
         backlog: bool = False,
+        entry_each: bool = False,
     ) -> Appended:
-        """Append accepted samples (one entry each) and dead letters, `rejected` as (source,
-        rejection), in one round trip.
+        """Append accepted samples and dead letters, `rejected` as (source, rejection), in
+        one round trip: the samples of up to `appends.CHUNK_SAMPLES` in one entry, or an
+        entry each message (`entry_each`).
 
         Samples whose `id` was appended within `dedup_window_s` seconds are dropped, in the
         same atomic step as the append (`streamlearn.appends`); `backlog` also measures the
@@ -171,7 +176,9 @@ class SampleStream:
         """
         accepted = list(accepted)
         pipe = self.redis.pipeline(transaction=False)
-        calls = len(self.stage(pipe, accepted, rejected, dedup_window_s, max_dedup_ids, backlog))
+        calls = len(
+            self.stage(pipe, accepted, rejected, dedup_window_s, max_dedup_ids, backlog, entry_each)
+        )
         try:
             replies = pipe.execute()
         except redis.exceptions.NoScriptError:  # no script ran; the dead letters are in
@@ -181,6 +188,7 @@ class SampleStream:
                 dedup_window_s=dedup_window_s,
                 max_dedup_ids=max_dedup_ids,
                 backlog=backlog,
+                entry_each=entry_each,
             )
         return Appended(
             added=sum(int(r[0]) for r in replies[:calls]),
@@ -196,12 +204,13 @@ class SampleStream:
         dedup_window_s: int,
         max_dedup_ids: int,
         backlog: bool,
+        entry_each: bool = False,
     ) -> list[int]:
         """Queue a write on `pipe`: the appends, then one XADD per dead letter, then (when
         `backlog`) the backlog's measure. Returns how many messages of `accepted` each
         append call takes (`appends.per_call`): each call is applied whole or not at all, so
         a caller can tell from the replies which messages are in (`streamlearn.ingest_writes`)."""
-        calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids)
+        calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids, entry_each)
         for source, rejection in rejected:
             self._deadletter(pipe, source, rejection)
         if backlog:
@@ -247,14 +256,14 @@ class SampleStream:
     def read_packed(self, consumer: str, count: int, block_ms: int | None) -> Packed:
         """Like `read`, for the learner: up to `count` entries packed by a script in Redis
         (`lua/stream_read.lua`); when there are none, waits up to `block_ms` for the first."""
-        packed = self._read_packed(consumer, count)
+        packed = self.packed(self.send_read(consumer, count).result())
         if len(packed) or block_ms is None:
             return packed
         first = Packed.of(self.read(consumer, 1, block_ms), self.sample_shape)
         if not len(first) or count == 1:
             return first
         try:
-            rest = self._read_packed(consumer, count - 1)
+            rest = self.packed(self.send_read(consumer, count - 1).result())
         except redis.RedisError:  # shows at the next read; what was read is not dropped
             return first
         return Packed(
@@ -265,22 +274,24 @@ class SampleStream:
             first.unusable + rest.unusable,
         )
 
-    def _read_packed(self, consumer: str, count: int) -> Packed:
-        row = 4 * int(np.prod(self.sample_shape))
-        got = self._read_script(keys=[self.key], args=[self.group, consumer, count, row])
+    def send_read(self, consumer: str, count: int) -> Sent:
+        """`read_packed(consumer, count, None)` sent now: `packed(result())` (`Sent`)."""
+        args = [self.group, consumer, count, 4 * int(np.prod(self.sample_shape))]
+        return Sent(self._senders, self._read_script, [self.key], args)
+
+    def packed(self, got: list | None) -> Packed:
+        """`lua/stream_read.lua`'s reply as arrays."""
         if not got:
             return Packed.empty(self.sample_shape)
-        ids, counts, x, y, bad = got
+        ids, same, x, y, bad, counts = got
         unusable = [(bad[i], bad[i + 1].decode()) for i in range(0, len(bad), 2)]
         if not ids:
             return Packed.empty(self.sample_shape, unusable)
-        return Packed(
-            ids.split(b","),
-            np.cumsum(np.frombuffer(counts, "<u4"), dtype=np.int64),
-            np.frombuffer(x, np.float32).reshape((-1, *self.sample_shape)),
-            np.frombuffer(y, np.float32),
-            unusable,
-        )
+        ids = ids.split(b",")
+        per = np.full(len(ids), same) if same else np.frombuffer(counts, "<u4")
+        x = np.frombuffer(x, np.float32).reshape((-1, *self.sample_shape))
+        y = np.frombuffer(y, np.float32)
+        return Packed(ids, np.cumsum(per, dtype=np.int64), x, y, unusable)
 
     @cached_property
     def _read_script(self) -> redis.commands.core.Script:
@@ -327,8 +338,11 @@ class SampleStream:
 
     def ack(self, ids: list[bytes], chunk: int = 20_000) -> None:
         for start in range(0, len(ids), chunk):
-            joined = b",".join(ids[start : start + chunk])
-            self._ack_script(keys=[self.key], args=[self.group, joined])
+            self.send_ack(ids[start : start + chunk]).result()
+
+    def send_ack(self, ids: list[bytes]) -> Sent:
+        """`ack(ids)` sent now, fewer ids than a chunk (`Sent`)."""
+        return Sent(self._senders, self._ack_script, [self.key], [self.group, b",".join(ids)])
 
     def trim(
         self, stale_group_s: float | None = None, max_unread: int | None = None

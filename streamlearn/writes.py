@@ -23,6 +23,7 @@ from streamlearn.champion import Contest, Promotion
 from streamlearn.config import LearnerConfig
 from streamlearn.records import Rejection
 from streamlearn.retries import RedisHealth, Retried
+from streamlearn.sent import Sent
 from streamlearn.stream import SampleStream
 from streamlearn.weights import WeightsStore
 
@@ -51,6 +52,8 @@ class LearnerWrites:
         self.reporting = retried("status")
         self.reading = retried("read")
         self.unacked: list[bytes] = []  # entries done since the last durable point
+        self.durable: list[bytes] = []  # entries the durable state covers, to acknowledge
+        self._sent: tuple[int, Sent] | None = None  # the acknowledgement Redis is running
         self.durable_points = 0  # times the learner's state was made durable
         self.passed_groups: dict[str, str] = {}  # groups trimming no longer waits for
         self._last_trim = -math.inf
@@ -62,14 +65,47 @@ class LearnerWrites:
         return None if published is None else published[0]
 
     def made_durable(self) -> None:
-        """Acknowledge what the durable state covers, and now and then trim the stream;
-        what Redis refuses stays to acknowledge at the next call after the backoff."""
+        """The entries done so far are in the durable state: acknowledge them, a chunk
+        now and the rest a chunk a turn (`acknowledge`); now and then trim the stream."""
         self.durable_points += 1
-        if self.unacked and self.acking.due():
-            done = self.unacked
-            if self.acking.run(lambda: self.queue.ack(done)):
-                self.unacked = self.unacked[len(done) :]
+        self.durable += self.unacked
+        self.unacked = []
+        self.acknowledge()
         self.maybe_trim()
+
+    def acknowledge(self) -> None:
+        """Take the reply of the acknowledgement sent at the last call, then send the next
+        chunk of `durable` entries: Redis acknowledges them while the learner trains. The
+        learner calls this every turn; what Redis refuses is sent again after the backoff.
+
+        A chunk holds two batches' worth of entries (an entry holds a sample at least), so
+        that the acknowledgements keep up with the steps, each in about a step's time of
+        Redis's (~0.5 us an entry): acknowledging a durable point's 12,800 one-sample
+        entries at once held the next read up for 7 ms.
+        """
+        if self._sent is not None:
+            (n, sent), self._sent = self._sent, None
+            if self.acking.run(sent.result):
+                del self.durable[:n]
+        if not self.durable or not self.acking.due():
+            return
+        send = getattr(self.queue, "send_ack", None)
+        if send is None:  # a partitioned stream: each partition in turn, waited for
+            done = self.durable
+            if self.acking.run(lambda: self.queue.ack(done)):
+                del self.durable[: len(done)]
+            return
+        chunk = self.durable[: 2 * self.policy.max_batch]
+        sent = self.acking.result(lambda: send(chunk))
+        self._sent = None if sent is None else (len(chunk), sent)
+
+    def acknowledged(self) -> None:
+        """Acknowledge every durable entry now; returns early when Redis refuses one."""
+        while self.durable or self._sent is not None:
+            failures = self.acking.failures
+            self.acknowledge()
+            if self.acking.failures > failures or not self.acking.due():
+                return
 
     def maybe_trim(self) -> None:
         """Trim the stream at most every `_TRIM_EVERY_S`, on the learner's own clock.
@@ -109,9 +145,10 @@ class LearnerWrites:
     def status(self) -> dict[str, Any]:
         return {
             **self.health.status(),
-            "unacknowledged_entries": len(self.unacked),
+            "unacknowledged_entries": len(self.unacked) + len(self.durable),
             "groups_not_waited_for": dict(self.passed_groups),
         }
 
     def metrics(self) -> dict[str, Any]:
-        return {**self.health.metrics(), "unacknowledged_entries": len(self.unacked)}
+        unacked = len(self.unacked) + len(self.durable)
+        return {**self.health.metrics(), "unacknowledged_entries": unacked}

@@ -38,7 +38,12 @@ task = "regression"
 
 def stream_ids(redis, names: Names, shape: tuple[int, ...] = (2,)) -> list[str]:
     """Every sample id in the stream, repeats included."""
-    return [i for _, f in redis.xrange(names.samples_key) for i in unpack(f, shape).ids or ()]
+    return [
+        i
+        for _, f in redis.xrange(names.samples_key)
+        for i in unpack(f, shape).ids or ()
+        if i is not None
+    ]
 
 
 def scrape(port: int, name: str) -> float | None:
@@ -78,7 +83,7 @@ def fill(queue: SampleStream, entries: int, per_entry: int = 1, seed: int = 0) -
     for _ in range(entries):
         x = rng.uniform(-1, 1, (per_entry, 3)).astype(np.float32)
         batch.append(Samples(x, (x[:, 0] - 2 * x[:, 1]).astype(np.float32)))
-    queue.write(batch)
+    queue.write(batch, entry_each=True)
     return entries * per_entry
 
 

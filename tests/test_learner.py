@@ -45,7 +45,7 @@ def fill(learner: Learner, entries: int, per_entry: int = 1, seed: int = 0) -> i
     for _ in range(entries):
         x = rng.uniform(-1, 1, (per_entry, 3)).astype(np.float32)
         batch.append(Samples(x, (x[:, 0] - 2 * x[:, 1] + 0.5 * x[:, 2]).astype(np.float32)))
-    learner.queue.write(batch)
+    learner.queue.write(batch, entry_each=True)
     return entries * per_entry
 
 
@@ -179,6 +179,21 @@ def test_entries_read_ahead_are_trained_after_a_restart(redis, settings):
     assert second.state.samples_seen == total, "each sample trained once in the lineage"
     assert group(second)["pending"] == 0 and group(second)["lag"] == 0
     assert second.state.version > first.state.version
+
+
+def test_a_read_sent_ahead_when_a_run_stops_is_trained_by_the_next_run(redis, settings):
+    """Under a backlog the next read goes out while a batch trains: a run that stops then
+    keeps what Redis delivered for the next run, and acknowledges what it made durable."""
+    learner = make_learner(redis, settings, regression(prefetch_batches=0))
+    total = fill(learner, 400)
+    learner.start()
+    learner.run(max_steps=5)
+    g = group(learner)
+    assert g["entries-read"] > 5 * 16, "read beyond what it trained"
+    assert g["pending"] == g["entries-read"] - 5 * 16, "the last publish's entries acknowledged"
+    learner.run(burst=True)
+    assert learner.state.samples_seen == total, "each sample trained once"
+    assert group(learner)["pending"] == 0 and group(learner)["lag"] == 0
 
 
 def test_resumes_from_its_checkpoint_with_optimizer_state(redis, settings, tmp_path):

@@ -38,12 +38,16 @@ checkpoint_every_s = 0.3
 
 
 def produce(queue: SampleStream, stop: threading.Event) -> None:
-    """One entry per sample, as ingest writes one per MQTT message, at ~1,500 samples/s."""
+    """One entry per sample (single-sample messages at a trickle: ingest appends a run of
+    messages as one entry), at ~1,500 samples/s."""
     rng = np.random.default_rng(3)
     for start in range(0, SAMPLES, 60):
         x = rng.uniform(-1, 1, (60, 4)).astype(np.float32)
         y = x @ np.array([1, -2, 0.5, 0], np.float32)
-        queue.write([Samples(x[i : i + 1], y[i : i + 1], (f"s{start + i}",)) for i in range(60)])
+        queue.write(
+            [Samples(x[i : i + 1], y[i : i + 1], (f"s{start + i}",)) for i in range(60)],
+            entry_each=True,
+        )
         if stop.wait(0.04):
             return
 

@@ -282,7 +282,7 @@ def test_a_stopped_or_far_behind_variant_no_longer_holds_back_the_trim(redis, se
         q.ensure_group()
     base, fast = queues["base"], queues["fast"]
     x, y = np.zeros((1, 3), np.float32), np.zeros(1, np.float32)
-    base.write([Samples(x, y)] * 300)
+    base.write([Samples(x, y)] * 300, entry_each=True)
     fast.ack([e.id for e in fast.read("f", 50, None)])  # then the variant stops
     base.ack([e.id for e in base.read("b", 300, None)])
 
@@ -292,7 +292,7 @@ def test_a_stopped_or_far_behind_variant_no_longer_holds_back_the_trim(redis, se
     assert "250 entries unread > max_stream_length=200" in passed["learners:fast"]
     assert base.length() < 100, "beyond the cap it is not"
 
-    base.write([Samples(x, y)] * 300)
+    base.write([Samples(x, y)] * 300, entry_each=True)
     base.ack([e.id for e in base.read("b", 300, None)])
     eventually(lambda: "learners:fast" in base.trim(stale_group_s=0.2), 10, "fast found stale")
     assert "stale_group_s=0.2" in base.trim(stale_group_s=0.2)["learners:fast"]

@@ -1,8 +1,10 @@
 #!lua
 --#include check_count
 --#include entry
--- Exactly-once append of a run of messages to the samples stream, one entry each
--- (`streamlearn.appends`). KEYS: stream, counter; with de-duplication also the seen sets
+-- Exactly-once append of a run of messages to the samples stream, all their kept samples
+-- in one entry (`streamlearn.appends`): a learner reads, tracks and acknowledges entries,
+-- each at a cost of Redis's time whatever its size, so a run of single-sample messages is
+-- one entry, not hundreds. KEYS: stream, counter; with de-duplication also the seen sets
 -- of generations 0 and 1 (by parity) and the generation's state ("gen started_s size").
 -- ARGV: window (s; 0: no de-duplication), now (s), max ids, bytes per x row, layout ("n"
 -- or "n:L" per message, L: length of its ids field), then back to back for all messages:
@@ -71,6 +73,7 @@ if #named > 0 then
   redis.call('EXPIRE', KEYS[4], 3 * window)
 end
 local at, ia, fo, added, dups = 0, 1, 0, 0, 0
+local xs, ys, idparts, anyids = {}, {}, {}, false
 for count, len in string.gmatch(ARGV[5], '(%d+):?(%d*)') do
   local n = tonumber(count)
   local ex = string.sub(x, at * xrow + 1, (at + n) * xrow)
@@ -102,10 +105,19 @@ for count, len in string.gmatch(ARGV[5], '(%d+):?(%d*)') do
   end
   at = at + n
   if keep > 0 then
-    total = total + keep
-    add_entry(stream, keep, ex, ey, ids, total)
+    xs[#xs + 1], ys[#ys + 1] = ex, ey
+    if ids then  -- the entry's ids: each message's list, null for those that have none
+      idparts[#idparts + 1], anyids = string.sub(ids, 2, -2), true
+    else
+      idparts[#idparts + 1] = string.rep('null,', keep - 1) .. 'null'  -- Lua 5.1: no sep
+    end
   end
   added, dups = added + keep, dups + n - keep
+end
+if added > 0 then
+  total = total + added
+  add_entry(stream, added, table.concat(xs), table.concat(ys),
+            anyids and '[' .. table.concat(idparts, ',') .. ']' or nil, total)
 end
 redis.call('SET', counter, total)
 return {added, dups}
