@@ -259,7 +259,8 @@ def run_ingest(
     key = names.samples_key
     first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
     seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
-    return row(mode, "ingest process", per, store.xlen(key), seconds, cpu, redis_cpu, published)
+    messages = int(store.get(names.ingest_count_key)) // per  # an entry holds a run of them
+    return row(mode, "ingest process", per, messages, seconds, cpu, redis_cpu, published)
 
 
 def row(
