@@ -22,9 +22,9 @@ import redis
 from bench._stack import Stack
 from bench.loadgen import open_loop
 from streamlearn.config import DEMO_TOML, parse_config
-from streamlearn.demo import DemoStream
-from streamlearn.names import Names
-from streamlearn.weights import WeightsStore
+from streamlearn.contract.names import Names
+from streamlearn.stack.demo import DemoStream
+from streamlearn.store.weights import WeightsStore
 
 
 def measure(stack: Stack, args: argparse.Namespace) -> dict:
@@ -35,7 +35,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
     config = stack.workdir / "fresh.toml"
     config.write_text(DEMO_TOML)
     procs = [
-        stack.start([f"workers.{role}", "--config", str(config)], prefix)
+        stack.start([f"streamlearn.{role}.worker", "--config", str(config)], prefix)
         for role in ("learner", "ingest", "actor")
     ]
     r = redis.Redis.from_url(stack.redis_url)

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from bench._quality_streams import Stream
-from streamlearn.evaluate import decide, score
+from streamlearn.cli.evaluate import decide, score
 
 # label, what it is
 REFERENCES = {
@@ -134,8 +134,8 @@ class InProcess:
     """
 
     def __init__(self, cfg: object) -> None:
-        from streamlearn.forward import Forward
-        from streamlearn.training import Trainer
+        from streamlearn.actor.forward import Forward
+        from streamlearn.learner.step import Trainer
 
         self.trainer = Trainer(cfg, deadletter=lambda _reason, _payload: None)
         self.trainer.warm_up()
@@ -147,7 +147,7 @@ class InProcess:
         return self.forward(x)
 
     def learn(self, x: np.ndarray, y: np.ndarray) -> None:
-        from streamlearn.batching import padded
+        from streamlearn.learner.batching import padded
 
         largest = self.trainer.buckets[-1]
         for lo in range(0, len(x), largest):

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench._quality_learners import Outcome, model_table, scores
 from bench._quality_streams import Stream
 from bench._stack import Proc, Stack
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
 
 ROLES = ("learner", "ingest", "actor")
 # from the learner's status, into the JSON
@@ -68,7 +68,7 @@ class Service:
         config.write_text(config_toml(stream, overrides))
         env = stack.env(prefix)
         self.procs = [
-            Proc([sys.executable, "-m", f"workers.{role}", "--config", str(config)], env)
+            Proc([sys.executable, "-m", f"streamlearn.{role}.worker", "--config", str(config)], env)
             for role in ROLES
         ]
         self.stack = stack
@@ -79,10 +79,10 @@ class Service:
 
     def run(self, message_size: int, rate: float, timeout_s: float = 5.0) -> Outcome:
         """Request, await the reply, publish the labels; a message every `message_size /
-        rate` seconds (`streamlearn.evaluate.replay`, as `streamlearn evaluate` does). A
+        rate` seconds (`streamlearn.cli.evaluate.replay`, as `streamlearn evaluate` does). A
         missing or error reply counts as no answer (wrong, or 0.0)."""
         from streamlearn import Client
-        from streamlearn.evaluate import replay
+        from streamlearn.cli.evaluate import replay
 
         s = self.stream
         url = f"mqtt://{self.stack.host}:{self.stack.mqtt_port}"

@@ -14,11 +14,12 @@ import numpy as np
 import redis
 
 from bench._stack import Stack
-from streamlearn import codec, models
-from streamlearn.actor import Actor
+from streamlearn.actor.loop import Actor
 from streamlearn.config import ModelConfig
-from streamlearn.names import Names
-from streamlearn.weights import WeightsStore
+from streamlearn.contract import codec
+from streamlearn.contract.names import Names
+from streamlearn.nn import networks
+from streamlearn.store.weights import WeightsStore
 
 
 def measure(stack: Stack, cfg: ModelConfig, reloads: int = 30) -> dict:
@@ -26,7 +27,7 @@ def measure(stack: Stack, cfg: ModelConfig, reloads: int = 30) -> dict:
     names = Names("demo", "reload", "reload")
     store = WeightsStore(redis.Redis.from_url(stack.redis_url), names)
     actor = Actor(cfg, store, names, lambda *_: None)
-    arrays = models.get_arrays(actor.model)
+    arrays = networks.get_arrays(actor.model)
     stage, swap, assign = [], [], []
     for version in range(1, reloads + 1):
         shifted = {k: v + np.float32(version * 1e-3) for k, v in arrays.items()}
@@ -39,7 +40,7 @@ def measure(stack: Stack, cfg: ModelConfig, reloads: int = 30) -> dict:
         swap.append((time.perf_counter() - t) * 1e6)
         t = time.perf_counter()
         spare = actor.reloader._spares["base"][0]
-        models.set_arrays(spare, shifted)  # what a swap by assignment costs
+        networks.set_arrays(spare, shifted)  # what a swap by assignment costs
         assign.append((time.perf_counter() - t) * 1000)
     runs = _count_forward_code(actor)
     for n in range(1, 2 * cfg.actor.max_batch + 3):

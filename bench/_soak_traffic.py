@@ -35,9 +35,9 @@ from bench.hostile import (
 )
 from bench.loadgen import LoadClient
 from streamlearn.config import ModelConfig
-from streamlearn.demo import DemoStream
-from streamlearn.names import Names
-from streamlearn.stream import SampleStream
+from streamlearn.contract.names import Names
+from streamlearn.stack.demo import DemoStream
+from streamlearn.store.stream import SampleStream
 
 AUDIT_GROUP = "soak-audit"
 VALID, FLOOD = "soak-v", "soak-f"  # the {client} of valid requests and of request floods

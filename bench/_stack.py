@@ -8,9 +8,9 @@ import uuid
 from pathlib import Path
 
 from bench.loadgen import LoadClient
-from streamlearn import embedded
 from streamlearn.config import Settings
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
+from streamlearn.stack import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,12 +3,12 @@
     .venv/bin/python -m bench.device [--backends jax,torch,tensorflow] [--quick]
 
 For every backend importable here, one child process per device (the GPU when the backend
-sees one, and the CPU), each building the library's own models (`streamlearn.models`) and
+sees one, and the CPU), each building the library's own models (`streamlearn.nn.networks`) and
 timing, on the same data:
 
 - `train_on_batch` samples/s per batch size (the learner's step; each size warmed up first,
   so no trace is timed), for the demo MLP, a wide MLP and an LSTM over a window of 16;
-- the actor's forward pass (`streamlearn.forward.Forward`, what serving calls) in ms per call
+- the actor's forward pass (`streamlearn.actor.forward.Forward`, what serving calls) in ms per call
   per batch size, median of repeated calls.
 
 Ratios are within one run and one machine: GPU against CPU of the same backend, and batch
@@ -41,9 +41,9 @@ def child(device: str, quick: bool) -> dict:
     import keras
     import numpy as np
 
-    from streamlearn import models
+    from streamlearn.actor.forward import Forward
     from streamlearn.config import LearnerConfig, ModelConfig
-    from streamlearn.forward import Forward
+    from streamlearn.nn import networks
 
     rng = np.random.default_rng(0)
     out: dict = {"backend": keras.backend.backend(), "device": device, "models": {}}
@@ -52,7 +52,7 @@ def child(device: str, quick: bool) -> dict:
         cfg = ModelConfig(
             name="bench", task="binary", learner=LearnerConfig(max_batch=16384), **spec
         )
-        model = models.build_model(cfg)
+        model = networks.build_model(cfg)
         shape = cfg.sample_shape
         train, serve = {}, {}
         for size in TRAIN_SIZES:

@@ -5,7 +5,7 @@ be dead-lettered with a reason: the marker sits in the first bytes of the payloa
 each list item), which the dead letter keeps, so each message is matched to its dead
 letters; the few payloads that cannot hold one (`[[[[...`, empty) are matched by their
 bytes. A prediction request must get an error reply on a topic of the requester's own
-reply space (`streamlearn.replies`), matched by its MQTT v5 Correlation Data; a reply
+reply space (`streamlearn.actor.replies`), matched by its MQTT v5 Correlation Data; a reply
 anywhere else is a leak. A Response Topic with a control character never reaches the
 service: Mosquitto disconnects the publisher, which is what is checked for it.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.loadgen import _vbi
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
 
 MARKER = re.compile(rb"hostile-(\d{6})")
 
@@ -257,7 +257,7 @@ def request_topics(names: Names, client: str, probe: Probe) -> tuple[str, str | 
 
 
 def reply_allowed(names: Names, client: str, bare: bool, topic: str) -> bool:
-    """Whether a reply to a request from `client` may land on `topic` (`streamlearn.replies`)."""
+    """Whether a reply to a request from `client` may land on `topic` (`actor.replies`)."""
     replies = names.topic("replies")
     if bare:
         return topic.startswith(replies + "/") or topic == names.predictions_topic

@@ -46,10 +46,10 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from bench._report import exit_status, goal, report
-from streamlearn import embedded
 from streamlearn.config import parse_config
-from streamlearn.names import Names
-from streamlearn.payloads import PayloadParser
+from streamlearn.contract.names import Names
+from streamlearn.contract.payloads import PayloadParser
+from streamlearn.stack import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 INPUTS = 9
@@ -176,7 +176,7 @@ class IngestProcess:
             "STREAMLEARN_TOPIC_PREFIX": "bench",
             "STREAMLEARN_SHARE_GROUP": "bench",
         }
-        self.argv = [sys.executable, "-m", "workers.ingest", "--config", str(config)]
+        self.argv = [sys.executable, "-m", "streamlearn.ingest.worker", "--config", str(config)]
         self.env = env
 
     def start(self) -> IngestProcess:

@@ -41,14 +41,15 @@ import numpy as np
 import redis
 
 from bench._report import exit_status, goal, report
-from streamlearn import embedded, models
-from streamlearn.batching import Batch, samples_batch
 from streamlearn.config import LearnerConfig, ModelConfig
-from streamlearn.learner import Learner
-from streamlearn.names import Names
-from streamlearn.records import Samples
-from streamlearn.stream import SampleStream
-from streamlearn.weights import WeightsStore
+from streamlearn.contract.names import Names
+from streamlearn.contract.records import Samples
+from streamlearn.learner.batching import Batch, samples_batch
+from streamlearn.learner.loop import Learner
+from streamlearn.nn import networks
+from streamlearn.stack import embedded
+from streamlearn.store.stream import SampleStream
+from streamlearn.store.weights import WeightsStore
 
 INPUTS = 9
 WEIGHTS = np.linspace(-1, 1, INPUTS).astype(np.float32)
@@ -66,7 +67,7 @@ def model_config(batch: int, **learner: object) -> ModelConfig:
 
 def in_memory(cfg: ModelConfig, steps: int) -> float:
     """samples/s of `train_on_batch` on ready arrays of `max_batch` rows."""
-    model, batch = models.build_model(cfg), cfg.learner.max_batch
+    model, batch = networks.build_model(cfg), cfg.learner.max_batch
     x, y = data(batch * 16, seed=1)
     batches = [(x[i : i + batch], y[i : i + batch, None]) for i in range(0, len(x), batch)]
     for xb, yb in batches:
@@ -79,7 +80,7 @@ def in_memory(cfg: ModelConfig, steps: int) -> float:
 
 def per_message(cfg: ModelConfig, samples: int) -> float:
     """samples/s of one `train_on_batch` per sample."""
-    model = models.build_model(cfg)
+    model = networks.build_model(cfg)
     x, y = data(samples + 10, seed=2)
     for i in range(10):
         model.train_on_batch(x[i : i + 1], y[i : i + 1, None])
@@ -155,8 +156,8 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
     queue = SampleStream(client, names, cfg.sample_shape)
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.warm_up()  # train_step is driven directly with padded in-memory batches
-    plain = models.build_model(cfg)
-    probe = models.TrainProbe(plain)
+    plain = networks.build_model(cfg)
+    probe = networks.TrainProbe(plain)
     rng = np.random.default_rng(4)
     sizes = rng.integers(1, batch + 1, steps)
     x, y = data(batch, seed=5)

@@ -30,13 +30,13 @@ import numpy as np
 
 from bench._report import report
 from bench._stack import Proc, Stack, broker
-from streamlearn import embedded
 from streamlearn.config import DEMO_TOML, parse_config
-from streamlearn.names import Names
-from streamlearn.records import Samples
-from streamlearn.redis_client import connect
-from streamlearn.stream import SampleStream
-from streamlearn.weights import WeightsStore
+from streamlearn.contract.names import Names
+from streamlearn.contract.records import Samples
+from streamlearn.stack import embedded
+from streamlearn.store.redis_client import connect
+from streamlearn.store.stream import SampleStream
+from streamlearn.store.weights import WeightsStore
 
 PER_ENTRY = 64
 
@@ -81,7 +81,7 @@ def learn_rate(stack: Stack, workers: int, max_batch: int, args: argparse.Namesp
         if workers > 1:
             tf_config = {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
             env["TF_CONFIG"] = json.dumps(tf_config)
-        argv = ["-m", "workers.learner", "--config", str(config), "--instance", f"w{i}"]
+        argv = ["-m", "streamlearn.learner.worker", "--config", str(config), "--instance", f"w{i}"]
         procs.append(Proc([sys.executable, *argv], env))
     client = connect(stack.redis_url)
     try:

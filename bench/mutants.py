@@ -55,7 +55,7 @@ class Mutant:
 MUTANTS = (
     Mutant(
         "ack_before_write",
-        "streamlearn/ingest_inbox.py",
+        "streamlearn/ingest/inbox.py",
         (
             (
                 "        self._messages.append(\n",
@@ -71,7 +71,7 @@ MUTANTS = (
     ),
     Mutant(
         "ack_before_write_loop",
-        "streamlearn/ingest.py",
+        "streamlearn/ingest/loop.py",
         (
             (
                 "measure = self._measure_due(adding)",
@@ -83,7 +83,7 @@ MUTANTS = (
     ),
     Mutant(
         "ack_before_durable",
-        "streamlearn/learner.py",
+        "streamlearn/learner/loop.py",
         (
             (
                 ("self.writes.unacked += batch.done", "self.queue.ack(batch.done)"),
@@ -95,7 +95,7 @@ MUTANTS = (
     ),
     Mutant(
         "dedupe_off",
-        "streamlearn/lua/stream_append.lua",
+        "streamlearn/store/lua/stream_append.lua",
         (
             (
                 "if hit == 1 then known[named[i + j - 1]], dedup = true, true end",
@@ -107,28 +107,28 @@ MUTANTS = (
     ),
     Mutant(
         "trim_off",
-        "streamlearn/stream.py",
+        "streamlearn/store/stream.py",
         (("self.redis.xtrim(self.key, minid=", "(lambda *a, **k: None)(self.key, minid="),),
         (G + "test_the_stream_gets_shorter_but_never_below_a_lagging_group",),
         "the stream is never trimmed",
     ),
     Mutant(
         "trim_past_lagging_group",
-        "streamlearn/stream.py",
+        "streamlearn/store/stream.py",
         (("floor = min(floors)", "floor = max(floors)"),),
         (G + "test_the_stream_gets_shorter_but_never_below_a_lagging_group",),
         "trimming follows the group furthest ahead, dropping what a slower one still needs",
     ),
     Mutant(
         "trim_only_when_acking",
-        "streamlearn/durability.py",
+        "streamlearn/learner/durability.py",
         (("        self.writes.maybe_trim()\n", "        pass\n"),),
         (G + "test_a_caught_up_learner_trims_what_it_acknowledged_last",),
         "a caught-up learner leaves its last acknowledged entries in the stream: Redis stays full",
     ),
     Mutant(
         "no_claim",
-        "streamlearn/stream.py",
+        "streamlearn/store/stream.py",
         (
             (
                 ("entries += [self._entry(eid, f) for eid, f in claimed if f]", "entries += []"),
@@ -140,14 +140,14 @@ MUTANTS = (
     ),
     Mutant(
         "padding_off",
-        "streamlearn/batching.py",
+        "streamlearn/learner/batching.py",
         (("size = buckets.fit(sizes, n)", "size = n"),),
         (G + "test_learner_does_not_retrace_for_any_batch_size",),
         "the learner trains on unpadded batches (a new shape per batch size)",
     ),
     Mutant(
         "serve_eagerly",
-        "streamlearn/forward.py",
+        "streamlearn/actor/forward.py",
         (
             (
                 "self._call = lambda x: concrete(tf.constant(x)).numpy()",
@@ -159,35 +159,35 @@ MUTANTS = (
     ),
     Mutant(
         "swap_during_batch",
-        "streamlearn/actor.py",
+        "streamlearn/actor/loop.py",
         (("y = self.predict(x)\n", "y = self.predict(x)\nself.reload()\n"),),
         (G + "test_a_reply_names_the_version_whose_weights_computed_it",),
         "a staged version is swapped in inside a batch (replies name weights they did not use)",
     ),
     Mutant(
         "reload_waits",
-        "streamlearn/actor.py",
+        "streamlearn/actor/loop.py",
         (("self.reloader.take(self.model, block)", "self.reloader.take(self.model, True)"),),
         (G + "test_a_reload_in_progress_never_holds_up_a_batch",),
         "the serving loop waits for a version being loaded",
     ),
     Mutant(
         "backpressure_follows_slowest_group",
-        "streamlearn/lua/stream_backlog.lua",
+        "streamlearn/store/lua/stream_backlog.lua",
         (("if info['name'] == group then", "if true then"),),
         (G + "test_a_challenger_far_behind_does_not_hold_back_ingest",),
         "ingest's back-pressure measures the last group listed (a lagging challenger)",
     ),
     Mutant(
         "window_ttl_off",
-        "streamlearn/lua/window_append.lua",
+        "streamlearn/store/lua/window_append.lua",
         (("redis.call('EXPIRE', key, ttl)", "redis.call('PERSIST', key)"),),
         (G + "test_a_devices_window_expires_window_ttl_s_after_its_last_observation",),
         "a device's stored observations never expire",
     ),
     Mutant(
         "window_ttl_ignored",
-        "streamlearn/ingest_writes.py",
+        "streamlearn/ingest/writes.py",
         (
             (
                 (
@@ -206,7 +206,7 @@ MUTANTS = (
     ),
     Mutant(
         "status_period_x10",
-        "streamlearn/learner.py",
+        "streamlearn/learner/loop.py",
         (
             (
                 ") * 1000 >= self.policy.status_every_ms:",
@@ -218,7 +218,7 @@ MUTANTS = (
     ),
     Mutant(
         "ingest_parse_3x_slower",
-        "streamlearn/payloads.py",
+        "streamlearn/contract/payloads.py",
         (
             (
                 "def parse_message(self, raw: bytes) -> Parsed:\n",
@@ -235,7 +235,7 @@ MUTANTS = (
     ),
     Mutant(
         "retraces_metric_renamed",
-        "streamlearn/reporting.py",
+        "streamlearn/learner/reporting.py",
         (('"retraces_total": t.retraces', '"retrace_count_total": t.retraces'),),
         ("tests/test_metrics.py::test_workers_expose_moving_counters",),
         "a metric the tests compare before and after disappears (reads as 0 twice)",
@@ -365,7 +365,7 @@ def check_copy_imports(tree: Path) -> None:
     """The copy's package, not this checkout's, is what the tests there import."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     where = subprocess.run(
-        [sys.executable, "-c", "import streamlearn.ingest as m; print(m.__file__)"],
+        [sys.executable, "-c", "import streamlearn.ingest.loop as m; print(m.__file__)"],
         cwd=tree,
         env=env,
         capture_output=True,

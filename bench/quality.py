@@ -240,7 +240,7 @@ def _progress(row: dict, seconds: float) -> str:
 def _stack(servers: contextlib.ExitStack, work: Path) -> object:
     """mosquitto and redis-server for the service part, stopped when `servers` closes."""
     from bench._stack import Stack, broker
-    from streamlearn import embedded
+    from streamlearn.stack import embedded
 
     mqtt = servers.enter_context(broker(work / "mqtt", nagle=False))
     store = servers.enter_context(embedded.redis_server(workdir=work / "redis"))

@@ -35,10 +35,10 @@ import streamlearn
 from bench._report import report
 from bench._stack import Proc, Stack, broker
 from bench.serve import _config, _publish_weights, _request_payloads, _wait_serving, measure_max
-from streamlearn import embedded
 from streamlearn.config import DEMO_TOML
-from streamlearn.names import Names
-from streamlearn.redis_client import connect
+from streamlearn.contract.names import Names
+from streamlearn.stack import embedded
+from streamlearn.store.redis_client import connect
 
 PER_MESSAGE = 40
 ONE, CLUSTER = "one server", "cluster, 3 masters"
@@ -63,7 +63,7 @@ def _payloads(messages: int) -> list[bytes]:
 def _start(stack: Stack, role: str, prefix: str, n: int, partitions: int = 1) -> list[Proc]:
     config = stack.workdir / f"scaling-{prefix}.toml"
     config.write_text(_config_text(partitions))
-    argv = [f"workers.{role}", "--config", str(config)]
+    argv = [f"streamlearn.{role}.worker", "--config", str(config)]
     return [stack.start([*argv, "--instance", f"{role}{i}"], prefix) for i in range(n)]
 
 

@@ -43,13 +43,13 @@ from bench import _freshness, _reload
 from bench._report import exit_status, goal, report
 from bench._stack import Proc, Stack, broker
 from bench.loadgen import LoadClient, closed_loop, open_loop
-from streamlearn import embedded
-from streamlearn.actor import Actor
+from streamlearn.actor.loop import Actor
 from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
-from streamlearn.demo import DemoStream
+from streamlearn.contract.names import Names
 from streamlearn.errors import StreamlearnError
-from streamlearn.names import Names
-from streamlearn.redis_client import connect
+from streamlearn.stack import embedded
+from streamlearn.stack.demo import DemoStream
+from streamlearn.store.redis_client import connect
 
 # `--quick`'s defaults: the CI smoke, under 60 s on 2 cores
 QUICK = {
@@ -87,10 +87,11 @@ def _request_payloads(cfg: ModelConfig, n: int = 256) -> list[bytes]:
 
 
 def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int) -> None:
-    from streamlearn import codec, models
-    from streamlearn.weights import WeightsStore
+    from streamlearn.contract import codec
+    from streamlearn.nn import networks
+    from streamlearn.store.weights import WeightsStore
 
-    arrays = models.get_arrays(models.build_model(cfg))
+    arrays = networks.get_arrays(networks.build_model(cfg))
     store = WeightsStore(connect(stack.redis_url), names)
     store.publish(codec.encode(arrays), after=version - 1)
 

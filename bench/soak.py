@@ -42,9 +42,9 @@ from bench._soak_traffic import (
     scrape,
 )
 from bench._stack import Proc, Stack, broker
-from streamlearn import embedded
 from streamlearn.config import parse_config
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
+from streamlearn.stack import embedded
 
 PREFIX = "soak"
 MODEL = "soak"
@@ -70,7 +70,7 @@ def start_stack(stack: Stack, config: Path) -> tuple[dict[str, Proc], dict[str, 
         for role in ROLES:
             ports[role] = embedded.free_port()
             env = {**stack.env(PREFIX), "STREAMLEARN_METRICS_PORT": str(ports[role])}
-            argv = [sys.executable, "-m", f"workers.{role}", "--config", str(config)]
+            argv = [sys.executable, "-m", f"streamlearn.{role}.worker", "--config", str(config)]
             procs[role] = Proc([*argv, "--instance", "soak"], env)
             procs[role].wait_for(" ready", timeout_s=120)
     except BaseException:

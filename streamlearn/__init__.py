@@ -5,7 +5,7 @@ only); the service's modules (ingest, learner, actor) need `streamlearn[service]
 
     from streamlearn import Client, Prediction, PredictionError
 
-The names are loaded on first use, so that `import streamlearn.codec` and the like load
+The names are loaded on first use, so that `import streamlearn.contract.codec` and the like load
 no MQTT client, and the client loads neither TensorFlow nor Keras nor Redis.
 """
 
@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streamlearn.client import AsyncClient, Client, Prediction, PredictionError
+    from streamlearn.client.client import AsyncClient, Client, Prediction, PredictionError
 
 __all__ = ["AsyncClient", "Client", "Prediction", "PredictionError"]
 
 
 def __getattr__(name: str) -> object:
     if name in __all__:
-        from streamlearn import client
+        from streamlearn.client import client
 
         return getattr(client, name)
     raise AttributeError(f"module 'streamlearn' has no attribute {name!r}")

@@ -177,7 +177,7 @@ def connect(
     `will` is a (topic, payload) the broker publishes retained if the client dies.
     `online` is a (topic, marker) published retained at every connect (a reconnect too, as
     the broker may have published the will meanwhile), with a will that clears it: the
-    marker is there exactly while the client is (`streamlearn.presence.Presence`).
+    marker is there exactly while the client is (`streamlearn.observe.presence.Presence`).
     `no_delay` turns Nagle's algorithm off, so that a small reply is not held back until
     the broker acknowledges the previous packet (up to its delayed-ACK timeout, ~40 ms).
     `on_connack` gets the properties of each successful CONNACK (e.g. the broker's

@@ -22,9 +22,10 @@ import redis as redis_lib
 from paho.mqtt.enums import CallbackAPIVersion
 
 import streamlearn
-from streamlearn import embedded, mqtt
+from streamlearn import mqtt
 from streamlearn.config import LearnerConfig, Settings
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
+from streamlearn.stack import embedded
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -121,7 +122,7 @@ def launch_role(
     argv = [
         sys.executable,
         "-m",
-        f"workers.{role}",
+        f"streamlearn.{role}.worker",
         "--config",
         str(config),
         "--instance",
@@ -236,7 +237,7 @@ def retained(settings: Settings, topic: str, timeout_s: float = 2) -> dict | Non
 
 def published(client: redis_lib.Redis, names: Names) -> tuple[int, dict[str, str]]:
     """The model's latest version and its blob's metadata ((0, {}) before any)."""
-    from streamlearn.weights import WeightsStore
+    from streamlearn.store.weights import WeightsStore
 
     return WeightsStore(client, names).metadata()
 

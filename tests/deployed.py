@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-from streamlearn import embedded
+from streamlearn.stack import embedded
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 ROLES = ("ingest", "actor", "learner")

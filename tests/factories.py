@@ -7,7 +7,7 @@ import keras
 import redis
 
 from streamlearn.config import ModelConfig
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
 
 
 def tiny_regressor(cfg: ModelConfig) -> keras.Model:

@@ -11,7 +11,7 @@ import paho.mqtt.client as paho
 import streamlearn
 from streamlearn import mqtt
 from streamlearn.config import Settings
-from streamlearn.names import Names
+from streamlearn.contract.names import Names
 
 
 class RequestLoad:

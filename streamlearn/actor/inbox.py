@@ -1,0 +1,287 @@
+"""The actor's inbox: requests handed over by paho's network thread, bounded, with
+deadlines; and their admission, which reads each into a pending request or an error reply.
+
+paho calls `put` on its network thread, which must never block: when the inbox holds
+`max_requests` requests or `max_bytes` of payload, a new request is shed, counted and
+not answered. An overloaded actor answering every excess request would spend on replies
+the capacity it lacks, and a client that gets no reply times out and retries, as it does
+for a lost QoS 0 reply. A payload over the size limit is kept as its size only.
+
+Each request carries a deadline: `deadline_ms` after it arrived, or its MQTT v5 Message
+Expiry Interval when that is sooner. The serving loop answers an expired request with a
+"deadline exceeded" error instead of computing it, so a flood cannot make the actor answer
+long after clients gave up, and the cheap error lets a client still waiting back off.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import paho.mqtt.client as mqtt
+
+from streamlearn.actor.replies import Replier, ReplyRoutes
+from streamlearn.config import ModelConfig
+from streamlearn.contract.payloads import PayloadParser
+from streamlearn.errors import PayloadError
+
+log = logging.getLogger(__name__)
+
+MAX_DEPTH = 16  # nesting of a request's JSON: {"x": [[[..]]]} needs 4 at most
+_SHED_LOG_EVERY_S = 10.0
+# A JSON string (its brackets do not nest anything); unrolled so that long ones are fast.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+class Arrival(NamedTuple):
+    """What serving needs of a request, taken out of paho's message on arrival.
+
+    paho's `MQTTMessage` brings a dozen containers (its properties' tables among them);
+    hundreds of them alive in the inbox made the cyclic collector run often, and long.
+    """
+
+    topic: str | None  # None: not valid UTF-8 (no reply can be routed)
+    payload: bytes  # b"" when over the size limit: only its size is kept
+    correlation: bytes | None  # MQTT v5 Correlation Data, echoed in the reply
+    response_topic: str | None  # MQTT v5 Response Topic
+    arrived: float  # time.monotonic()
+    deadline: float  # time.monotonic()
+    size: int  # payload bytes as received
+
+    def expired(self, now: float) -> bool:
+        return now > self.deadline
+
+
+class Inbox:
+    """A bounded FIFO of arrivals; `shed` counts the requests refused when it was full.
+
+    paho's thread appends, the serving loop pops: each end has one writer, so the bounds
+    need no lock (the byte count is kept as bytes in and out, one per thread).
+    """
+
+    def __init__(
+        self, max_requests: int, max_bytes: int, deadline_ms: float, max_payload_bytes: int
+    ) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.deadline_s = deadline_ms / 1000
+        self.max_payload_bytes = max_payload_bytes
+        self.shed = 0
+        self._arrivals: deque[Arrival] = deque()
+        self._bytes_in = self._bytes_out = 0
+        self._arrived = threading.Event()  # set when the inbox stops being empty
+        self._shed_logged = (0.0, 0)  # (when, shed) of the last log line
+
+    def put(self, msg: mqtt.MQTTMessage) -> bool:
+        """Queue a request (paho's network thread); False when it was shed. Never blocks."""
+        now = time.monotonic()
+        payload = msg.payload
+        size = len(payload)
+        if size > self.max_payload_bytes:
+            payload = b""  # refused unread: keep only its size
+        if (
+            len(self._arrivals) >= self.max_requests
+            or self._bytes_in - self._bytes_out + len(payload) > self.max_bytes
+        ):
+            return self._shed(now)
+        props = msg.properties
+        deadline = now + self.deadline_s
+        expiry = getattr(props, "MessageExpiryInterval", None)
+        if isinstance(expiry, int) and expiry > 0:  # 0 is taken as none
+            deadline = min(deadline, now + expiry)
+        try:
+            topic: str | None = msg.topic
+        except UnicodeDecodeError:
+            topic = None
+        correlation = getattr(props, "CorrelationData", None)
+        asked = getattr(props, "ResponseTopic", None)
+        self._bytes_in += len(payload)
+        self._arrivals.append(Arrival(topic, payload, correlation, asked, now, deadline, size))
+        if len(self._arrivals) == 1:
+            self._arrived.set()
+        return True
+
+    def get(self, timeout_s: float = 0.0) -> Arrival | None:
+        """The oldest arrival, waiting up to `timeout_s` for one; None when none came."""
+        if not self._arrivals and timeout_s > 0:
+            self._arrived.clear()
+            if not self._arrivals:
+                self._arrived.wait(timeout_s)
+        try:
+            arrival = self._arrivals.popleft()
+        except IndexError:
+            return None
+        self._bytes_out += len(arrival.payload)
+        return arrival
+
+    def qsize(self) -> int:
+        return len(self._arrivals)
+
+    def _shed(self, now: float) -> bool:
+        self.shed += 1
+        when, logged = self._shed_logged
+        if now - when >= _SHED_LOG_EVERY_S:
+            log.warning(
+                "inbox full (%d requests, %d bytes): shed %d requests since the last report",
+                len(self._arrivals),
+                self._bytes_in - self._bytes_out,
+                self.shed - logged,
+            )
+            self._shed_logged = (now, self.shed)
+        return False
+
+
+def too_deep(raw: bytes) -> bool:
+    """Whether arrays and objects nest more than `MAX_DEPTH` deep in `raw` (JSON), found
+    without parsing it: a payload like `[` * 100000 never reaches the recursive parser.
+
+    Linear in the payload, and for the usual requests a count of brackets decides.
+
+    >>> too_deep(b'{"x": [[1, 2], [3]], "id": "' + b"[" * 20 + b'"}')
+    False
+    >>> too_deep(b"[" * 17), too_deep(b"[" * 16)
+    (True, False)
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    codes = np.frombuffer(_STRING.sub(b"", raw), np.uint8) | 0x20  # "[" -> "{", "]" -> "}"
+    steps = (codes == ord("{")).astype(np.int32) - (codes == ord("}"))
+    return int(np.cumsum(steps).max(initial=0)) > MAX_DEPTH
+
+
+def decode(raw: bytes) -> dict[str, Any]:
+    """A request's JSON object, decoded once; PayloadError with the reason a user sees.
+
+    Its size was checked before: the inbox keeps only the size of one over the limit.
+    """
+    if too_deep(raw):
+        raise PayloadError(f"invalid JSON: nested more than {MAX_DEPTH} levels deep")
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise PayloadError("invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        raise PayloadError(f"invalid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+@dataclass(slots=True)
+class Pending:
+    """A valid request, read and routed, waiting for its batch's forward pass."""
+
+    arrived: float  # time.monotonic() when paho handed it over
+    x: np.ndarray  # keyed: the newest step only, until the actor completes its window
+    batched: bool
+    id: str | int | None
+    topic: str | None  # where its reply goes
+    correlation: bytes | None
+    key: str | None = None
+    seq: float | None = None
+    done: bool = False  # answered
+
+
+class Admission:
+    """Reads arrivals into pending requests, or answers them with an error; never raises.
+
+    The order keeps a hostile request cheap: its size is checked before anything is
+    read, its nesting before it is parsed, it is decoded once (its id and reply_to come
+    from the same object), its reply topic checked before anything is published, its
+    deadline before it is validated, and its rows counted before they are.
+    """
+
+    def __init__(self, cfg: ModelConfig, routes: ReplyRoutes, replier: Replier) -> None:
+        self.cfg = cfg
+        self.routes = routes
+        self.replier = replier
+        self.parser = PayloadParser(cfg)
+        self.refused = 0  # answered with an error for what they hold or ask
+        self.expired = 0  # past their deadline: answered with an error, not computed
+        self.failed = 0  # reading them raised: answered with an error
+
+    def admit(self, arrival: Arrival) -> Pending | None:
+        """The request ready to compute, or None when it was answered with an error."""
+        policy = self.cfg.actor
+        topic, correlation, rid = None, None, None
+        try:
+            correlation = arrival.correlation
+            request_topic = arrival.topic
+            if request_topic is None:
+                raise PayloadError("request topic is not valid UTF-8")
+            default = self.routes.default(request_topic)
+            topic = default.topic
+            doc, problem = self._decode(arrival)
+            rid = _request_id(doc.get("id"))
+            asked = arrival.response_topic
+            if asked is None:
+                asked = doc.get("reply_to")
+            route = self.routes.route(request_topic, asked, default)
+            topic, problem = route.topic, route.refused or problem
+            if problem is None and arrival.expired(time.monotonic()):
+                self.expired += 1
+                waited_ms = 1000 * (time.monotonic() - arrival.arrived)
+                reason = (
+                    f"deadline exceeded: waited {waited_ms:.0f} ms in the actor's queue, past "
+                    f"request_deadline_ms={policy.request_deadline_ms:g} or the request's "
+                    f"message expiry; not computed"
+                )
+                self.replier.error(topic, correlation, rid, reason)
+                return None
+            rows = _rows(doc.get("x"), len(self.cfg.sample_shape))
+            if problem is None and rows > policy.max_request_rows:
+                problem = f"x: {rows} rows, more than max_request_rows={policy.max_request_rows}"
+            request = self.parser.parse_request(doc) if problem is None else None
+        except PayloadError as exc:
+            request, problem = None, str(exc)
+        except Exception as exc:  # a bug a request found: it must not stop the serving loop
+            log.exception("reading a request failed")
+            self.failed += 1
+            self.replier.error(topic, correlation, rid, f"internal error: {type(exc).__name__}")
+            return None
+        if request is None:
+            self.refused += 1
+            self.replier.error(topic, correlation, rid, problem or "invalid request")
+            return None
+        return Pending(
+            arrival.arrived,
+            request.x,
+            request.batched,
+            request.id,
+            topic,
+            correlation,
+            request.key,
+            request.seq,
+        )
+
+    def _decode(self, arrival: Arrival) -> tuple[dict[str, Any], str | None]:
+        """The request's JSON object ({} when it has none) and what is wrong with it."""
+        limit = self.cfg.ingest.max_payload_bytes
+        if arrival.size > limit:  # the inbox kept only its size
+            return {}, f"payload of {arrival.size} bytes exceeds max_payload_bytes={limit}"
+        try:
+            return decode(arrival.payload), None
+        except PayloadError as exc:
+            return {}, str(exc)
+
+
+def _request_id(value: object) -> str | int | None:
+    """A request's id, echoed in its reply even when the request is invalid."""
+    if isinstance(value, str) and len(value) <= 256:
+        return value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _rows(x: object, sample_dims: int) -> int:
+    """Rows in a request's `x`, counted before it is validated: a batch nests deeper."""
+    depth, inner = 0, x
+    while isinstance(inner, list) and inner:
+        depth, inner = depth + 1, inner[0]
+    return len(x) if isinstance(x, list) and depth > sample_dims else 1

@@ -1,0 +1,376 @@
+"""The actor: serves predictions over MQTT with dynamic batching and hot-reloaded weights.
+
+Requests are batched as they queue: a pass takes what is waiting, up to `max_batch` rows,
+and a request that finds the actor idle is computed at once (`Actor._gather`). Each batch is
+padded to a bucket size (each warmed up at start, so serving never traces), run in one
+compiled forward pass and answered one reply per request with the version used. A
+`WeightsReloader` stages new versions in the background; the serving loop swaps them in
+between batches, so a reload never fails, drops or delays a request.
+
+A key-only request (models with a window) brings only the newest step; the earlier ones
+are its key's stored observations (`streamlearn.store.windows`), read for all such requests of a
+batch in one pipelined round trip before the forward pass.
+
+Replies go out with QoS 0: a reply is useful only while its client waits, and a lost one
+is that client's timeout and retry, as with HTTP. QoS 1 costs a broker acknowledgement per
+reply and, behind paho's 20-message in-flight window, caps the reply rate.
+
+Whatever a request holds, it costs the actor one error reply at most: the inbox is bounded
+and requests past their deadline are not computed (`streamlearn.actor.inbox`), a payload is
+decoded once, size and nesting checked first, rows capped, a reply goes only to a topic in
+the request's reply space (`streamlearn.actor.replies`), and an exception while serving one
+request or batch becomes error replies, never the end of the serving loop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import keras
+import numpy as np
+import paho.mqtt.client as mqtt
+import redis
+from paho.mqtt.properties import Properties
+
+from streamlearn.actor import inbox
+from streamlearn.actor.forward import Forward
+from streamlearn.actor.inbox import Pending
+from streamlearn.actor.reloader import WeightsReloader
+from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
+from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.contract.names import Names
+from streamlearn.nn import buckets, networks
+from streamlearn.store.weights import WeightsStore
+from streamlearn.store.windows import WindowStore
+
+log = logging.getLogger(__name__)
+
+
+class Actor:
+    """Answers one model's prediction requests; `status()` says what it serves.
+
+    For a model with a window, key-only requests read `windows` (by default a
+    `WindowStore` on the weights store's Redis).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        store: WeightsStore,
+        names: Names,
+        publish: Publish,
+        actor_id: str = "actor",
+        windows: WindowStore | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.policy = cfg.actor
+        self.names = names
+        self.publish = publish
+        self.replier = Replier(publish, cfg.name, self.policy.max_reply_bytes)
+        self.admission = inbox.Admission(cfg, ReplyRoutes(names), self.replier)
+        self.id = actor_id
+        self.status_topic = names.topic(f"actors/{actor_id}")
+        self.buckets = buckets.ladder(self.policy.max_batch)
+        serving, spare = networks.build_model(cfg), networks.build_model(cfg)
+        self._forward = {id(m): self._compile(m) for m in (serving, spare)}
+        self.model = serving
+        self.reloader = WeightsReloader(
+            store, spare, self.policy.reload_check_ms, build=self._build_variant
+        )
+        self.variant = BASE_VARIANT  # of the model's variants, the one whose weights serve
+        if windows is None and cfg.window is not None:
+            partitions = cfg.ingest.partitions  # a key's window is in its key's partition
+            windows = WindowStore(store.redis, names, cfg.window, cfg.inputs, partitions=partitions)
+        self.windows = windows
+        self.version = 0
+        self.loaded_at: float | None = None
+        self.batches = 0
+        self.reloads = 0
+        self.failed = 0  # requests whose batch raised while served (answered with an error)
+        # Per-request observers (e.g. Prometheus histograms), set when metrics are on.
+        self.observe_latency: Callable[[float], object] | None = None
+        self.observe_batch: Callable[[int], object] | None = None
+        self.heartbeat: Callable[[], object] = lambda: (
+            None
+        )  # each turn (`streamlearn.observe.health`)
+        self.inbox = inbox.Inbox(
+            self.policy.max_queued_requests,
+            self.policy.max_queued_bytes,
+            self.policy.request_deadline_ms,
+            cfg.ingest.max_payload_bytes,
+        )
+        self._status_due = 0.0
+        self._status_version = -1
+        self._rate_from = (time.monotonic(), 0)  # (when, served) of the last status
+
+    @property
+    def served(self) -> int:
+        """Requests answered (or whose reply could not be sent)."""
+        return self.replier.sent + self.replier.unsent
+
+    @property
+    def errors(self) -> int:
+        return self.replier.errors
+
+    def on_message(self, _client: mqtt.Client, _userdata: object, msg: mqtt.MQTTMessage) -> None:
+        """paho callback (network thread): hand over and return at once; never blocks."""
+        self.inbox.put(msg)
+
+    def on_connack(self, properties: Properties | None) -> None:
+        """Replies must fit the broker's maximum packet size (MQTT v5 CONNACK)."""
+        self.replier.max_packet = getattr(properties, "MaximumPacketSize", None)
+
+    def run(self, stop: threading.Event | None = None, max_requests: int | None = None) -> int:
+        """Serve until `stop` is set or `max_requests` were answered; returns the count."""
+        stop = stop or threading.Event()
+        start = self.served
+        self.reloader.poll(block=True)
+        self.reload(block=True)
+        self.reloader.start()
+        try:
+            while not stop.is_set() and (
+                max_requests is None or self.served - start < max_requests
+            ):
+                self.heartbeat()
+                self._maybe_publish_status()
+                batch = self._gather(idle_s=0.1)
+                self.reload()  # after the wait: a version staged meanwhile answers this batch
+                if batch:
+                    self.serve(batch)
+        finally:
+            self.reloader.stop()
+        return self.served - start
+
+    def drain(self, idle_s: float = 0.25, limit_s: float = 5.0) -> int:
+        """Answer requests already received until none came for `idle_s`, at most `limit_s`.
+
+        Called after unsubscribing, so that a stopping actor answers what the broker gave it.
+        """
+        start, deadline = self.served, time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            batch = self._gather(idle_s)
+            if batch is None:
+                break
+            if batch:
+                self.serve(batch)
+        return self.served - start
+
+    def reload(self, block: bool = False) -> None:
+        """Swap in the staged version, if there is one: two references, between batches."""
+        staged = self.reloader.take(self.model, block)
+        if staged is not None:
+            self.model, self.version = staged.model, staged.version
+            self.variant = staged.variant
+            self.loaded_at = staged.fetched_at
+            self.reloads += 1
+            log.debug("serving weights v%d (staged in %.1f ms)", self.version, staged.stage_ms)
+
+    def serve(self, batch: list[Pending]) -> None:
+        """Answer gathered requests with one forward pass per `max_batch` rows.
+
+        Whatever goes wrong answers the batch's requests with an error and returns.
+        """
+        try:
+            self._serve(batch)
+        except Exception as exc:  # a bug or a failed computation: the loop must go on
+            log.exception("serving a batch of %d requests failed", len(batch))
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            for p in batch:
+                if not p.done:
+                    self.failed += 1
+                    self._reply_error(p, reason)
+
+    def _serve(self, batch: list[Pending]) -> None:
+        if self.version == 0:  # block on first use: the first version may just have appeared
+            self.reloader.poll(block=True)
+            self.reload(block=True)
+        if self.version == 0:
+            reason = f"no weights published yet for model {self.cfg.name!r}"
+            for p in batch:
+                self._reply_error(p, reason)
+            return
+        batch = self._complete_windows(batch)
+        if not batch:
+            return
+        x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
+        y = self.predict(x)
+        self.batches += 1
+        rows = (y if self.cfg.task == "multiclass" else y[:, 0]).tolist()
+        version, name, variant, row = self.version, self.cfg.name, self.variant, 0
+        for p in batch:
+            n = len(p.x)
+            out = rows[row : row + n] if p.batched else rows[row]
+            row += n
+            body = {"id": p.id, "y": out, "version": version, "model": name, "variant": variant}
+            p.done = True
+            self.replier.send(p.topic, p.correlation, body)
+        if self.observe_latency is not None:
+            done = time.monotonic()
+            for p in batch:
+                self.observe_latency(done - p.arrived)
+        if self.observe_batch is not None:
+            self.observe_batch(len(x))
+
+    def _complete_windows(self, batch: list[Pending]) -> list[Pending]:
+        """Give key-only requests their windows: the key's newest `window - 1` stored
+        observations (before the request's seq, when given), then the request's own step.
+
+        One round trip for the whole batch. A request whose key has too few observations
+        gets an error reply naming the key and how many are known, and leaves the batch.
+        """
+        keyed = [p for p in batch if p.key is not None]
+        if not keyed:
+            return batch
+        assert self.windows is not None and self.cfg.window is not None
+        need = self.cfg.window - 1
+        try:
+            earlier = self.windows.recent([(p.key, p.seq) for p in keyed], need)
+        except redis.RedisError as exc:
+            log.warning("stored observations unavailable: %s", exc)
+            for p in keyed:
+                reason = f"key {p.key!r}: stored observations unavailable ({exc})"
+                self._reply_error(p, reason)
+            return [p for p in batch if p.key is None]
+        for p, steps in zip(keyed, earlier, strict=True):
+            if len(steps) < need:
+                before = "" if p.seq is None else f" before seq {_number(p.seq)}"
+                reason = (
+                    f"key {p.key!r}: {len(steps)} of the {need} earlier observations "
+                    f"a window needs are known{before}"
+                )
+                self._reply_error(p, reason)
+            else:
+                p.x = np.concatenate([steps, p.x])[None]
+        return [p for p in batch if not p.done]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Forward pass over any number of rows, in padded bucket-sized chunks."""
+        out = []
+        for start in range(0, len(x), self.policy.max_batch):
+            chunk = x[start : start + self.policy.max_batch]
+            n = len(chunk)
+            chunk = buckets.pad(chunk, buckets.fit(self.buckets, n))
+            out.append(self._forward[id(self.model)](chunk)[:n])
+        return out[0] if len(out) == 1 else np.concatenate(out)
+
+    def traces(self) -> int | None:
+        """Times the forward passes were traced (compiled); None where unknown."""
+        counts = [f.traces() if f.traces else None for f in self._forward.values()]
+        return None if None in counts else sum(counts)
+
+    def status(self) -> dict[str, object]:
+        """The version served, how long ago it was loaded, and what was refused."""
+        now = time.time()
+        since, served = self._rate_from
+        elapsed = time.monotonic() - since
+        return {
+            "actor": self.id,
+            "model": self.cfg.name,
+            "version": self.version,
+            "variant": self.variant,
+            "latest_seen": self.reloader.latest_seen,
+            "pinned": self.reloader.pinned,  # `streamlearn pin`: served instead of the latest
+            "loaded_at": self.loaded_at,
+            "weights_age_s": None if self.loaded_at is None else round(now - self.loaded_at, 3),
+            "reloads": self.reloads,
+            "served": self.served,
+            "requests_per_s": round((self.served - served) / elapsed, 1) if elapsed > 0 else 0.0,
+            "errors": self.errors,
+            "requests_refused": self.admission.refused + self.replier.too_big,
+            "requests_expired": self.admission.expired,
+            "requests_shed": self.inbox.shed,
+            "requests_failed": self.failed + self.admission.failed,
+            "batches": self.batches,
+            "refused": {str(v): reason for v, reason in self.reloader.refused.items()},
+            "updated_at": now,
+        }
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """For `streamlearn.observe.metrics` (Prometheus): names ending in `_total` are counters."""
+        return {
+            "replies_total": self.replier.sent,
+            "error_replies_total": self.errors,
+            "unsent_replies_total": self.replier.unsent,
+            "refused_requests_total": self.admission.refused + self.replier.too_big,
+            "expired_requests_total": self.admission.expired,
+            "shed_requests_total": self.inbox.shed,
+            "failed_requests_total": self.failed + self.admission.failed,
+            "batches_total": self.batches,
+            "reloads_total": self.reloads,
+            "refused_versions_total": self.reloader.refusals,
+            "version": self.version,
+            "latest_version_seen": self.reloader.latest_seen,
+            "weights_age_seconds": None if self.loaded_at is None else time.time() - self.loaded_at,
+            "queued_requests": self.inbox.qsize(),
+        }
+
+    def publish_status(self) -> None:
+        """Retained on `{prefix}/{model}/actors/{id}`; refreshed on reload and periodically."""
+        self.publish(self.status_topic, json.dumps(self.status()).encode(), 1, True, None)
+        self._rate_from = (time.monotonic(), self.served)
+        self._status_version = self.version
+        self._status_due = time.monotonic() + self.policy.status_every_ms / 1000
+
+    def clear_status(self) -> None:
+        """Remove the retained status (the broker does it for an actor that dies)."""
+        self.publish(self.status_topic, b"", 1, True, None)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _compile(self, model: keras.Model) -> Forward:
+        forward = Forward(model, self.cfg.sample_shape)
+        for size in self.buckets:
+            forward(np.zeros((size, *self.cfg.sample_shape), np.float32))
+        return forward
+
+    def _build_variant(self, variant: str) -> keras.Model:
+        """A model of one of the model's variants, warmed up to serve (the reload thread)."""
+        model = networks.build_model(self.cfg.variant(variant))
+        self._forward[id(model)] = self._compile(model)
+        return model
+
+    def _gather(self, idle_s: float) -> list[Pending] | None:
+        """Valid requests for one pass; None when none arrived for `idle_s`.
+
+        Takes what is queued, up to `max_batch` rows, and computes at once: a request that
+        finds the actor idle waits for no company that may never come, and those that
+        queued while the previous pass ran make up this one. Only while requests keep
+        arriving as the batch is read (the queue grows) does it wait for more, until
+        `max_wait_ms` after the first arrived.
+        """
+        arrival = self.inbox.get(idle_s)
+        if arrival is None:
+            return None
+        behind = self.inbox.qsize()  # queued after the first when the batch began
+        deadline = arrival.arrived + self.policy.max_wait_ms / 1000
+        batch: list[Pending] = []
+        rows = taken = 0
+        while arrival is not None:
+            taken += 1
+            pending = self.admission.admit(arrival)
+            if pending is not None:
+                batch.append(pending)
+                rows += len(pending.x)
+            if rows >= self.policy.max_batch:
+                break
+            arrival = self.inbox.get()
+            if arrival is None and taken > behind + 1:  # more came while these were read
+                arrival = self.inbox.get(deadline - time.monotonic())
+        return batch
+
+    def _reply_error(self, p: Pending, reason: str) -> None:
+        p.done = True
+        self.replier.error(p.topic, p.correlation, p.id, reason)
+
+    def _maybe_publish_status(self) -> None:
+        if self.version != self._status_version or time.monotonic() >= self._status_due:
+            self.publish_status()
+
+
+def _number(value: float) -> int | float:
+    """A seq as the client wrote it: 17, not 17.0."""
+    return int(value) if value.is_integer() else value

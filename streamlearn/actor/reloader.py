@@ -1,0 +1,219 @@
+"""Hot reload for actors: new weights are fetched, validated and staged off the serving path.
+
+Acme's VariableClient pattern: the actor asks cheaply and often (`take()` between batches),
+the fetch runs in the background, is skipped while one is in flight, blocks only on first
+use, and a failed fetch keeps the last good weights. A version is staged into a second copy
+of the model, so the swap between batches exchanges two references instead of assigning
+every variable on the serving path (about a millisecond for a small MLP on 2 cores).
+
+Variants (`streamlearn.learner.variants`): a blob's metadata names the variant that learned it.
+When the champion changes, the first version of the new variant is loaded into a model
+built for that variant's config, in the reload thread, and warmed up by the actor's `build`
+callback before it is staged; the swap stays an exchange of references. At most two models
+per variant are kept (the serving or staged one, and a spare).
+
+Pinning (`WeightsStore.pin`): each poll reads the latest and the pinned version in one
+round trip, and stages the pinned one while there is one, newer or older than what
+serves; unpinned, only a version newer than the one staged. Pin and unpin are announced
+on the weights channel, and the listener polls once more whenever it (re)subscribes, so
+an actor that starts or reconnects reads the pin too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import keras
+import redis
+
+from streamlearn.config import BASE_VARIANT
+from streamlearn.contract import codec
+from streamlearn.errors import ConfigError, WeightsError
+from streamlearn.nn import networks
+from streamlearn.store.weights import WeightsStore
+
+log = logging.getLogger(__name__)
+
+_REFUSED_KEPT = 16
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A validated version loaded into a model that is not serving yet."""
+
+    version: int
+    model: keras.Model
+    fetched_at: float  # unix seconds
+    stage_ms: float  # fetch, validation and loading (and a build), off the serving path
+    variant: str = BASE_VARIANT
+
+
+class WeightsReloader:
+    """Keeps a spare model loaded with the newest valid version.
+
+    Woken by the learner's announcement on the Redis channel, with a poll of `latest` every
+    `check_ms` as the fallback. A blob that fails validation is refused once, with a log
+    line, and remembered: it is not fetched again, and serving goes on with the old weights.
+
+    `spare` is a model of `variant`, the one serving; `build(name)` returns a ready (warmed
+    up) model of another variant. Without it, another variant's blob is refused.
+    """
+
+    def __init__(
+        self,
+        store: WeightsStore,
+        spare: keras.Model,
+        check_ms: float,
+        *,
+        variant: str = BASE_VARIANT,
+        build: Callable[[str], keras.Model] | None = None,
+    ) -> None:
+        self.store = store
+        self.check_s = check_ms / 1000
+        self.build = build
+        self.refused: dict[int, str] = {}  # the last few, with the reason
+        self.refusals = 0
+        self.latest_seen = 0
+        self.pinned: int | None = None  # the pinned version, as last read
+        # Models not serving, by variant; a staged one is in _ready instead.
+        self._spares: dict[str, list[keras.Model]] = {variant: [spare]}
+        self._specs = {variant: networks.spec(spare)}
+        self._serving_variant = variant
+        self._ready: Staged | None = None
+        self._staged = 0
+        self._lock = threading.Lock()  # guards the models; held while loading one
+        self._fetching = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._stop.clear()
+        for target in (self._listen, self._loop):
+            thread = threading.Thread(target=target, name=f"reload{target.__name__}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(2.0)
+        self._threads.clear()
+
+    def take(self, serving: keras.Model, block: bool = False) -> Staged | None:
+        """The staged version, once; `serving` becomes the spare. Never waits unless `block`."""
+        if not self._lock.acquire(blocking=block):
+            return None  # a version is being loaded: the next batch gets it
+        try:
+            staged, self._ready = self._ready, None
+            if staged is not None:
+                self._spares.setdefault(self._serving_variant, []).append(serving)
+                self._serving_variant = staged.variant
+            return staged
+        finally:
+            self._lock.release()
+
+    def poll(self, block: bool = False) -> None:
+        """Stage the latest version if it is new; skipped while a fetch is in flight."""
+        if not self._fetching.acquire(blocking=block):
+            return
+        try:
+            self._fetch_latest()
+        finally:
+            self._fetching.release()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _fetch_latest(self) -> None:
+        started = time.perf_counter()
+        target = 0
+        try:
+            latest, self.pinned = self.store.targets()
+            self.latest_seen = max(self.latest_seen, latest)
+            target = self.pinned or latest
+            if target == self._staged or target in self.refused:
+                return
+            if self.pinned is None and target < self._staged:
+                return
+            found = self.store.fetch(target)
+            if found is None:
+                if self.pinned is not None:  # kept while pinned: gone means removed by hand
+                    raise WeightsError(f"pinned version {target} is not in Redis")
+                return  # expired between the two reads: a newer one is announced
+            arrays, meta = codec.decode(found[1])
+            variant = meta.get("variant", BASE_VARIANT)
+            self._provide(variant)
+            codec.check_fits(arrays, self._specs[variant])
+            self._stage(target, variant, arrays, started)
+        except WeightsError as exc:
+            self._refuse(target, str(exc))
+        except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
+            log.warning("weights fetch failed, serving the current version: %s", exc)
+
+    def _provide(self, variant: str) -> None:
+        """Make sure a spare model of `variant` exists, building one outside the lock: the
+        serving loop goes on serving (and taking staged versions) while it is built."""
+        with self._lock:
+            if self._spares.get(variant):
+                return
+        if self.build is None:
+            raise WeightsError(f"learned by variant {variant!r}, which this actor cannot build")
+        started = time.perf_counter()
+        try:
+            model = self.build(variant)
+        except (ConfigError, ValueError, TypeError) as exc:
+            raise WeightsError(f"cannot build variant {variant!r}: {exc}") from None
+        built_ms = 1e3 * (time.perf_counter() - started)
+        log.info("built and warmed up a model for variant %s in %.0f ms", variant, built_ms)
+        with self._lock:
+            self._spares.setdefault(variant, []).append(model)
+            self._specs[variant] = networks.spec(model)
+
+    def _stage(self, version: int, variant: str, arrays: dict, started: float) -> None:
+        with self._lock:
+            if self._ready is not None:  # replace a staged version that was not taken yet
+                self._spares[self._ready.variant].append(self._ready.model)
+                self._ready = None
+            model = self._spares[variant].pop()
+            networks.set_arrays(model, arrays)
+            stage_ms = (time.perf_counter() - started) * 1000
+            self._ready = Staged(version, model, time.time(), stage_ms, variant)
+            self._staged = version
+
+    def _refuse(self, version: int, reason: str) -> None:
+        log.error("refused weights v%d, serving the previous version: %s", version, reason)
+        self.refused[version] = reason
+        self.refusals += 1
+        for old in sorted(self.refused)[:-_REFUSED_KEPT]:
+            del self.refused[old]
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.check_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.poll()
+            except Exception:  # a dead reload thread would serve stale weights silently
+                log.exception("weights reload failed, serving the current version")
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(self.store.names.weights_channel)
+                self._wake.set()  # catch up on announcements missed while not subscribed
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=0.5) is not None:
+                        self._wake.set()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("weights announcements lost, polling until back: %s", exc)
+                self._stop.wait(1.0)
+            finally:
+                pubsub.close()

@@ -1,0 +1,81 @@
+"""`streamlearn actor`: prediction requests over MQTT, answered with the latest weights."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import paho.mqtt.client as paho
+from paho.mqtt.properties import Properties
+
+from streamlearn import mqtt
+from streamlearn.actor.loop import Actor
+from streamlearn.observe import metrics
+from streamlearn.store.weights import WeightsStore
+from workers import _runtime
+
+log = logging.getLogger("streamlearn.actor")
+
+
+def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int:
+    """Run one actor; `actor_class` lets the benchmark serve its baselines the same way."""
+    args = _runtime.parse_args("actor", argv)
+    model, settings, names, client_id = _runtime.load("actor", args)
+    client_id = f"{client_id}-{os.getpid()}"  # actors keep no session: ids only need be unique
+    store = WeightsStore(_runtime.redis_client(settings), names)
+    client: paho.Client | None = None
+
+    def publish(
+        topic: str, payload: bytes, qos: int, retain: bool, properties: Properties | None
+    ) -> object:
+        assert client is not None
+        return client.publish(topic, payload, qos, retain, properties)
+
+    actor = actor_class(model, store, names, publish, actor_id=client_id)
+    stop = _runtime.stop_on_signals()
+    # Requests on `predict` and on `predict/{client}` (the ACL lets a device publish only on
+    # its own client id's), both shared by the actors (`streamlearn.actor.replies`).
+    requests = [names.shared(leaf, settings.share_group) for leaf in ("predict", "predict/+")]
+    # QoS 0 from the broker: paho acknowledges a QoS 1 message on receipt, not when it is
+    # answered, and an actor's clean session loses its in-flight messages when it dies; so
+    # QoS 1 would buy no delivery guarantee, only a PUBACK per request (~15% of the CPU).
+    client = mqtt.connect(
+        settings.mqtt,
+        client_id,
+        ca_file=settings.mqtt_ca_file,
+        subscriptions=[(topic, 0) for topic in requests],
+        on_message=actor.on_message,
+        on_connack=actor.on_connack,
+        will=(actor.status_topic, b""),  # a dead actor's retained status disappears
+        no_delay=True,
+    )
+    health = _runtime.connected_health("actor", client, None)
+    health.add("weights", lambda: None if actor.version else "no weights loaded yet")
+    actor.heartbeat = health.beat
+    port = metrics.expose("actor", model.name, actor.metrics, settings.metrics_port, health=health)
+    if port is not None:
+        log.info("metrics on port %d", port)
+        latency = metrics.histogram(
+            "actor_request_latency_seconds",
+            "arrival at the actor to reply sent",
+            metrics.LATENCY_BUCKETS,
+        )
+        rows = metrics.histogram("actor_batch_size", "rows per forward pass", metrics.BATCH_BUCKETS)
+        actor.observe_latency = latency.labels(model.name).observe
+        actor.observe_batch = rows.labels(model.name).observe
+    _runtime.settle()  # TensorFlow's ~400,000 objects: each full collection took ~0.2 s
+    log.info("actor for %s ready on %s", model.name, names.predict_topic)
+    try:
+        actor.run(stop)
+        client.unsubscribe(requests)
+        drained = actor.drain()
+        log.info("answered %d requests received before unsubscribing", drained)
+    finally:
+        actor.clear_status()
+        mqtt.close(client)
+    log.info("actor stopped after %d replies in %d batches", actor.served, actor.batches)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,16 @@
+"""The `streamlearn` command (`main`) and its tools: `init` (`scaffold`), `evaluate`, and
+the versions an operator exports and pins (`versions`).
+"""
+
+from __future__ import annotations
+
+from streamlearn._lazy import exports
+
+__all__ = ["main"]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "main": "main",
+    },
+)

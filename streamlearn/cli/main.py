@@ -1,0 +1,437 @@
+"""The `streamlearn` command: `up`, the roles, and the client tools.
+
+It imports the service's modules (pydantic, numpy, Redis, Keras) only in the commands that
+need them, so that the base install (`pip install streamlearn`, paho only) has a command
+whose `--help` and `--version` work, and a command that needs the service says so in one
+line (`SERVICE_EXTRA`, exit 2), not in a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streamlearn.errors import ConfigError, StreamlearnError
+
+if TYPE_CHECKING:
+    from streamlearn.config import AppConfig, ModelConfig
+
+ROLES = ("ingest", "learner", "actor")
+TOOLS = (("versions", "export pin unpin"), ("scaffold", "init"), ("evaluate", "evaluate"))
+SERVICE_EXTRA = "this command needs the service extra: pip install 'streamlearn[service]'"
+# What the service extra installs, by import name: a command missing one needs the extra.
+SERVICE_MODULES = frozenset(
+    {"pydantic", "pydantic_settings", "numpy", "redis", "keras", "tensorflow", "prometheus_client"}
+)
+
+
+BENCHES = "ingest learner serve soak device mutants quality scaling multiworker"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ROLES:
+        return _guard(
+            lambda: importlib.import_module(f"streamlearn.{argv[0]}.worker").main(argv[1:])
+        )
+    args = _parser().parse_args(argv)
+    return _guard(lambda: args.func(args))
+
+
+def version() -> str:
+    """The installed distribution's version (a source tree run in place: "unknown")."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("streamlearn")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def service_missing() -> str | None:
+    """The first module of the service extra this install lacks, or None."""
+    from importlib.util import find_spec
+
+    return next((m for m in sorted(SERVICE_MODULES) if find_spec(m) is None), None)
+
+
+def _needs_service(_args: argparse.Namespace | None = None) -> int:
+    print(f"streamlearn: {SERVICE_EXTRA}", file=sys.stderr)
+    return 2
+
+
+def _guard(func) -> int:  # type: ignore[no-untyped-def]
+    try:
+        return int(func() or 0)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in SERVICE_MODULES:
+            raise
+        return _needs_service()
+    except ConfigError as exc:
+        print(f"streamlearn: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except StreamlearnError as exc:
+        print(f"streamlearn: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamlearn", description=__doc__.splitlines()[0].rstrip(".")
+    )
+    parser.add_argument("--version", action="version", version=f"streamlearn {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    base_only = service_missing() is not None
+
+    def command(name: str, help: str, func) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+        described = f"{help}. With this install, {SERVICE_EXTRA}." if base_only else help
+        p = sub.add_parser(name, help=help, description=described)
+        p.add_argument(
+            "--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)"
+        )
+        p.set_defaults(func=func)
+        return p
+
+    up = command("up", "run the whole stack on this machine", _up)
+    up.add_argument("--demo", action="store_true", help="also stream demo samples to every model")
+    up.add_argument("--demo-rate", type=float, default=500, help="demo samples/s per model")
+    up.add_argument("--quiet", action="store_true", help="no live summary line")
+    up.add_argument("--data-dir", help="where embedded servers keep files (default: a temp dir)")
+    up.add_argument(
+        "--dashboard-port", type=int, help="live dashboard on localhost (default 8321, or any free)"
+    )
+    up.add_argument("--no-dashboard", action="store_true", help="start no dashboard")
+    up.add_argument(
+        "--metrics-port",
+        type=int,
+        help="Prometheus /metrics: the first child's port, the next ones count up "
+        "(0: free ports; default $STREAMLEARN_METRICS_PORT, else off)",
+    )
+    up.add_argument(
+        "--runs-dir",
+        help="where run directories of worker logs go "
+        "(default $STREAMLEARN_RUNS_DIR, else $XDG_STATE_HOME/streamlearn/runs)",
+    )
+    up.add_argument("--keep-runs", type=int, default=5, help="run directories kept (default 5)")
+
+    for role in ROLES:
+        sub.add_parser(role, help=f"run one {role} process (see `streamlearn {role} --help`)")
+
+    pub = command("publish", "stream samples from a CSV/NDJSON file or the demo", _publish)
+    pub.add_argument("file", nargs="?", help="CSV (header with y column) or NDJSON payloads")
+    pub.add_argument("--model")
+    pub.add_argument("--demo", action="store_true", help="a learnable synthetic stream")
+    pub.add_argument("--count", type=int, default=None, help="samples to send (demo: forever)")
+    pub.add_argument("--rate", type=float, default=0, help="samples/s, 0 = as fast as possible")
+    pub.add_argument("--batch", type=int, default=1, help="samples per message")
+
+    pred = command("predict", "send one prediction request and print the reply", _predict)
+    pred.add_argument("--model")
+    pred.add_argument("x", nargs="?", help="JSON list, e.g. '[0.1, 0.2, ...]' (default: a demo x)")
+    pred.add_argument("--key", help="a device key: x is its newest observation (windowed models)")
+    pred.add_argument("--seq", type=float, help="with --key: the observation's sequence number")
+    pred.add_argument("--timeout", type=float, default=10.0)
+
+    bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
+    bench.add_argument("name", choices=BENCHES.split())
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
+    bench.set_defaults(func=_bench)
+
+    st = command("status", "show each model's queue, learner and weights", _status)
+    st.add_argument("--json", action="store_true", help="machine-readable rows")
+    st.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 2)",
+    )
+    for module, names in (
+        ("versions", "export pin unpin"),
+        ("scaffold", "init"),
+        ("evaluate", "evaluate"),
+    ):
+        try:
+            tool = importlib.import_module(f"streamlearn.cli.{module}")
+        except ModuleNotFoundError:  # the base install: each says what to install
+            for name in names.split():
+                stub = sub.add_parser(name, help="(needs streamlearn[service])", add_help=False)
+                stub.add_argument("rest", nargs=argparse.REMAINDER)
+                stub.set_defaults(func=_needs_service)
+            continue
+        if module == "versions":
+            tool.add_commands(command)  # export, pin, unpin
+        else:
+            tool.add_command(sub)  # init; evaluate FILE: test-then-train through the service
+    return parser
+
+
+# -- up ----------------------------------------------------------------------------------
+
+
+def _up(args: argparse.Namespace) -> int:
+    from streamlearn.config import load_config, load_settings
+    from streamlearn.stack import runlog
+    from streamlearn.stack.supervisor import DEFAULT_DASHBOARD_PORT, Stack
+
+    cfg = load_config(args.config)
+    settings = load_settings()
+    for flag in ("dashboard_port", "metrics_port"):
+        port = getattr(args, flag)
+        if port is not None and not 0 <= port <= 65535:
+            raise ConfigError(f"--{flag.replace('_', '-')} must be 0..65535, got {port}")
+    if args.keep_runs < 1:
+        raise ConfigError(f"--keep-runs must be >= 1, got {args.keep_runs}")
+    root = Path(args.runs_dir) if args.runs_dir else runlog.runs_root()
+    stack = Stack(
+        cfg,
+        settings,
+        run_dir=runlog.new_run_dir(root, keep=args.keep_runs),
+        config_path=_config_path(args.config),
+        data_dir=args.data_dir,
+        demo_rate=args.demo_rate if args.demo else None,
+        dashboard_port=None
+        if args.no_dashboard
+        else (args.dashboard_port if args.dashboard_port is not None else DEFAULT_DASHBOARD_PORT),
+        metrics_port=args.metrics_port if args.metrics_port is not None else settings.metrics_port,
+    )
+    return stack.run(quiet=args.quiet)
+
+
+def _config_path(given: str | None) -> str | None:
+    if given:
+        return given
+    return "streamlearn.toml" if Path("streamlearn.toml").exists() else None
+
+
+# -- client tools ------------------------------------------------------------------------
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from streamlearn.cli import evaluate
+    from streamlearn.client.client import Client
+    from streamlearn.config import load_config, load_settings
+    from streamlearn.contract.names import Names
+
+    model = load_config(args.config).model(args.model)
+    settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
+    names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    if not args.demo and not args.file:
+        raise ConfigError("publish needs a FILE or --demo")
+    payloads = (
+        _demo_payloads(model, args.batch) if args.demo else _file_payloads(args.file, args.batch)
+    )
+    total = args.count if args.demo else _count_samples(args.file)
+    if args.count is not None and total is not None:
+        total = min(total, args.count)
+    progress = evaluate.ProgressBar(total)
+    sent = messages = 0
+    start = time.monotonic()
+
+    def paced() -> Iterator[bytes]:
+        """The payloads up to --count, at --rate, counted as the client takes them."""
+        nonlocal sent, messages
+        for n, payload in payloads:
+            if args.count is not None and sent >= args.count:
+                return
+            yield payload
+            messages += 1
+            sent += n
+            progress.update(sent)
+            if args.rate:
+                ahead = sent / args.rate - (time.monotonic() - start)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+    client = Client(settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=names.topic_prefix)
+    try:
+        client.publish_payloads(model.name, paced(), timeout=30)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        client.close()
+        progress.finish(sent)
+    elapsed = time.monotonic() - start
+    print(
+        f"published {sent} samples in {messages} messages to {names.samples_topic} "
+        f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
+    )
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "bench" / f"{args.name}.py").exists():
+        raise StreamlearnError("benchmarks ship with the source repository (bench/), not the wheel")
+    cmd = [sys.executable, "-m", f"bench.{args.name}", *args.args]
+    return subprocess.run(cmd, cwd=root).returncode
+
+
+def _count_samples(path: str) -> int | None:
+    """Samples in a file, counted cheaply (None when unknown)."""
+    try:
+        with open(path, "rb") as f:
+            lines = sum(1 for line in f if line.strip())
+    except OSError:
+        return None
+    return lines - 1 if path.endswith(".csv") else None
+
+
+def _demo_payloads(model: ModelConfig, batch: int) -> Iterator[tuple[int, bytes]]:
+    from streamlearn.stack.demo import DemoStream
+
+    stream = DemoStream(model)
+    while True:
+        yield batch, json.dumps(stream.payload(batch)).encode()
+
+
+def _file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
+    from streamlearn.cli import evaluate
+
+    with open(path, newline="") as f:
+        if path.endswith((".ndjson", ".jsonl")):
+            for line in f:
+                if line.strip():
+                    doc = json.loads(line)
+                    yield len(doc["y"]) if isinstance(doc.get("y"), list) else 1, line.encode()
+            return
+        xs: list[list[float]] = []
+        ys: list[float] = []
+        for x, y in evaluate.csv_samples(path):
+            xs.append(x)
+            ys.append(y)
+            if len(ys) == batch:
+                yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+                xs, ys = [], []
+        if ys:
+            yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from streamlearn.client.client import Client
+    from streamlearn.config import load_config, load_settings
+
+    model = load_config(args.config).model(args.model)
+    settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
+    if args.seq is not None and args.key is None:
+        raise ConfigError("--seq needs --key")
+    if args.x:
+        x = json.loads(args.x)
+    elif args.key is not None:
+        raise ConfigError("--key needs x, the device's newest observation")
+    else:
+        from streamlearn.stack.demo import DemoStream
+
+        x = DemoStream(model).sample(1).x[0].tolist()
+    body: dict = {"x": x}
+    if args.key is not None:
+        body["key"] = args.key
+    if args.seq is not None:
+        body["seq"] = args.seq
+    # With an account (deploy: one per device) the client's id is its username, and its
+    # requests and replies stay in what the broker lets that device use.
+    with Client(
+        settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=settings.topic_prefix
+    ) as client:
+        try:
+            reply = client.request(model.name, body, timeout=args.timeout)
+        except TimeoutError:
+            raise StreamlearnError(
+                f"no reply within {args.timeout} s: is an actor running?"
+            ) from None
+    print(json.dumps(reply))
+    return 0 if "error" not in reply else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from streamlearn.config import load_config, load_settings
+    from streamlearn.observe.monitor import read_status
+
+    cfg: AppConfig = load_config(args.config)
+    settings = load_settings()
+    print(settings.which_stack(), file=sys.stderr)
+    while True:
+        rows = read_status(cfg, settings)
+        if args.json:
+            print(json.dumps(rows, indent=2), flush=True)
+        else:
+            if args.watch:
+                print("\033[2J\033[H", end="")
+            print(format_status(rows), flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(max(0.0, args.watch - 1.5))
+
+
+def format_status(rows: list[dict]) -> str:
+    """The human table of `streamlearn status`: queue, learner, then one line per actor."""
+    from streamlearn.cli import versions
+    from streamlearn.observe.monitor import actor_line, broker_lines, fmt_number, presence_lines
+
+    lines = [
+        f"{'model':<12} {'queue':>7} {'pending':>7} {'dead':>6} | {'version':>7} {'step':>8} "
+        f"{'samples':>10} {'samples/s':>9} {'loss':>8} {'metric':>8}"
+    ]
+    for r in rows:
+        rate = r.get("samples_per_s")
+        lines.append(
+            f"{r['model']:<12} {r['queue_length']:>7} {r['pending']:>7} {r['deadletters']:>6} | "
+            f"{r.get('version', r['latest_version']):>7} {r.get('step', 0):>8} "
+            f"{r.get('samples_seen', 0):>10} {fmt_number(rate, 0):>9} "
+            f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
+        )
+        lines += presence_lines(r)
+        lines += versions.pin_lines(r)
+        lines += _variant_lines(r)
+        lines += [actor_line(a) for a in r.get("actors", [])]
+    return "\n".join(lines + broker_lines(rows))
+
+
+def _variant_lines(row: dict) -> list[str]:
+    """One line per variant, side by side, the champion marked with `*`."""
+    from streamlearn.observe.monitor import fmt_number
+
+    variants = row.get("variants") or {}
+    if not variants:
+        return []
+    metric = next((v.get("metric") for v in variants.values() if v.get("metric")), None)
+    lines = [
+        f"  {'variant':<14} {'version':>7} {'samples':>10} {'loss':>8} {'metric':>8} | "
+        f"last {'N':>6} {'loss':>8} {metric or 'metric':>8}"
+    ]
+    for name, v in variants.items():
+        mark = "*" if name == row.get("champion") else " "
+        lines.append(
+            f"{mark} {name:<14} {v.get('version', '-'):>7} {v.get('samples_seen', 0):>10} "
+            f"{fmt_number(v.get('online_loss')):>8} {fmt_number(v.get('online_metric')):>8} | "
+            f"     {v.get('window_samples') or 0:>6} {fmt_number(v.get('window_loss')):>8} "
+            f"{fmt_number(v.get('window_metric')):>8}"
+        )
+    last = row.get("promotion")
+    if last:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.get("at", 0)))
+        lines.append(
+            f"  (* champion) last promotion: {last.get('champion')} over "
+            f"{last.get('previous')} on {last.get('on')} at {when}"
+        )
+    else:
+        lines.append("  (* champion) no promotion yet")
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

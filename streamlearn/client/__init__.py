@@ -1,0 +1,20 @@
+"""The client, paho-mqtt only (`pip install streamlearn`): publish samples and ask for
+predictions over MQTT. Nothing here imports numpy, Redis, pydantic, Keras or TensorFlow.
+"""
+
+from __future__ import annotations
+
+from streamlearn._lazy import exports
+
+__all__ = ["AsyncClient", "Client", "ConnectionClosedError", "Prediction", "PredictionError"]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "Client": "client",
+        "AsyncClient": "client",
+        "Prediction": "pending",
+        "PredictionError": "pending",
+        "ConnectionClosedError": "pending",
+    },
+)

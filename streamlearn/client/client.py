@@ -1,0 +1,396 @@
+"""The public client: publish samples and ask for predictions over MQTT.
+
+    from streamlearn import Client
+
+    with Client("mqtt://localhost:1883") as client:
+        client.publish("demo", x=[0.1] * 9, y=1.0)
+        print(client.predict("demo", [0.1] * 9, timeout=2))
+
+It needs only paho-mqtt (`pip install streamlearn`). The URL carries credentials and TLS
+(`mqtts://NAME:PASSWORD@host:8883`, the CA bundle as `ca_file`); without one, `Client()`
+reads `STREAMLEARN_MQTT_URL`, `STREAMLEARN_MQTT_CA_FILE` and `STREAMLEARN_TOPIC_PREFIX`,
+and with no URL there either, the stack a running `streamlearn up` recorded (its run file).
+With a username the client id is that username, as the deployed broker enforces, so
+requests go to `{prefix}/{model}/predict/{client id}` and replies come back under
+`{prefix}/{model}/replies/{client id}`, the one reply space a device may read.
+
+All requests of a client share its connection and one reply subscription; a reply finds
+its request by the MQTT v5 Correlation Data it echoes. Bounds: at most `max_pending`
+requests (10,000) await replies at once, and one more is refused; each waits until its
+own timeout; when the connection closes or is lost, every waiting request fails with
+`ConnectionClosedError`. `publish_payloads` and `publish_many` keep at most
+`max_inflight` (100) messages unacknowledged by the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import paho.mqtt.client as paho
+
+from streamlearn import mqtt
+from streamlearn.client.pending import (
+    Acks,
+    ConnectionClosedError,
+    Pending,
+    Prediction,
+    PredictionError,
+    Sent,
+)
+from streamlearn.contract.names import Names
+from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.stack import runfile
+
+# The environment `streamlearn.config.Settings` reads, and its defaults.
+URL_ENV = "STREAMLEARN_MQTT_URL"
+CA_FILE_ENV = "STREAMLEARN_MQTT_CA_FILE"
+TOPIC_PREFIX_ENV = "STREAMLEARN_TOPIC_PREFIX"
+DEFAULT_URL = "mqtt://localhost:1883"
+DEFAULT_TOPIC_PREFIX = "streamlearn"
+# What ingest takes by default (`ingest.max_payload_bytes`, `ingest.max_samples_per_message`).
+MAX_PAYLOAD_BYTES = 1_048_576
+MAX_SAMPLES_PER_MESSAGE = 10_000
+MAX_PENDING = 10_000
+MAX_INFLIGHT = 100
+
+
+def _prediction(doc: dict[str, Any]) -> Prediction:
+    """A reply document as a Prediction; an error reply raises PredictionError."""
+    if "error" in doc:
+        raise PredictionError(str(doc["error"]), doc.get("model"))
+    try:
+        return Prediction(doc["y"], doc["version"], doc["model"], doc.get("variant"))
+    except KeyError as exc:
+        raise StreamlearnError(f"reply without {exc.args[0]!r}: {doc!r}") from None
+
+
+class Client:
+    """One MQTT v5 connection to the service; thread-safe.
+
+    Futures of `predict_async` and `request_async` complete on the connection's network
+    thread: callbacks added to them must not block (a `predict` there waits until its
+    timeout, since the replies it needs are read by that thread).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        ca_file: str | None = None,
+        topic_prefix: str | None = None,
+        client_id: str | None = None,
+        max_pending: int = MAX_PENDING,
+        max_inflight: int = MAX_INFLIGHT,
+        max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+        max_samples_per_message: int = MAX_SAMPLES_PER_MESSAGE,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        url = url or os.environ.get(URL_ENV)
+        stack = None if url else runfile.live()  # where `streamlearn up` runs, if it does
+        url = url or (stack.mqtt_url if stack else DEFAULT_URL)
+        ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None
+        prefix = (
+            topic_prefix
+            or os.environ.get(TOPIC_PREFIX_ENV)
+            or (stack.topic_prefix if stack else DEFAULT_TOPIC_PREFIX)
+        )
+        if "+" in prefix or "#" in prefix:
+            raise ConfigError(f"topic prefix: no wildcards (+, #), got {prefix!r}")
+        if min(max_inflight, max_pending) < 1:
+            raise ConfigError(
+                f"max_inflight and max_pending must be >= 1, got {max_inflight} and {max_pending}"
+            )
+        user = mqtt.BrokerAddress.parse(url).username
+        if user and client_id and client_id != user:
+            raise ConfigError(f"client id must be the URL's username {user!r}, got {client_id!r}")
+        self.client_id = user or client_id or f"sl-client-{uuid.uuid4().hex[:12]}"
+        if any(c in self.client_id for c in "/+#"):
+            raise ConfigError(f"client id: no '/', '+' or '#', got {self.client_id!r}")
+        self.topic_prefix = prefix
+        self.max_inflight = max_inflight
+        self.max_payload_bytes = max_payload_bytes
+        self.max_samples_per_message = max_samples_per_message
+        self._pending = Pending(max_pending)
+        self._correlations = itertools.count(1)
+        self._acks = Acks()
+        replies = f"{prefix}/+/replies/{self.client_id}/#"
+        try:
+            self._mqtt = mqtt.connect(
+                url,
+                self.client_id,
+                subscriptions=[(replies, 1)],
+                on_message=self._on_reply,
+                ca_file=ca_file,
+                no_delay=True,
+                timeout_s=connect_timeout,
+            )
+        except BaseException:
+            self._pending.close()
+            raise
+        self._mqtt.on_publish = self._acks.on_publish
+        self._watch_connection(url)
+        self._pending.open()
+
+    @property
+    def mqtt(self) -> paho.Client:
+        """The paho client underneath, e.g. to subscribe to a model's status topic."""
+        return self._mqtt
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Disconnect; requests still awaiting replies fail with ConnectionClosedError."""
+        if self._pending.close():
+            mqtt.close(self._mqtt)
+
+    # -- samples -------------------------------------------------------------------------
+
+    def publish(
+        self,
+        model: str,
+        x: Any,
+        y: Any = None,
+        *,
+        id: str | None = None,
+        key: str | None = None,
+        seq: float | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        """Publish one sample (QoS 1); returns once the broker has it.
+
+        With `key` and `seq` it is a device's observation (one step of a windowed model;
+        `y` optional). Raises StreamlearnError when the broker refuses it (not authorized).
+        """
+        if key is None:
+            if y is None or seq is not None:
+                raise ValueError("a sample needs y (and seq= only goes with key=)")
+            doc: dict[str, Any] = {"x": x, "y": y}
+            if id is not None:
+                doc["id"] = id
+        else:
+            if seq is None or id is not None:
+                raise ValueError("an observation (key=) needs seq= and takes no id=")
+            doc = {"key": key, "seq": seq, "x": x}
+            if y is not None:
+                doc["y"] = y
+        self._acks.confirm(self._send(self._topic(model, "samples"), doc), timeout)
+
+    def publish_many(
+        self,
+        model: str,
+        xs: Sequence[Any],
+        ys: Sequence[Any],
+        ids: Sequence[str] | None = None,
+        *,
+        timeout: float = 10.0,
+    ) -> int:
+        """Publish samples as columnar messages (`{"x": [..], "y": [..], "ids"?: [..]}`)
+        of at most `max_samples_per_message` samples and `max_payload_bytes` each; returns
+        how many messages, once the broker has them all."""
+        xs, ys = _plain(xs), _plain(ys)
+        ids = None if ids is None else list(ids)
+        if len(xs) != len(ys) or (ids is not None and len(ids) != len(ys)):
+            raise ValueError(f"xs, ys (and ids) differ in length: {len(xs)}, {len(ys)}")
+        return self.publish_payloads(model, self._columns(xs, ys, ids), timeout=timeout)
+
+    def publish_payloads(
+        self,
+        model: str,
+        payloads: Iterable[bytes | str | Mapping[str, Any]],
+        *,
+        timeout: float = 10.0,
+    ) -> int:
+        """Publish messages as they are (README: Topics and payloads), e.g. the lines of an
+        NDJSON file; returns how many, once the broker has them all."""
+        topic, window, count = self._topic(model, "samples"), deque[Sent](), 0
+        for payload in payloads:
+            if len(window) >= self.max_inflight:
+                self._acks.confirm(window.popleft(), timeout)
+            window.append(self._send(topic, payload))
+            count += 1
+        for sent in window:
+            self._acks.confirm(sent, timeout)
+        return count
+
+    def _columns(self, xs: list, ys: list, ids: list | None) -> Iterable[bytes]:
+        """Columnar payloads under both caps: a chunk too large is cut to the share that
+        fits, so each sample is encoded a few times at most."""
+        start, n = 0, self.max_samples_per_message
+        while start < len(ys):
+            n = min(n, len(ys) - start)
+            doc = {"x": xs[start : start + n], "y": ys[start : start + n]}
+            if ids is not None:
+                doc["ids"] = ids[start : start + n]
+            body = _encode(doc)
+            if len(body) <= self.max_payload_bytes:
+                yield body
+                start += n
+            elif n == 1:
+                raise ValueError(
+                    f"sample {start} alone is {len(body)} bytes, over max_payload_bytes="
+                    f"{self.max_payload_bytes}"
+                )
+            else:
+                n = max(1, n * self.max_payload_bytes // len(body))
+
+    # -- predictions ---------------------------------------------------------------------
+
+    def predict(
+        self,
+        model: str,
+        x: Any,
+        *,
+        key: str | None = None,
+        seq: float | None = None,
+        timeout: float = 10.0,
+    ) -> Prediction:
+        """One prediction: x is one sample, or a list of rows (y is then a list).
+
+        With `key`, x is the device's newest step and the service completes the window
+        from the steps it stored (before `seq`, when given). Raises PredictionError with
+        the service's message, TimeoutError when no reply came within `timeout` s.
+        """
+        return self.predict_async(model, x, key=key, seq=seq, timeout=timeout).result()
+
+    def predict_async(
+        self,
+        model: str,
+        x: Any,
+        *,
+        key: str | None = None,
+        seq: float | None = None,
+        timeout: float = 10.0,
+    ) -> Future[Prediction]:
+        """`predict` without waiting: the future fails as `predict` raises."""
+        if seq is not None and key is None:
+            raise ValueError("seq= needs key=")
+        body: dict[str, Any] = {"x": x} if key is None else {"key": key, "x": x}
+        if seq is not None:
+            body["seq"] = seq
+        return self._request(model, body, timeout, _prediction)
+
+    def request(self, model: str, body: Mapping[str, Any], timeout: float = 10.0) -> dict:
+        """Send a request document as it is; the reply document as the service sent it,
+        error or not (for fields a Prediction leaves out, such as `id`)."""
+        return self.request_async(model, body, timeout).result()
+
+    def request_async(
+        self, model: str, body: Mapping[str, Any], timeout: float = 10.0
+    ) -> Future[dict]:
+        return self._request(model, body, timeout, lambda doc: doc)
+
+    def _request(
+        self, model: str, body: Mapping[str, Any], timeout: float, outcome: Callable[[dict], Any]
+    ) -> Future:
+        correlation = next(self._correlations).to_bytes(8, "big")
+        why = f"no reply from model {model!r} within {timeout} s: is an actor running?"
+        future = self._pending.add(correlation, timeout, outcome, why)
+        reply_to = self._topic(model, f"replies/{self.client_id}")
+        props = mqtt.request_properties(reply_to, correlation)
+        try:
+            topic = self._topic(model, f"predict/{self.client_id}")
+            self._mqtt.publish(topic, _encode(body), qos=1, properties=props)
+        except BaseException:
+            future.cancel()  # forgotten at once
+            raise
+        return future
+
+    # -- connection ----------------------------------------------------------------------
+
+    def _topic(self, model: str, leaf: str) -> str:
+        return Names(model, self.topic_prefix).topic(leaf)
+
+    def _send(self, topic: str, payload: bytes | str | Mapping[str, Any]) -> Sent:
+        if isinstance(payload, Mapping):
+            payload = _encode(payload)
+        before = self._acks.refusals
+        return Sent(topic, self._mqtt.publish(topic, payload, qos=1), before)
+
+    def _on_reply(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
+        self._pending.resolve(getattr(msg.properties, "CorrelationData", b""), msg.payload)
+
+    def _watch_connection(self, url: str) -> None:
+        """Fail the waiting requests when the connection is lost (their replies are lost
+        with it); take requests again once a reconnect has resubscribed."""
+        on_disconnect, on_subscribe = self._mqtt.on_disconnect, self._mqtt.on_subscribe
+        where = mqtt.BrokerAddress.parse(url)
+
+        def disconnected(*args: Any) -> None:
+            on_disconnect(*args)
+            lost = f"connection to {where.host}:{where.port} lost ({args[3]}) before the reply"
+            self._pending.suspend(lost)
+
+        def subscribed(*args: Any) -> None:
+            on_subscribe(*args)
+            self._pending.open()
+
+        self._mqtt.on_disconnect = disconnected
+        self._mqtt.on_subscribe = subscribed
+
+
+class AsyncClient:
+    """`Client` for asyncio: the same connection, awaited instead of waited on."""
+
+    def __init__(self, url: str | None = None, **options: Any) -> None:
+        self._url, self._options = url, options
+        self._client: Client | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        self._client = await asyncio.to_thread(Client, self._url, **self._options)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
+
+    @property
+    def client(self) -> Client:
+        """The thread-based client underneath (connected by `async with`)."""
+        if self._client is None:
+            raise ConnectionClosedError("not connected: use `async with AsyncClient(...)`")
+        return self._client
+
+    async def publish(self, model: str, x: Any, y: Any = None, **kw: Any) -> None:
+        await asyncio.to_thread(self.client.publish, model, x, y, **kw)
+
+    async def publish_many(self, model: str, xs: Any, ys: Any, ids: Any = None, **kw: Any) -> int:
+        return await asyncio.to_thread(self.client.publish_many, model, xs, ys, ids, **kw)
+
+    async def predict(self, model: str, x: Any, **kw: Any) -> Prediction:
+        """As `Client.predict`; cancelling the await forgets the request."""
+        return await asyncio.wrap_future(self.client.predict_async(model, x, **kw))
+
+    async def request(self, model: str, body: Mapping[str, Any], timeout: float = 10.0) -> dict:
+        return await asyncio.wrap_future(self.client.request_async(model, body, timeout))
+
+
+def _encode(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), default=_tolist).encode()
+
+
+def _tolist(value: Any) -> Any:
+    """numpy arrays and scalars as JSON sees them, without importing numpy."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _plain(values: Any) -> list:
+    if hasattr(values, "tolist"):
+        return values.tolist()
+    return [v.tolist() if hasattr(v, "tolist") else v for v in values]

@@ -1,0 +1,394 @@
+"""Configuration: `streamlearn.toml` for models and policies, environment for connections.
+
+Everything is validated once, at start, into frozen models; an invalid value fails with a
+message that names the field and echoes the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core.core_schema import ValidatorFunctionWrapHandler
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamlearn.config.policies import (
+    ActorConfig,
+    Frozen,
+    IngestConfig,
+    LearnerConfig,
+    PromotionConfig,
+)
+from streamlearn.errors import ConfigError
+from streamlearn.stack import runfile
+
+DEFAULT_CONFIG = "streamlearn.toml"
+_NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
+
+
+# -- champion and challengers ---------------------------------------------------------------
+# A model may declare variants that learn from its stream, each in its own learner; the
+# actors serve the champion (`streamlearn.learner.variants`). Kept in one block: other changes to
+# the model's fields should not need to touch it. A variant is merged in one place,
+# `ModelConfig.variant`; the TOML tables are only checked here, not merged.
+
+BASE_VARIANT = "base"  # the model's own config, as a variant
+# What a variant may change: how it learns. What its samples look like is the stream's.
+VARIANT_FIELDS = (
+    "architecture",
+    "hidden",
+    "learning_rate",
+    "optimizer",
+    "standardize",
+    "factory",
+    "learner",
+)
+STREAM_FIELDS = ("inputs", "task", "classes", "window")
+
+
+class VariantConfig(Frozen):
+    """`[models.NAME.variants.VNAME]`: fields that override the model's; unset ones inherit."""
+
+    architecture: str | None = None  # checked as the model's field, once merged
+    hidden: tuple[int, ...] | None = None
+    learning_rate: float | None = Field(None, gt=0)
+    optimizer: Literal["adam", "sgd"] | None = None
+    standardize: bool | None = None
+    factory: str | None = Field(None, pattern=r"^[\w.]+:\w+$")
+    learner: dict[str, Any] | None = None  # laid field by field over the model's learner
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: v for k in VARIANT_FIELDS if (v := getattr(self, k)) is not None}
+
+
+def _check_variant_tables(table: dict[str, Any], where: str) -> None:
+    """Check each `variants.VNAME` table names only what a variant may change."""
+    variants = table.get("variants", {})
+    if not isinstance(variants, dict):
+        raise ConfigError(f"{where}.variants: must be a table of variants, got {variants!r}")
+    for vname, vtable in variants.items():
+        at = f"{where}.variants.{vname}"
+        if not isinstance(vtable, dict):
+            raise ConfigError(f"{at}: must be a table, got {vtable!r}")
+        for key, value in vtable.items():
+            if key in STREAM_FIELDS:
+                raise ConfigError(
+                    f"{at}.{key}: a variant learns from the model's stream, so {key} is the "
+                    f"model's (set it in the model's table), got {value!r}"
+                )
+            if key not in VARIANT_FIELDS:
+                raise ConfigError(
+                    f"{at}.{key}: not something a variant can change; it may set "
+                    f"{', '.join(VARIANT_FIELDS)}, got {value!r}"
+                )
+        if not isinstance(vtable.get("learner", {}), dict):
+            raise ConfigError(f"{at}.learner: must be a table, got {vtable['learner']!r}")
+
+
+Task = Literal["regression", "binary", "multiclass"]
+Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
+# Architectures whose x is a window of `window` steps of `inputs` features.
+SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
+
+
+class ModelConfig(Frozen):
+    """One model: its architecture and the policies of the roles that serve it."""
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    inputs: int = Field(ge=1, description="length of x (features per step with a window)")
+    task: Task = "regression"
+    classes: int | None = Field(None, ge=2, description="number of classes (multiclass)")
+    architecture: Architecture = "mlp"
+    hidden: tuple[int, ...] = (64, 64)
+    window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
+    learning_rate: float = Field(0.01, gt=0)
+    optimizer: Literal["adam", "sgd"] = "adam"
+    standardize: bool = Field(
+        True,
+        description="the model's first layer standardises each input with its running mean "
+        "and variance, learned from the stream (built-in architectures)",
+    )
+    factory: str | None = Field(
+        None, pattern=r"^[\w.]+:\w+$", description="package.module:function returning a model"
+    )
+    ingest: IngestConfig = IngestConfig()
+    learner: LearnerConfig = LearnerConfig()
+    actor: ActorConfig = ActorConfig()
+    variants: dict[str, VariantConfig] = Field(
+        {}, description="challengers learning from the same stream (`base` is the model)"
+    )
+    promotion: PromotionConfig = PromotionConfig()
+    _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> ModelConfig:
+        if self.task == "multiclass" and self.classes is None:
+            raise ValueError("task 'multiclass' needs classes = N")
+        if self.task != "multiclass" and self.classes is not None:
+            raise ValueError(f"classes is only for task 'multiclass', got task {self.task!r}")
+        if self.architecture in SEQUENCE_ARCHITECTURES and self.window is None:
+            raise ValueError(f"architecture {self.architecture!r} needs window = W")
+        if any(h < 1 for h in self.hidden):
+            raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
+        return self
+
+    @model_validator(mode="after")
+    def _check_variants(self) -> ModelConfig:
+        for name in self.variants:
+            if name == BASE_VARIANT or not re.fullmatch(_NAME_PATTERN, name):
+                raise ValueError(
+                    f"variants: {name!r} is not a variant name ({_NAME_PATTERN}, "
+                    f"and {BASE_VARIANT!r} is the model itself)"
+                )
+            try:
+                self._merged[name] = self._merge(self.variants[name])
+            except ValidationError as exc:
+                raise ValueError(_describe(exc, within=f"variants.{name}")) from None
+        return self
+
+    def variant(self, name: str) -> ModelConfig:
+        """This model as variant `name` learns it: its overrides merged in (`base`: self),
+        its learner table field by field over the model's learner.
+
+        The result declares no variants of its own.
+
+        >>> m = ModelConfig(name="m", inputs=2, learner={"max_batch": 8},
+        ...                 variants={"big": {"hidden": [128], "learner": {"max_wait_ms": 1}}})
+        >>> big = m.variant("big")
+        >>> big.hidden, big.inputs, big.learner.max_batch, big.learner.max_wait_ms
+        ((128,), 2, 8, 1.0)
+        >>> m.variant("base") is m
+        True
+        """
+        if name == BASE_VARIANT:
+            return self
+        try:
+            return self._merged[name]
+        except KeyError:
+            raise ConfigError(
+                f"model {self.name!r} has no variant {name!r}; known: {self.variant_names}"
+            ) from None
+
+    def _merge(self, variant: VariantConfig) -> ModelConfig:
+        overrides = variant.overrides()
+        if "factory" in overrides or "architecture" in overrides:
+            overrides.setdefault("factory", None)  # the variant says what it is built from
+        model = self.model_dump()
+        if "learner" in overrides:
+            overrides["learner"] = {**model["learner"], **overrides["learner"]}
+        return ModelConfig.model_validate({**model, **overrides, "variants": {}})
+
+    @property
+    def variant_names(self) -> list[str]:
+        """`base` first, then the declared variants."""
+        return [BASE_VARIANT, *self.variants]
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        """Shape of one sample's x."""
+        if self.window is not None:
+            return (self.window, self.inputs)
+        return (self.inputs,)
+
+    @property
+    def outputs(self) -> int:
+        return self.classes if self.task == "multiclass" else 1
+
+
+class AppConfig(Frozen):
+    """A whole `streamlearn.toml`."""
+
+    models: dict[str, ModelConfig]
+
+    def model(self, name: str | None) -> ModelConfig:
+        """The named model, or the only one when no name is given."""
+        if name is None:
+            if len(self.models) != 1:
+                raise ConfigError(
+                    f"several models configured, pick one with --model: {list(self.models)}"
+                )
+            return next(iter(self.models.values()))
+        try:
+            return self.models[name]
+        except KeyError:
+            raise ConfigError(
+                f"no model {name!r} in the config; known: {list(self.models)}"
+            ) from None
+
+
+class Settings(BaseSettings):
+    """Connections and naming, from `STREAMLEARN_*` environment variables.
+
+    An unset URL means "not given": `streamlearn up` then starts its own server, and a role
+    run alone or a client tool uses the stack that `streamlearn up` recorded in its run file
+    (`streamlearn.stack.runfile`), else the local default. With neither URL given the file's
+    prefixes are taken too, unless set: they name that stack's topics and keys.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="STREAMLEARN_", frozen=True, extra="ignore")
+
+    mqtt_url: str | None = Field(None, description="mqtt://user:pass@host:1883 or mqtts://...")
+    redis_url: str | None = Field(None, description="redis://user:pass@host:6379/0")
+    mqtt_ca_file: str | None = Field(None, description="CA bundle for mqtts:// (TLS)")
+    topic_prefix: str = Field("streamlearn", pattern=r"^[^#+$][^#+]*$")
+    key_prefix: str = Field("sl", pattern=r"^[^{}\s]+$")
+    share_group: str = Field("streamlearn", pattern=r"^[^/#+]+$")
+    instance: str | None = Field(None, description="stable per-process id (client ids)")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
+    )
+
+    _stack: runfile.StackRecord | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_stack(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Settings:
+        """Neither URL given: the live stack of `streamlearn up`, read once, if there is one."""
+        found = None
+        if isinstance(data, dict) and not data.get("mqtt_url") and not data.get("redis_url"):
+            found = runfile.live()
+            if found is not None:
+                data = {
+                    "topic_prefix": found.topic_prefix,
+                    "key_prefix": found.key_prefix,
+                    **data,
+                }
+        settings = handler(data)
+        settings._stack = found
+        return settings
+
+    @property
+    def stack(self) -> runfile.StackRecord | None:
+        """The recorded stack these settings fall back on (None: explicit URLs, or none)."""
+        return self._stack
+
+    def which_stack(self) -> str:
+        """One line for a terminal: the broker these settings reach, and why that one."""
+        return runfile.describe(self.mqtt_url, self._stack, self.mqtt, "STREAMLEARN_MQTT_URL")
+
+    def as_env(self) -> dict[str, str]:
+        """The `STREAMLEARN_*` variables that give a child process these settings."""
+        return {
+            f"STREAMLEARN_{name.upper()}": str(value)
+            for name, value in self.model_dump().items()
+            if value is not None
+        }
+
+    @property
+    def mqtt(self) -> str:
+        """The given URL, else the recorded stack's, else the local default."""
+        stacked = self._stack.mqtt_url if self._stack else None
+        return self.mqtt_url or stacked or "mqtt://localhost:1883"
+
+    @property
+    def redis(self) -> str:
+        stacked = self._stack.redis_url if self._stack else None
+        return self.redis_url or stacked or "redis://localhost:6379/0"
+
+
+DEMO_TOML = """
+[models.demo]
+inputs = 9
+task = "binary"
+architecture = "mlp"
+hidden = [64, 64]
+learning_rate = 0.01
+"""
+
+_SECTIONS = ("ingest", "learner", "actor")
+
+
+def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
+    """Validate a parsed TOML document.
+
+    Top-level `[ingest]`, `[learner]` and `[actor]` tables are defaults that each
+    `[models.NAME.*]` table overrides field by field.
+    """
+    unknown = set(data) - {"models", *_SECTIONS}
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level table(s) {sorted(unknown)}")
+    for section in _SECTIONS:
+        if not isinstance(data.get(section, {}), dict):
+            raise ConfigError(f"{source}: {section}: must be a table, got {data[section]!r}")
+    models = data.get("models")
+    if not isinstance(models, dict) or not models:
+        raise ConfigError(f"{source}: models: at least one [models.NAME] table is required")
+    merged: dict[str, Any] = {}
+    for name, table in models.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: models.{name}: must be a table, got {table!r}")
+        if "name" in table:
+            raise ConfigError(
+                f"{source}: models.{name}.name: not allowed, the table name "
+                f"is the model name, got {table['name']!r}"
+            )
+        for section in _SECTIONS:
+            if not isinstance(table.get(section, {}), dict):
+                raise ConfigError(
+                    f"{source}: models.{name}.{section}: must be a table, got {table[section]!r}"
+                )
+        table = {"name": name, **table}
+        for section in _SECTIONS:
+            base = data.get(section, {})
+            if base or section in table:
+                table[section] = {**base, **table.get(section, {})}
+        _check_variant_tables(table, f"{source}: models.{name}")
+        merged[name] = table
+    try:
+        return AppConfig(models=merged)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
+    """Load `path`, else `$STREAMLEARN_CONFIG`, else `./streamlearn.toml`, else the
+    built-in demo model (and say so on stderr)."""
+    if path is None:
+        path = os.environ.get("STREAMLEARN_CONFIG") or None
+    if path is None:
+        path = DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None
+    if path is None:
+        print(
+            f"streamlearn: no --config, STREAMLEARN_CONFIG or ./{DEFAULT_CONFIG}: "
+            "using the built-in demo model",
+            file=sys.stderr,
+        )
+        return parse_config(tomllib.loads(DEMO_TOML), "built-in demo config")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_config(data, str(path))
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(f"environment: {_describe(exc, prefix='STREAMLEARN_')}") from None
+
+
+def _describe(exc: ValidationError, prefix: str = "", within: str = "") -> str:
+    """One line naming each bad field: environment variables as `{prefix}NAME`, fields of a
+    nested model as `{within}.field`."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
+        loc = f"{prefix}{loc.upper()}" if prefix else loc
+        loc = ".".join(p for p in (within, loc) if p)
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f", got {value!r}"
+        parts.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")
+    return "; ".join(parts)

@@ -1,0 +1,289 @@
+"""Policies: how each role treats its traffic, one frozen model per role.
+
+`[ingest]`, `[learner]`, `[actor]` and `[models.NAME.promotion]` in `streamlearn.toml`.
+`streamlearn.config` composes them into a model's config (and re-exports them); a role
+that needs only its own policy imports it from here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from streamlearn.nn import buckets
+
+PREFETCH_MIN_CORES = 4  # the learner's reading thread is on by default from this many cores
+
+
+class Frozen(BaseModel):
+    """Validated once, then immutable; an unknown field is an error, not ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IngestConfig(Frozen):
+    """How MQTT messages become stream entries."""
+
+    replicas: int = Field(1, ge=1, description="ingest processes `streamlearn up` starts")
+    partitions: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="streams the model's samples are spread over, each in a Redis slot of its "
+        "own (by sample id; keyed observations by key); dedup ids, devices and the backlog "
+        "limits hold per partition",
+    )
+    max_payload_bytes: int = Field(1_048_576, ge=64, description="larger payloads are rejected")
+    max_samples_per_message: int = Field(10_000, ge=1)
+    deadletter_maxlen: int = Field(10_000, ge=1, description="dead-letter stream cap (entries)")
+    deadletter_payload_bytes: int = Field(1024, ge=0, description="payload kept per dead letter")
+    max_pending_messages: int = Field(
+        1000, ge=1, description="messages received but not yet in Redis (MQTT receive maximum)"
+    )
+    dedup_window_s: int = Field(
+        300,
+        ge=0,
+        description="a sample id seen again within this many seconds is dropped (0: off); "
+        "Redis keeps a key of ~100 bytes per id for this long",
+    )
+    max_backlog_samples: int = Field(
+        100_000,
+        ge=1,
+        description="above this many samples not yet acknowledged by the learner, ingest "
+        "stops acknowledging (the broker holds the messages) until it drains",
+    )
+    window_ttl_s: int = Field(
+        86_400,
+        ge=1,
+        description="a device's stored observations (keyed samples) expire after this many "
+        "seconds without a new one",
+    )
+    max_dedup_ids: int = Field(
+        1_000_000,
+        ge=2,
+        description="sample ids remembered for de-duplication, at most (~100 bytes of Redis "
+        "each): beyond it the oldest are forgotten before dedup_window_s",
+    )
+    max_keys_per_message: int = Field(
+        1000,
+        ge=1,
+        description="distinct device keys in one message; observations of further keys are "
+        "rejected (dead-lettered with the message)",
+    )
+    max_devices: int = Field(
+        10_000,
+        ge=1,
+        description="devices (keys) whose windows are kept; a new one evicts the window of "
+        "the device idle the longest",
+    )
+    max_inbox_messages: int = Field(
+        10_000,
+        ge=1,
+        description="messages received and not yet processed; beyond it (or max_inbox_bytes) "
+        "QoS 0 messages are dropped and counted (QoS 1 ones are held at the broker)",
+    )
+    max_inbox_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="their payloads together, at most"
+    )
+
+    @model_validator(mode="after")
+    def _check_keys(self) -> IngestConfig:
+        if self.max_keys_per_message > self.max_devices:
+            raise ValueError(
+                f"max_keys_per_message must be <= max_devices ({self.max_devices}), "
+                f"got {self.max_keys_per_message}"
+            )
+        return self
+
+
+class LearnerConfig(Frozen):
+    """Micro-batching and publish policy of the learner."""
+
+    max_batch: int = Field(256, ge=1, description="samples per train step, at most")
+    max_wait_ms: float = Field(
+        0,
+        ge=0,
+        description="wait for more samples once one arrived (each ms of it is a ms of "
+        "staleness; batches grow by themselves under a backlog)",
+    )
+    buckets: tuple[int, ...] | None = Field(
+        None, description="padded batch sizes; default: powers of 4 from 16 up to max_batch"
+    )
+    publish_every_steps: int = Field(50, ge=1)
+    publish_every_ms: float = Field(250, gt=0)
+    publish_min_ms: float = Field(
+        25,
+        ge=0,
+        description="caught up with the stream, the learner publishes what it learned at "
+        "once, at most once per this many ms (under a backlog, publish_every_* rule)",
+    )
+    keep_versions: int = Field(5, ge=1, description="newest weights versions kept in Redis")
+    history_versions: int = Field(
+        60,
+        ge=0,
+        description="besides the newest, versions kept one per history_every_s for pin and "
+        "export (default: an hour); each costs one blob of memory in Redis",
+    )
+    history_every_s: float = Field(60, gt=0, description="seconds between history versions")
+    status_every_ms: float = Field(1000, gt=0, le=2000)
+    prefetch_batches: int | None = Field(
+        None,
+        ge=0,
+        description="micro-batches read ahead by a background thread; 0: none (under a "
+        "backlog the next read still goes out while a batch trains); unset: 2 with 4 CPU "
+        "cores or more, else 0 (on 2 cores the thread cost more than it saved)",
+    )
+    checkpoint_dir: str | None = Field(
+        None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
+    )
+    checkpoint_every_s: float = Field(10, gt=0, description="seconds between checkpoints")
+    checkpoint_every_samples: int = Field(
+        50_000,
+        ge=1,
+        description="or sooner, after this many samples: entries are acknowledged at each "
+        "checkpoint, so keep it below ingest.max_backlog_samples",
+    )
+    clip_norm: float | None = Field(
+        None, gt=0, description="clip gradients to this global norm (built-in architectures)"
+    )
+    tensorboard_dir: str | None = Field(
+        None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
+    )
+    distribute: Literal["none", "mirrored", "multi_worker"] = Field(
+        "none",
+        description="mirrored: data-parallel over this host's devices (MirroredStrategy); "
+        "multi_worker: one learner process per host, over TF_CONFIG (docs/scaling.md)",
+    )
+    devices: tuple[str, ...] = Field(
+        (), description="devices to mirror over, e.g. ['/gpu:0', '/gpu:1']; default: all GPUs"
+    )
+    retry_max_ms: float = Field(
+        5000,
+        gt=0,
+        description="longest wait before retrying a Redis call that failed (a publish, "
+        "status report, read or acknowledgement refused while Redis is full or down)",
+    )
+    stale_group_s: float = Field(
+        3600,
+        gt=0,
+        description="a variant's group whose consumers have all been idle this long no "
+        "longer holds back the trimming of the stream",
+    )
+    max_stream_length: int = Field(
+        1_000_000,
+        ge=1,
+        description="nor does a variant's group with more unread entries than this",
+    )
+    replay_ratio: float = Field(
+        16.0,
+        ge=0,
+        description="samples replayed from the replay buffer per fresh sample, at most, in "
+        "the learner's spare time (no fresh batch waiting); 0: no replay",
+    )
+    replay_batch: int = Field(
+        16, ge=1, description="samples per replayed step (rounded up to a bucket size)"
+    )
+    replay_buffer: int = Field(
+        2_000, ge=1, description="the most recent fresh samples kept to replay from"
+    )
+    standardize_horizon: int = Field(
+        10_000,
+        ge=1,
+        description="input statistics are exact over the first N samples, then forget "
+        "exponentially with this horizon (models with standardize)",
+    )
+    drift_detection: bool = Field(
+        True,
+        description="watch the online loss for a lasting rise; on one, forget the replay "
+        "buffer's samples from before it",
+    )
+
+    @model_validator(mode="after")
+    def _check_buckets(self) -> LearnerConfig:
+        if self.devices and self.distribute != "mirrored":
+            raise ValueError(f"devices need distribute = 'mirrored', got {list(self.devices)}")
+        if self.buckets is not None:
+            if not self.buckets or any(b < 1 for b in self.buckets):
+                raise ValueError(f"buckets must be positive sizes, got {list(self.buckets)}")
+            if max(self.buckets) < self.max_batch:
+                raise ValueError(
+                    f"the largest bucket must be >= max_batch ({self.max_batch}), "
+                    f"got {list(self.buckets)}"
+                )
+        return self
+
+    def prefetch_depth(self) -> int:
+        """`prefetch_batches`, or, unset, by this machine's cores: a reading thread pays only
+        with cores to spare besides the step's and Redis's (`bench.learner` measures it)."""
+        if self.prefetch_batches is not None:
+            return self.prefetch_batches
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return 2 if (cores or os.cpu_count() or 1) >= PREFETCH_MIN_CORES else 0
+
+    def bucket_sizes(self, replicas: int = 1) -> tuple[int, ...]:
+        """The sorted padded sizes every train step uses (so it never retraces): powers of
+        4 from 16 up to `max_batch` unless `buckets` are given (`streamlearn.nn.buckets`)."""
+        return buckets.ladder(self.max_batch, smallest=16, replicas=replicas, given=self.buckets)
+
+
+class ActorConfig(Frozen):
+    """Dynamic batching and reload policy of the actors."""
+
+    replicas: int = Field(1, ge=1, description="actor processes `streamlearn up` starts")
+    max_batch: int = Field(64, ge=1, description="rows per forward pass, at most")
+    max_wait_ms: float = Field(
+        2, ge=0, description="wait for more, only while requests keep arriving as a batch is read"
+    )
+    reload_check_ms: float = Field(1000, gt=0, description="fallback poll for a new version")
+    status_every_ms: float = Field(
+        2000, gt=0, description="retained per-actor status (version, weights age) refresh"
+    )
+    max_request_rows: int = Field(
+        1024, ge=1, description="rows in one request, at most; more get an error reply"
+    )
+    max_reply_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        description="a reply's JSON, at most (and below the broker's maximum packet size); "
+        "a larger one is replaced by an error reply",
+    )
+    max_queued_requests: int = Field(
+        1000, ge=1, description="requests received and not yet served; more are shed (counted)"
+    )
+    max_queued_bytes: int = Field(
+        64 * 1_048_576, ge=1, description="their payloads together, at most; more are shed"
+    )
+    request_deadline_ms: float = Field(
+        5000,
+        gt=0,
+        description="a request that waited longer (or past its MQTT v5 Message Expiry "
+        "Interval) is not computed: it gets a 'deadline exceeded' error reply",
+    )
+
+
+class PromotionConfig(Frozen):
+    """`[models.NAME.promotion]`: when a challenger replaces the champion.
+
+    Each learner keeps the mean of its test-then-train loss and metric over its last
+    `window_samples` samples; a challenger whose figure beats the champion's by `margin`
+    (relative) while both windows hold `min_samples` takes over.
+    """
+
+    on: Literal["loss", "metric"] = Field(
+        "metric", description="metric: accuracy (higher is better) or MAE; loss: lower is better"
+    )
+    margin: float = Field(0.05, ge=0, lt=1, description="relative, 0.05: 5% better")
+    window_samples: int = Field(5000, ge=1, description="samples the figures are a mean over")
+    min_samples: int = Field(1000, ge=1, description="samples both windows need to compare")
+    cooldown_s: float = Field(60, ge=0, description="no promotion this soon after the last one")
+
+    @model_validator(mode="after")
+    def _check_window(self) -> PromotionConfig:
+        if self.min_samples > self.window_samples:
+            raise ValueError(
+                f"min_samples must be <= window_samples ({self.window_samples}), "
+                f"got {self.min_samples}"
+            )
+        return self

@@ -1,0 +1,60 @@
+"""`streamlearn ingest`: MQTT samples -> Redis stream."""
+
+from __future__ import annotations
+
+import logging
+
+from streamlearn import mqtt
+from streamlearn.contract.payloads import PayloadParser
+from streamlearn.ingest.loop import Ingest
+from streamlearn.observe import metrics
+from streamlearn.observe.presence import Presence
+from streamlearn.store.partitions import open_stream
+from workers import _runtime
+
+log = logging.getLogger("streamlearn.ingest")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _runtime.parse_args("ingest", argv)
+    model, settings, names, client_id = _runtime.load("ingest", args)
+    stream = open_stream(_runtime.redis_client(settings), names, model)
+    ingest = Ingest(PayloadParser(model), stream, model.ingest)
+    stop = _runtime.stop_on_signals()
+    presence = Presence(names, "ingest", _runtime.instance_of(args, settings))
+    client = mqtt.connect(
+        settings.mqtt,
+        client_id,
+        ca_file=settings.mqtt_ca_file,
+        subscriptions=[(names.shared("samples", settings.share_group), 1)],
+        on_message=ingest.on_message,
+        manual_ack=True,
+        persistent=True,
+        receive_maximum=model.ingest.max_pending_messages,
+        online=presence.online,
+    )
+    health = _runtime.connected_health("ingest", client, settings)
+    ingest.heartbeat = health.beat
+    port = metrics.expose(
+        "ingest",
+        model.name,
+        ingest.metrics,
+        settings.metrics_port,
+        {"deadletters_total": "reason"},
+        health=health,
+    )
+    if port is not None:
+        log.info("metrics on port %d", port)
+    log.info("ingest for %s ready on %s", model.name, names.samples_topic)
+    _runtime.settle()
+    try:
+        ingest.run(stop)
+    finally:
+        presence.clear(client)
+        mqtt.close(client)
+    log.info("ingest stopped: %s", ingest.counters)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

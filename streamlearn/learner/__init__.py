@@ -1,0 +1,35 @@
+"""The learner role: micro-batches from the stream (`batching`) into guarded training
+steps (`step`, `guard`, `replay`, `drift`), durable state (`durability`, `state`,
+`checkpoint`) before acknowledgements (`writes`), variants and their contest
+(`variants`), status (`reporting`, `tensorboard`), the multi-host lockstep (`lockstep`,
+`collective`), and `loop`, which runs them; `worker` is its process.
+"""
+
+from __future__ import annotations
+
+from streamlearn._lazy import exports
+
+__all__ = [
+    "Batch",
+    "Contest",
+    "Drainer",
+    "Durability",
+    "Learner",
+    "LearnerWrites",
+    "LockstepLearner",
+    "Trainer",
+]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "Learner": "loop",
+        "Trainer": "step",
+        "Drainer": "batching",
+        "Batch": "batching",
+        "Contest": "variants",
+        "LockstepLearner": "lockstep",
+        "LearnerWrites": "writes",
+        "Durability": "durability",
+    },
+)

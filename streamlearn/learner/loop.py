@@ -1,0 +1,252 @@
+"""The learner: drains micro-batches from the sample stream into training steps.
+
+Its parts, each on a screen of its own:
+- `training.Trainer`: the step on padded batches, test-then-train figures, the guard
+  against non-finite steps;
+- `durability.Durability`: publishes and checkpoints, and acknowledges entries only once
+  the state that learned them is durable; a restart resumes from that state;
+- `reporting.Reporter`: the status, the metrics and the contest between variants;
+- `writes.LearnerWrites`: every write to Redis, retried after a backoff, never fatal.
+
+This module wires them to the stream (`batching.Drainer`, read ahead by a `Prefetcher`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import keras
+
+from streamlearn.config import BASE_VARIANT, LearnerConfig, ModelConfig
+from streamlearn.errors import ConfigError
+from streamlearn.learner.batching import Batch, Drainer, Prefetcher
+from streamlearn.learner.durability import Durability
+from streamlearn.learner.reporting import Reporter, StatusSink
+from streamlearn.learner.step import Trainer
+from streamlearn.learner.variants import Contest
+from streamlearn.learner.writes import LearnerWrites
+from streamlearn.store.stream import SampleStream
+from streamlearn.store.weights import WeightsStore
+
+log = logging.getLogger(__name__)
+
+
+class Learner:
+    """Trains one model (or one variant of it) on its sample stream and publishes its
+    weights."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        sample_queue: SampleStream,
+        store: WeightsStore,
+        *,
+        consumer: str = "learner",
+        status: StatusSink | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        variant: str = BASE_VARIANT,
+        contest: Contest | None = None,
+    ) -> None:
+        """`cfg` is the variant's (`ModelConfig.variant`); `contest` its place among the
+        model's variants, None for a model without any."""
+        self.cfg = cfg
+        self.variant = variant
+        self.contest = contest
+        self.policy = policy = cfg.learner
+        self.queue = sample_queue
+        self.store = store
+        self.consumer = consumer
+        self.clock = clock
+        self.writes = LearnerWrites(sample_queue, store, policy)
+        self.trainer = Trainer(cfg, self.writes.deadletter)
+        self.durability = Durability(cfg, variant, self.trainer, store, self.writes, clock)
+        self.reporter = Reporter(
+            cfg.name,
+            variant,
+            self.trainer,
+            self.writes,
+            status,
+            contest,
+            unpublished=lambda: self.durability.steps_since_publish,
+        )
+        self.y_tail = () if cfg.task == "multiclass" else (1,)
+        self.drainer, self.prefetcher = self.reader(policy, self.trainer.buckets)
+        self._last_status = clock()
+        self.heartbeat: Callable[[], object] = lambda: (
+            None
+        )  # each turn (`streamlearn.observe.health`)
+
+    # the parts tests and benches look at
+    model = property(lambda self: self.trainer.model)
+    state = property(lambda self: self.trainer.state)
+    buckets = property(lambda self: self.trainer.buckets)
+    probe = property(lambda self: self.trainer.probe)
+    replicas = property(lambda self: self.trainer.replicas)
+
+    def reader(
+        self, policy: LearnerConfig, buckets: tuple[int, ...]
+    ) -> tuple[Drainer, Prefetcher | None]:
+        """The stream's batches of up to `policy.max_batch` samples, read ahead."""
+        drainer = Drainer(
+            self.queue,
+            self.consumer,
+            policy,
+            buckets,
+            self.y_tail,
+            stale_after_ms=int(max(30.0, 3 * self.durability.every_s) * 1000),
+            deadletter=self.writes.deadletter,
+        )
+        depth = policy.prefetch_depth()
+        return drainer, Prefetcher(drainer.drain, depth, self.writes.reading) if depth else None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Resume (checkpoint, else latest weights), take pending entries, trace every
+        bucket; with nothing published yet, publish the initial weights."""
+        self.queue.ensure_group()
+        source = self.resume()
+        self.trainer.guard.reset()
+        pending = self.drainer.resume()
+        self.warm_up()
+        if self.store.latest_version() == 0:
+            self.publish()  # actors answer from the start, as any online learner does
+        log.info(
+            "learner %s: %s, step %d, %d entries pending, devices %s, %d traces for buckets %s",
+            self.cfg.name,
+            source,
+            self.state.step,
+            pending,
+            keras.distribution.list_devices(),
+            self.trainer.warm_traces,
+            list(self.buckets),
+        )
+
+    def resume(self) -> str:
+        """The state to go on from (`Durability.resume`); says which."""
+        return self.durability.resume()
+
+    def warm_up(self) -> None:
+        """Trace every bucket once (`Trainer.warm_up`); a contest on a metric needs one."""
+        self.trainer.warm_up()
+        if self.contest and self.contest.rule.on == "metric" and self.trainer.metric_name is None:
+            raise ConfigError(
+                f"models.{self.cfg.name}.promotion.on: 'metric', but variant {self.variant!r} "
+                "compiles no metric; compare on 'loss' or give the model a metric"
+            )
+
+    def run(
+        self, stop: threading.Event | None = None, max_steps: int | None = None, *, burst=False
+    ) -> int:
+        """Train until `stop` is set, `max_steps` batches ran or, with `burst`, the stream
+        has nothing more; returns the number of fresh batches.
+
+        Once it has caught up with the stream (a read found it empty), it replays batches
+        from the replay buffer while the budget allows (`replay`; not with `burst`, which
+        only drains what is there): under a backlog it trains on fresh batches alone.
+        On the way out it publishes and checkpoints what it learned; batches read ahead but
+        not trained stay pending (and are trained by the next `run` or the next process).
+        """
+        stop = stop or threading.Event()
+        steps = 0
+        with self.reading():
+            while not stop.is_set() and (max_steps is None or steps < max_steps):
+                spare = not burst and self.trainer.replay.due() and self._caught_up()
+                batch = self.next_batch(spare)
+                if batch is not None:
+                    self.train_step(batch)
+                    steps += 1
+                elif burst and self._caught_up():
+                    break
+                else:
+                    if self._caught_up():  # publish what it learned now, then replay
+                        self.durability.caught_up()
+                    if spare:
+                        self.replay()
+                self._tick()
+        self.durability.finish()
+        return steps
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        """The read-ahead thread runs within (its batches not taken stay for the next)."""
+        if self.prefetcher:
+            self.prefetcher.start()
+        try:
+            yield
+        finally:
+            if self.prefetcher:
+                self.prefetcher.stop()
+            self.writes.reading.run(self.drainer.land)  # a read sent ahead: into the carry
+
+    def replay(self) -> None:
+        """A step from the replay buffer, if its budget allows."""
+        if self.trainer.replay_step():
+            self.durability.trained(0)
+
+    def next_batch(self, spare: bool) -> Batch | None:
+        """The next fresh batch, waiting for one only when no replay step is due (`spare`)."""
+        wait_s = 0.0 if spare else self._idle_wait_s()
+        if self.prefetcher:
+            return self.prefetcher.get(wait_s)
+        return self._drain(round(wait_s * 1000) or None)
+
+    def _caught_up(self) -> bool:
+        """Whether the stream had nothing more to read (not merely the read-ahead behind)."""
+        return self.prefetcher is None or self.prefetcher.idle.is_set()
+
+    def _idle_wait_s(self) -> float:
+        """How long to wait for a fresh batch with no replay to do: 0.1 s, or, caught up,
+        until an unpublished step may be published (`Durability.caught_up`)."""
+        wait = self.durability.publish_wait_s() if self._caught_up() else None
+        return 0.1 if wait is None else wait
+
+    def _drain(self, idle_block_ms: int | None) -> Batch | None:
+        """Without read-ahead: a drain in this thread, after the backoff when Redis failed."""
+        reading = self.writes.reading
+        if not reading.due():
+            time.sleep(min(0.1, reading.delay()))
+            return None
+        return reading.result(lambda: self.drainer.drain(idle_block_ms=idle_block_ms))
+
+    # -- the work ------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch) -> None:
+        """One step, scored before it learns; a non-finite outcome undoes it."""
+        self.writes.unacked += batch.done  # acknowledged at the next durable point, either way
+        if batch.n and self.trainer.step(batch):  # none: only unusable entries
+            self.durability.trained(batch.n)
+
+    def publish(self) -> None:
+        """Publish now; returns once the entries that makes durable are acknowledged (the
+        loop's own publishes do not wait: `LearnerWrites.acknowledge`)."""
+        self.durability.publish()
+        self.writes.acknowledged()
+
+    def checkpoint(self) -> None:
+        """Checkpoint now; returns as `publish` does."""
+        self.durability.checkpoint()
+        self.writes.acknowledged()
+
+    def status(self) -> dict[str, object]:
+        return self.reporter.status()
+
+    def metrics(self) -> dict[str, float | int | None]:
+        return self.reporter.metrics()
+
+    def report(self, compete: bool = True) -> None:
+        """Status to the sink, figures to the contest (`reporting.Reporter.report`)."""
+        self.reporter.report(self.publish, compete)
+
+    def _tick(self) -> None:
+        self.heartbeat()
+        self.writes.acknowledge()  # before a durable point sends acknowledgements of its own
+        self.durability.tick()
+        now = self.clock()
+        if self.reporter.active and (now - self._last_status) * 1000 >= self.policy.status_every_ms:
+            self._last_status = now
+            self.report()

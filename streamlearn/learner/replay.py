@@ -1,0 +1,95 @@
+"""Replay: more than one gradient step per sample, taken only from the learner's spare time.
+
+In the spirit of Reverb's samples-per-insert rate limiter: every fresh sample the learner
+trains on also goes into a bounded ring buffer of the most recent `replay_buffer` samples,
+and while no fresh batch is waiting the learner trains on batches drawn uniformly from
+that buffer, until it has replayed `replay_ratio` samples per fresh one. A slow stream so
+gives each sample about `1 + replay_ratio` steps; a fast one keeps the learner busy with
+fresh batches and replays nothing. Replayed steps never count in the online metric: a
+sample is scored only on its first sight, before it is learned.
+
+Memory: `replay_buffer` x (bytes per x row + bytes per y row), allocated once, reported.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import numpy as np
+
+from streamlearn.learner.batching import Batch
+
+
+class Replay:
+    """A ring buffer of recent samples and the budget of samples to replay from it."""
+
+    def __init__(
+        self,
+        capacity: int,
+        sample_shape: tuple[int, ...],
+        y_tail: tuple[int, ...],
+        ratio: float,
+        batch: int,
+        buckets: tuple[int, ...],
+        seed: int = 0,
+    ) -> None:
+        self.ratio = ratio
+        # a size the step is traced for, so a replayed batch never retraces
+        self.batch = buckets[min(bisect.bisect_left(buckets, batch), len(buckets) - 1)]
+        self.capacity = capacity if ratio > 0 else 0
+        self.x = np.zeros((self.capacity, *sample_shape), np.float32)
+        self.y = np.zeros((self.capacity, *y_tail), np.float32)
+        self.size = 0  # samples held
+        self._next = 0  # where the next sample goes
+        self.inserted = 0  # fresh samples, ever
+        self.replayed = 0  # samples trained on from the buffer, ever
+        self._rng = np.random.default_rng(seed)
+
+    @property
+    def nbytes(self) -> int:
+        return self.x.nbytes + self.y.nbytes
+
+    def add(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Fresh samples, just trained on; the oldest make room."""
+        if not self.capacity:
+            return
+        n = len(x)
+        if n >= self.capacity:
+            x, y, n = x[-self.capacity :], y[-self.capacity :], self.capacity
+        at = (self._next + np.arange(n)) % self.capacity
+        self.x[at] = x
+        self.y[at] = y.reshape(self.y[at].shape)
+        self._next = (self._next + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+        self.inserted += n
+
+    def due(self) -> bool:
+        """Whether a replayed batch is within the budget (and the buffer can fill one)."""
+        return self.size >= min(self.batch, self.capacity) > 0 and (
+            self.replayed + self.batch <= self.ratio * self.inserted
+        )
+
+    def sample(self) -> Batch:
+        """A batch drawn uniformly from the buffer (with replacement)."""
+        newest = (self._next - 1 - np.arange(self.size)) % self.capacity
+        rows = newest[self._rng.integers(0, self.size, self.batch)]
+        self.replayed += self.batch
+        w = np.ones(self.batch, np.float32)
+        return Batch(self.x[rows], self.y[rows], w, self.batch)
+
+    def keep_newest(self, n: int) -> None:
+        """Forget all but the newest `n` samples (after a drift: the old concept)."""
+        n = min(n, self.size)
+        if n == self.size:
+            return
+        newest = (self._next - 1 - np.arange(n)[::-1]) % self.capacity
+        self.x[:n], self.y[:n] = self.x[newest], self.y[newest]
+        self.size, self._next = n, n % self.capacity if self.capacity else 0
+
+    def figures(self) -> dict[str, int | float]:
+        return {
+            "replay_buffer_samples": self.size,
+            "replay_buffer_bytes": self.nbytes,
+            "replayed_samples": self.replayed,
+            "replay_per_sample": self.replayed / self.inserted if self.inserted else 0.0,
+        }

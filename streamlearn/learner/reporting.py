@@ -1,0 +1,128 @@
+"""What a learner tells the world: its status, its metrics, and its place in the contest.
+
+The status goes to a sink every `status_every_ms`; the worker's sink (`StatusPublisher`)
+publishes it retained on `streamlearn/{model}/status` with samples/s added, and writes
+TensorBoard curves when `tensorboard_dir` is set. With variants, the figures go to the
+contest first (`streamlearn.learner.variants`), which may promote the learner; only the champion's
+learner speaks for the model, with every variant's figures side by side.
+
+The learner and ingest also say that they are there (`Presence`): a retained marker the
+broker clears when the process dies, so that a dead learner's retained status, which stays,
+is not taken for a live one (`streamlearn.observe.monitor`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import paho.mqtt.client as paho
+
+from streamlearn.contract.names import Names
+from streamlearn.learner.step import Trainer
+from streamlearn.learner.tensorboard import Rate, ScalarLog
+from streamlearn.learner.variants import Contest, Promotion
+from streamlearn.learner.writes import LearnerWrites
+
+log = logging.getLogger(__name__)
+
+StatusSink = Callable[[dict[str, object]], None]
+
+
+class Reporter:
+    """One learner's status and metrics, and its reports to the contest and the sink."""
+
+    def __init__(
+        self,
+        cfg_name: str,
+        variant: str,
+        trainer: Trainer,
+        writes: LearnerWrites,
+        sink: StatusSink | None,
+        contest: Contest | None,
+        unpublished: Callable[[], int] = lambda: 0,
+    ) -> None:
+        """`unpublished()`: steps taken since the last published version."""
+        self.model = cfg_name
+        self.unpublished = unpublished
+        self.variant = variant
+        self.trainer = trainer
+        self.writes = writes
+        self.sink = sink
+        self.contest = contest
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anyone to report to."""
+        return self.sink is not None or self.contest is not None
+
+    def status(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "version": self.trainer.state.version,
+            "unpublished_steps": self.unpublished(),
+            **self.trainer.figures(),
+            "variant": self.variant,
+            **self.writes.status(),
+            "updated_at": time.time(),
+        }
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """For `streamlearn.observe.metrics` (Prometheus): names ending in `_total` are counters."""
+        t = self.trainer
+        s = t.state
+        return {
+            "steps_total": s.step,
+            "samples_total": s.samples_seen,
+            "rollbacks_total": s.rollbacks,
+            "dead_lettered_samples_total": s.dead_lettered,
+            "traces_total": t.probe.traces,
+            "retraces_total": t.retraces,  # after warm-up: 0
+            "version": s.version,
+            "online_loss": s.online_loss,
+            "online_metric": s.online_metric,
+            "replay_steps_total": t.replay_steps,
+            "replayed_samples_total": t.replay.replayed,
+            "replay_buffer_samples": t.replay.size,
+            "replay_buffer_bytes": t.replay.nbytes,
+            "drifts_detected_total": t.drift.detected if t.drift else 0,
+            **self.writes.metrics(),
+        }
+
+    def report(self, promoted: Callable[[], None], compete: bool = True) -> None:
+        """Status to the sink; with variants, figures to the contest first (unless not
+        `compete`), and the status only from the champion. `promoted()` runs when this
+        learner has just become the champion (it publishes, so actors switch now)."""
+        status = self.status()
+        if self.contest is not None:
+            if compete and self.writes.compete(self.contest, status) is not None:
+                promoted()
+                status = self.status()
+            status.update(self.contest.view())
+            if not self.contest.is_champion:
+                return
+        if self.sink:
+            self.sink(status)
+
+
+class StatusPublisher:
+    """The worker's status sink: retained MQTT status (with samples/s), TensorBoard curves,
+    and the champion announcements."""
+
+    def __init__(self, client: paho.Client, names: Names, curves: ScalarLog | None) -> None:
+        self.client = client
+        self.names = names
+        self.curves = curves
+        self.rate = Rate()
+
+    def __call__(self, status: dict[str, Any]) -> None:
+        status["samples_per_s"] = self.rate.update(int(status["samples_seen"]))
+        self.client.publish(self.names.status_topic, json.dumps(status), qos=1, retain=True)
+        if self.curves is not None:
+            self.curves.write(status)
+
+    def announce(self, promotion: Promotion) -> None:
+        self.client.publish(self.names.champion_topic, promotion.to_json(), qos=1, retain=True)

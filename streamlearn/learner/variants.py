@@ -1,0 +1,297 @@
+"""Champion and challengers: variants of one model that learn from the same stream.
+
+Each variant (`[models.NAME.variants.VNAME]`, plus `base`, the model's own config) has its
+own learner, reading the stream in its own consumer group (`stream.group_of`). Every learner keeps
+the mean of its test-then-train loss and metric over its last `window_samples` samples
+(`RecentFigures`) and reports them, at each status tick, in the hash `sl:{model}:variants`.
+
+The champion pointer `sl:{model}:champion` (absent: `base`) names the variant the actors
+serve: only the champion's learner also publishes to the model's weights keys
+(`weights.VariantWeights`, checked in the same atomic step as the publish). A challenger
+whose window figure beats the champion's by the configured margin, both windows holding
+`min_samples` and the champion's report fresh, swaps the pointer with a compare-and-set
+(`Contest.tick`); the promotion is stored in `sl:{model}:promotion`, logged, and announced.
+The promoted learner then publishes its weights at once, and actors switch to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+
+from streamlearn.config import BASE_VARIANT, PromotionConfig
+from streamlearn.contract.names import Names
+
+log = logging.getLogger(__name__)
+
+FRESH_S = 10.0  # a champion whose learner reported longer ago than this is not compared
+_HIGHER_IS_BETTER = ("accuracy", "auc", "precision", "recall")
+
+
+def higher_is_better(metric: str | None) -> bool:
+    """Accuracy-like metrics grow as a model improves; errors (MAE) and losses shrink.
+
+    >>> higher_is_better("binary_accuracy"), higher_is_better("mae")
+    (True, False)
+    """
+    return metric is not None and any(word in metric for word in _HIGHER_IS_BETTER)
+
+
+class RecentFigures:
+    """Means of the test-then-train loss and metric over the last `size` samples.
+
+    Kept per batch, so the window holds between `size` and `size` + one batch samples.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.samples = 0
+        self._batches: deque[tuple[int, float, float | None]] = deque()
+        self._loss = self._metric = 0.0
+        self._no_metric = 0  # batches in the window without a metric
+
+    def add(self, n: int, loss: float, metric: float | None) -> None:
+        """A batch of `n` samples scored `loss` and `metric` (means over the batch)."""
+        self._batches.append((n, loss, metric))
+        self._count(n, loss, metric, +1)
+        while self.samples - self._batches[0][0] >= self.size:
+            self._count(*self._batches.popleft(), -1)
+
+    def _count(self, n: int, loss: float, metric: float | None, sign: int) -> None:
+        self.samples += sign * n
+        self._loss += sign * loss * n
+        if metric is None:
+            self._no_metric += sign
+        else:
+            self._metric += sign * metric * n
+
+    def figures(self) -> dict[str, float | int | None]:
+        n = self.samples
+        return {
+            "window_samples": n,
+            "window_loss": self._loss / n if n else None,
+            "window_metric": self._metric / n if n and not self._no_metric else None,
+        }
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """What a promotion announces: who, instead of whom, when, and on which figures."""
+
+    champion: str
+    previous: str
+    at: float  # unix seconds
+    on: str  # "loss" or the metric's name
+    figures: dict[str, dict[str, Any]]  # variant -> its reported figures at the time
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def better_by(mine: float, theirs: float, higher: bool) -> float:
+    """How much better `mine` is than `theirs`, relative to `theirs` (negative: worse).
+
+    >>> better_by(0.9, 1.0, higher=False), better_by(0.5, 0.4, higher=True)
+    (0.1, 0.25)
+    """
+    gain = mine - theirs if higher else theirs - mine
+    return round(gain / abs(theirs), 12) if theirs else (math.inf if gain > 0 else 0.0)
+
+
+def beats(rule: PromotionConfig, mine: dict, champion: dict, now: float) -> bool:
+    """Whether a challenger's reported figures beat the champion's under `rule`."""
+    key = f"window_{rule.on}"
+    if champion.get("metric") != mine.get("metric") and rule.on == "metric":
+        return False  # not the same figure: nothing to compare
+    if now - float(champion.get("updated_at") or 0) > FRESH_S:
+        return False  # the champion's learner is not reporting: its figures are old
+    if min(mine.get("window_samples") or 0, champion.get("window_samples") or 0) < rule.min_samples:
+        return False
+    a, b = mine.get(key), champion.get(key)
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return False
+    higher = rule.on == "metric" and higher_is_better(mine.get("metric"))
+    return better_by(a, b, higher) > rule.margin
+
+
+# KEYS: champion, promotion. ARGV: expected champion, new champion, promotion JSON, the
+# default champion, now (unix s), cooldown (s). Returns 1 when the pointer moved.
+_PROMOTE = """
+local current = redis.call('GET', KEYS[1]) or ARGV[4]
+if current ~= ARGV[1] then return 0 end
+local last = redis.call('GET', KEYS[2])
+if last then
+  local ok, doc = pcall(cjson.decode, last)
+  if ok and type(doc) == 'table' and tonumber(doc['at']) and
+     tonumber(ARGV[5]) - tonumber(doc['at']) < tonumber(ARGV[6]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+class Contest:
+    """One variant's place among its model's variants.
+
+    `tick` reports the variant's figures, reads the others' and the champion pointer in
+    the same round trip, and promotes this variant when its figures beat the champion's.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        names: Names,
+        variant: str,
+        rule: PromotionConfig,
+        *,
+        announce: Callable[[Promotion], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.redis = client
+        self.names = names
+        self.variant = variant
+        self.rule = rule
+        self.announce = announce
+        self.clock = clock
+        self.champion = current_champion(client, names)
+        self.figures: dict[str, dict[str, Any]] = {}
+        self.last_promotion: dict[str, Any] | None = None
+        self._promote = client.register_script(_PROMOTE)
+
+    @property
+    def is_champion(self) -> bool:
+        return self.champion == self.variant
+
+    def tick(self, status: dict[str, Any]) -> Promotion | None:
+        """Report `status` (the learner's, with its window figures); maybe take over."""
+        now = self.clock()
+        entry = {k: status.get(k) for k in _REPORTED}
+        entry.update(variant=self.variant, updated_at=now)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(self.names.variants_key, self.variant, json.dumps(entry))
+        pipe.get(self.names.champion_key)
+        pipe.hgetall(self.names.variants_key)
+        pipe.get(self.names.promotion_key)
+        _, champion, rows, last = pipe.execute()
+        self.champion = champion.decode() if champion else BASE_VARIANT
+        self.figures = _decode_rows(rows)
+        self.last_promotion = _decode(last)
+        theirs = self.figures.get(self.champion)
+        if self.is_champion or theirs is None or not beats(self.rule, entry, theirs, now):
+            return None
+        return self.promote(now)
+
+    def promote(self, now: float | None = None) -> Promotion | None:
+        """Make this variant the champion if the pointer still names the one it beat."""
+        now = self.clock() if now is None else now
+        previous = self.champion
+        on = "loss" if self.rule.on == "loss" else str(self.figures[self.variant].get("metric"))
+        promotion = Promotion(self.variant, previous, now, on, dict(self.figures))
+        moved = self._promote(
+            keys=[self.names.champion_key, self.names.promotion_key],
+            args=[
+                previous,
+                self.variant,
+                promotion.to_json(),
+                BASE_VARIANT,
+                now,
+                self.rule.cooldown_s,
+            ],
+        )
+        if not moved:
+            return None
+        self.champion, self.last_promotion = self.variant, json.loads(promotion.to_json())
+        key = f"window_{self.rule.on}"
+        log.info(
+            "model %s: variant %s promoted to champion over %s (windowed %s: %s vs %s)",
+            self.names.model,
+            self.variant,
+            previous,
+            on,
+            _fmt(self.figures[self.variant].get(key)),
+            _fmt(self.figures.get(previous, {}).get(key)),
+        )
+        if self.announce is not None:
+            self.announce(promotion)
+        return promotion
+
+    def view(self) -> dict[str, Any]:
+        """For the model's status: the champion and every variant's figures side by side."""
+        return _standings(self.champion, self.figures, self.last_promotion)
+
+
+_REPORTED = (
+    "version",
+    "step",
+    "samples_seen",
+    "online_loss",
+    "online_metric",
+    "metric",
+    "window_samples",
+    "window_loss",
+    "window_metric",
+)
+
+
+def read_standings(client: redis.Redis, names: Names) -> dict[str, Any]:
+    """`Contest.view` as the learners last reported it, read from Redis (so it shows even
+    when the champion's learner is down); {} for a model without variants."""
+    pipe = client.pipeline(transaction=False)
+    pipe.get(names.champion_key)
+    pipe.hgetall(names.variants_key)
+    pipe.get(names.promotion_key)
+    champion, rows, promotion = pipe.execute()
+    if not rows:
+        return {}
+    name = champion.decode() if champion else BASE_VARIANT
+    return _standings(name, _decode_rows(rows), _decode(promotion))
+
+
+def _standings(
+    champion: str, figures: dict[str, dict[str, Any]], promotion: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "champion": champion,
+        "variants": {
+            name: {k: v for k, v in doc.items() if k != "variant"}
+            for name, doc in sorted(figures.items())
+        },
+        "promotion": promotion,
+    }
+
+
+def current_champion(client: redis.Redis, names: Names) -> str:
+    value = client.get(names.champion_key)
+    return value.decode() if value else BASE_VARIANT
+
+
+def _decode(raw: bytes | None) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _decode_rows(rows: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for name, raw in rows.items():
+        doc = _decode(raw)
+        if doc is not None:
+            out[name.decode()] = doc
+    return out
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else "-"

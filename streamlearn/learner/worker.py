@@ -1,0 +1,124 @@
+"""`streamlearn learner`: Redis stream -> train_on_batch -> versioned weights.
+
+`--variant VNAME` runs one of the model's variants (`streamlearn.learner.variants`): the same
+stream in its own consumer group, its own weights keys, and the model's while champion.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from streamlearn import mqtt
+from streamlearn.config import BASE_VARIANT
+from streamlearn.config.tfconfig import Workers
+from streamlearn.learner.lockstep import LockstepLearner
+from streamlearn.learner.loop import Learner
+from streamlearn.learner.reporting import StatusPublisher
+from streamlearn.learner.tensorboard import ScalarLog
+from streamlearn.learner.variants import Contest
+from streamlearn.observe import metrics
+from streamlearn.observe.health import Progress, quick_redis
+from streamlearn.observe.monitor import queue_figures
+from streamlearn.observe.presence import Presence
+from streamlearn.store.appends import Appender
+from streamlearn.store.partitions import open_stream
+from streamlearn.store.stream import group_of
+from streamlearn.store.weights import WeightsStore
+from workers import _runtime
+
+log = logging.getLogger("streamlearn.learner")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _runtime.parse_args("learner", argv)
+    model, settings, names, client_id = _runtime.load("learner", args)
+    variant = args.variant or BASE_VARIANT
+    cfg = model.variant(variant)  # ConfigError for an unknown variant
+    if variant != BASE_VARIANT:
+        client_id = f"{client_id}-{variant}"
+    redis = _runtime.redis_client(settings)
+    instance = _runtime.instance_of(args, settings)
+    if variant != BASE_VARIANT:
+        instance = f"{instance}-{variant}"
+    presence = Presence(names, "learner", instance, variant=variant)
+    client = mqtt.connect(
+        settings.mqtt, client_id, ca_file=settings.mqtt_ca_file, online=presence.online
+    )
+
+    label = model.name if variant == BASE_VARIANT else f"{model.name}/variants/{variant}"
+    curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
+    publisher = StatusPublisher(client, names, curves)
+    contest = (
+        Contest(redis, names, variant, model.promotion, announce=publisher.announce)
+        if model.variants
+        else None
+    )
+    store = WeightsStore(
+        redis,
+        names,
+        variant if model.variants else None,
+        keep=cfg.learner.keep_versions,
+        history=cfg.learner.history_versions,
+        history_every_s=cfg.learner.history_every_s,
+    )
+    # one worker of a multi-host learner (docs/scaling.md): its own partitions; only the
+    # chief reports and competes
+    workers = Workers.from_env() if cfg.learner.distribute == "multi_worker" else None
+    partitions = workers.partitions(cfg.ingest.partitions) if workers else None
+    chief = workers is None or workers.chief
+    stream = open_stream(redis, names, cfg, group_of(variant), partitions)
+    parts = {
+        "consumer": f"learner-{model.name}",
+        "status": publisher if chief else None,
+        "variant": variant,
+        "contest": contest if chief else None,
+    }
+    learner = (
+        LockstepLearner(cfg, stream, store, workers=workers, **parts)
+        if workers
+        else Learner(cfg, stream, store, **parts)
+    )
+    stop = _runtime.stop_on_signals()
+    learner.start()  # resumes, then traces every batch bucket once
+
+    def snapshot() -> dict[str, object]:
+        """The learner's counters plus its stream's length, pending and dead letters."""
+        figures = queue_figures(redis, names, group_of(variant), cfg.ingest.partitions)
+        return {**learner.metrics(), **figures}
+
+    health = _runtime.connected_health("learner", client, settings)
+    # Not ready when samples wait and none is trained: a stuck learner (a loop that does
+    # not turn at all fails /livez instead).
+    probe = quick_redis(settings.redis)
+    waiting = [
+        Appender(probe, names.of_partition(i), cfg.sample_shape, group_of(variant))
+        for i in (partitions or range(cfg.ingest.partitions))
+    ]
+
+    def trained() -> int:
+        """Samples trained on or dead-lettered: grows while a backlog is worked off."""
+        return learner.state.samples_seen + learner.state.dead_lettered
+
+    health.add("progress", Progress(trained, lambda: sum(a.backlog() for a in waiting)))
+    learner.heartbeat = health.beat
+    port = metrics.expose("learner", model.name, snapshot, settings.metrics_port, health=health)
+    if port is not None:
+        log.info("metrics on port %d", port)
+    log.info(
+        "learner for %s%s ready at version %d",
+        model.name,
+        "" if contest is None else f" variant {variant} (champion: {contest.champion})",
+        learner.state.version,
+    )
+    try:
+        learner.run(stop)
+        learner.report(compete=False)
+    finally:
+        presence.clear(client)
+        mqtt.close(client)
+    log.info("learner stopped at step %d, version %d", learner.state.step, learner.state.version)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Take a model out of the service: a published version as a standalone Keras file.
+
+The exported model computes what the actors serve for that version, input
+standardisation included, and is made of built-in Keras layers only, so
+`keras.saving.load_model` opens it wherever Keras is, without streamlearn: the
+`Standardize` layer becomes a `keras.layers.Normalization` holding the same mean and
+variance, followed, when some feature has been constant so far, by a `Rescaling` that
+zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
+`Normalization`. (A model whose graph Keras cannot rebuild, a factory's
+subclassed model, is saved as it is: its custom layers need their code, and streamlearn
+for `Standardize`, where it is loaded.) `--format savedmodel` writes a TensorFlow
+SavedModel directory for TF Serving instead (`serve` endpoint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import keras
+import numpy as np
+
+from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.contract import codec
+from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
+from streamlearn.nn import networks, standardize
+from streamlearn.store.weights import WeightsStore
+
+Format = Literal["keras", "savedmodel"]
+
+
+@dataclass(frozen=True)
+class Exported:
+    """What `export` wrote."""
+
+    path: Path
+    version: int
+    variant: str
+    format: Format
+
+
+def export(
+    cfg: ModelConfig,
+    store: WeightsStore,
+    output: str | Path,
+    version: int | None = None,
+    fmt: Format = "keras",
+) -> Exported:
+    """Write version `version` (default: the latest) of `cfg`'s model to `output`."""
+    output = Path(output)
+    if fmt == "keras" and output.suffix != ".keras":
+        raise StreamlearnError(f"--output of the keras format must end in .keras, got {output}")
+    found = store.fetch(version)
+    if found is None:
+        if version is None:
+            raise NoWeightsError(f"no weights published yet for model {cfg.name!r}")
+        raise WeightsError(
+            f"model {cfg.name!r} has no version {version} in Redis; "
+            f"versions kept: {sorted(store.versions()) or 'none'}"
+        )
+    version, blob = found
+    arrays, meta = codec.decode(blob)
+    variant = meta.get("variant", BASE_VARIANT)
+    model = loaded(cfg.variant(variant), arrays)
+    served = standalone(model)
+    if fmt == "keras":
+        served.save(output)
+    elif keras.backend.backend() != "tensorflow":
+        raise StreamlearnError(
+            f"--format savedmodel needs the tensorflow backend, got {keras.backend.backend()!r}"
+        )
+    else:
+        served.export(str(output), format="tf_saved_model", verbose=False)
+    return Exported(output, version, variant, fmt)
+
+
+def loaded(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> keras.Model:
+    """The model of `cfg` holding `arrays`, checked as an actor checks them."""
+    model = networks.build_model(cfg)
+    codec.check_fits(arrays, networks.spec(model))
+    networks.set_arrays(model, arrays)
+    return model
+
+
+def standalone(model: keras.Model) -> keras.Model:
+    """An uncompiled copy of `model` (no optimizer state), its `Standardize` and
+    `Unstandardize` layers replaced by built-in layers (`Normalization`, inverted for the
+    target).
+
+    A model whose graph cannot be rebuilt (a factory's subclass) is returned as it is.
+    """
+    layer = standardize.find(model)
+    normalize = zero = None
+    if layer is not None:
+        mean, var = layer.moments()
+        spread = var > standardize.EPSILON
+        # Normalization divides by sqrt(variance): 1 for a constant feature, then zeroed.
+        normalize = keras.layers.Normalization(
+            mean=mean, variance=np.where(spread, var, 1.0), name=layer.name
+        )
+        if not spread.all():
+            zero = keras.layers.Rescaling(spread.astype("float32"), name=f"{layer.name}_constant")
+
+    target = standardize.find(model, standardize.Unstandardize)
+    if target is not None:
+        mean, var = target.moments()
+        denormalize = keras.layers.Normalization(
+            mean=mean, variance=np.maximum(var, standardize.EPSILON), invert=True, name=target.name
+        )
+
+    def clone(old: keras.layers.Layer) -> keras.layers.Layer:
+        if old is layer:
+            return normalize
+        if old is target:
+            return denormalize
+        return old.__class__.from_config(old.get_config())
+
+    def call(new: keras.layers.Layer, *args: Any, **kwargs: Any) -> Any:
+        out = new(*args, **kwargs)
+        return zero(out) if new is normalize and zero is not None else out
+
+    try:
+        copy = keras.models.clone_model(model, clone_function=clone, call_function=call)
+    except ValueError:  # only a functional model's graph can be rebuilt with a layer added
+        return model
+    for old in model.layers:
+        if old is not layer and old is not target and old.weights:
+            copy.get_layer(old.name).set_weights(old.get_weights())
+    return copy

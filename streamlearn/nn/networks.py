@@ -1,0 +1,260 @@
+"""Keras models from config, and moving their weights in and out as named arrays.
+
+Only the public `keras` API is used, so the same code runs on the TensorFlow, JAX or
+PyTorch backend (data-parallel training through `tf.distribute` is TensorFlow's own).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# On a GPU, JAX and TensorFlow each take most of the device's memory in the first process
+# that touches it, so a second (an actor beside the learner) fails with out-of-memory.
+# Allocate what is used instead; set these variables to override.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
+from streamlearn.config.tfconfig import Workers  # noqa: E402
+from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
+from streamlearn.nn.standardize import Standardize, Unstandardize  # noqa: E402
+
+_HEADS = {
+    "regression": (None, "mse", "mae"),
+    "binary": ("sigmoid", "binary_crossentropy", "binary_accuracy"),
+    "multiclass": ("softmax", "sparse_categorical_crossentropy", "sparse_categorical_accuracy"),
+}
+
+
+def build_model(cfg: ModelConfig, strategy: Any = None) -> keras.Model:
+    """A compiled model for `cfg`, with stable layer names so weights match across processes.
+
+    With a `tf.distribute` strategy, its variables (optimizer's included) are mirrored.
+    """
+    if strategy is None:
+        return _build(cfg)
+    with strategy.scope():
+        model = _build(cfg)
+        training_variables(model)
+        return model
+
+
+def _build(cfg: ModelConfig) -> keras.Model:
+    if cfg.factory:
+        if cfg.learner.clip_norm is not None:
+            raise ConfigError(
+                f"models.{cfg.name}.learner.clip_norm: applies to built-in architectures; "
+                f"set global_clipnorm on the optimizer {cfg.factory} returns, got "
+                f"{cfg.learner.clip_norm}"
+            )
+        return _from_factory(cfg)
+    activation, loss, metric = _HEADS[cfg.task]
+    inputs = keras.Input(shape=cfg.sample_shape, name="x")
+    h = Standardize(name="standardize")(inputs) if cfg.standardize else inputs
+    if cfg.architecture == "lstm":
+        *rest, last = cfg.hidden
+        for i, units in enumerate(rest):
+            h = keras.layers.LSTM(units, return_sequences=True, name=f"lstm_{i}")(h)
+        h = keras.layers.LSTM(last, name=f"lstm_{len(rest)}")(h)
+    elif cfg.architecture == "conv1d":
+        h = _conv1d(h, cfg)
+    elif cfg.architecture == "mlp":
+        for i, units in enumerate(cfg.hidden):
+            h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
+    outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(h)
+    if cfg.standardize and cfg.task == "regression":
+        outputs = Unstandardize(name="unstandardize")(outputs)
+    model = keras.Model(inputs, outputs, name=cfg.name)
+    optimizer = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}[cfg.optimizer]
+    opt = optimizer(cfg.learning_rate, global_clipnorm=cfg.learner.clip_norm)
+    model.compile(optimizer=opt, loss=loss, weighted_metrics=[metric])
+    return model
+
+
+def _conv1d(h: Any, cfg: ModelConfig) -> Any:
+    """A causal convolution over the window, flattened, then dense layers.
+
+    Flatten rather than pooling keeps where in the window a pattern sits (a lag is a
+    position), which pooling would average away; the windows are short, so it stays small.
+    """
+    first, *rest = cfg.hidden
+    kernel = min(3, cfg.window or 1)
+    h = keras.layers.Conv1D(first, kernel, padding="causal", activation="relu", name="conv_0")(h)
+    h = keras.layers.Flatten(name="flatten")(h)
+    for i, units in enumerate(rest or [first]):
+        h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
+    return h
+
+
+def head_metric(task: str) -> str:
+    """The metric a built-in model of `task` compiles (its name in the step's logs)."""
+    return _HEADS[task][2]
+
+
+def distribution(cfg: LearnerConfig) -> Any:
+    """The `tf.distribute` strategy the learner trains under, or None (one device):
+    `MirroredStrategy` over this host's devices, or `MultiWorkerMirroredStrategy` over the
+    workers `TF_CONFIG` names (`streamlearn.learner.collective`)."""
+    if cfg.distribute == "none":
+        return None
+    if keras.backend.backend() != "tensorflow":
+        raise ConfigError(
+            f"learner.distribute: {cfg.distribute!r} needs the tensorflow backend, "
+            f"got {keras.backend.backend()!r}"
+        )
+    import tensorflow as tf
+
+    if cfg.distribute == "multi_worker":
+        Workers.from_env()  # a ConfigError, not TensorFlow's, when TF_CONFIG is missing
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.MirroredStrategy(list(cfg.devices) or None)
+
+
+def split_per_replica(strategy: Any, array: np.ndarray) -> Any:
+    """Replica r gets rows r, r+N, r+2N..., so real rows spread evenly over the padding."""
+    n = strategy.num_replicas_in_sync
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: array[ctx.replica_id_in_sync_group :: n]
+    )
+
+
+FINITE = "finite"
+
+
+class TrainProbe:
+    """Counts traces of the model's train step and adds a `finite` flag to its logs; on
+    TensorFlow the step also resets the metrics, so the logs stay those of its batch.
+
+    Python code in a compiled step runs only while it is traced, so `traces` is a true
+    count of (re)traces; under eager execution every step counts. The flag (1.0 when every
+    weight and optimizer variable is finite after the update) is computed inside the step,
+    so checking it costs no copy to the host (on JAX, from the step's new state; a
+    backend whose step returns neither form gets no flag, and the learner checks on the host).
+    """
+
+    def __init__(self, model: keras.Model, replicas: int = 1) -> None:
+        self.calls = 0
+        self.replicas = replicas  # a mirrored step is traced once per replica
+        inner = model.train_step
+        # On TensorFlow the step itself zeroes the metrics first, in its graph, and the
+        # eager `reset_metrics` of every `train_on_batch` (an assign per metric variable,
+        # ~0.4 ms a step on 2 cores: a third of a 256-sample step) is skipped.
+        in_step = keras.backend.backend() == "tensorflow"
+
+        def train_step(*args: Any) -> Any:
+            self.calls += 1
+            if in_step:
+                for v in model.metrics_variables:
+                    v.assign(keras.ops.zeros(v.shape, v.dtype))
+            out = inner(*args)
+            if isinstance(out, dict):  # TensorFlow, PyTorch: variables updated in place
+                variables = [*model.trainable_variables, *model.optimizer.variables]
+                return {**out, FINITE: all_finite_tensor(variables)}
+            if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict):
+                # JAX: (logs, state), state = (trainable, non-trainable, optimizer, metrics)
+                logs, state = out
+                return {**logs, FINITE: all_finite_tensor([*state[0], *state[2]])}, state
+            return out
+
+        model.train_step = train_step
+        if in_step:
+            model.reset_metrics = lambda: None  # done by the step (`train_on_batch` only)
+        if getattr(model, "train_function", None) is not None:
+            model.make_train_function(force=True)
+
+    @property
+    def traces(self) -> int:
+        return self.calls // self.replicas
+
+
+def all_finite_tensor(values: list[Any]) -> Any:
+    """1.0 when every float value is finite: one isfinite over all, fewer ops than one each."""
+    flat = [
+        keras.ops.reshape(keras.ops.cast(v, "float32"), (-1,))
+        for v in values
+        if keras.backend.is_float_dtype(v.dtype)
+    ]
+    return keras.ops.cast(keras.ops.all(keras.ops.isfinite(keras.ops.concatenate(flat))), "float32")
+
+
+def all_finite(values: list[np.ndarray]) -> bool:
+    return all(np.all(np.isfinite(v)) for v in values if np.issubdtype(v.dtype, np.floating))
+
+
+def _from_factory(cfg: ModelConfig) -> keras.Model:
+    module_name, _, func_name = (cfg.factory or "").partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"models.{cfg.name}.factory: cannot load {cfg.factory!r}: {exc}"
+        ) from None
+    model = factory(cfg)
+    if not isinstance(model, keras.Model) or model.optimizer is None:
+        raise ConfigError(
+            f"models.{cfg.name}.factory: {cfg.factory} must return a compiled keras.Model"
+        )
+    return model
+
+
+def get_arrays(model: keras.Model) -> dict[str, np.ndarray]:
+    """The model's weights by variable path (copies)."""
+    return {v.path: np.array(keras.ops.convert_to_numpy(v)) for v in model.weights}
+
+
+def spec(model: keras.Model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Expected name -> (shape, dtype) of every weight, to validate a blob against."""
+    return {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in model.weights}
+
+
+def set_arrays(model: keras.Model, arrays: dict[str, np.ndarray]) -> None:
+    """Load named arrays (already validated with `codec.check_fits`)."""
+    try:
+        for v in model.weights:
+            v.assign(arrays[v.path])
+    except KeyError as exc:
+        raise WeightsError(f"missing weight {exc}") from None
+
+
+def training_variables(model: keras.Model) -> list[keras.Variable]:
+    """Weights plus optimizer state: what a rollback or checkpoint must restore."""
+    if not model.optimizer.built:
+        model.optimizer.build(model.trainable_variables)
+    return list(model.weights) + list(model.optimizer.variables)
+
+
+def training_names(model: keras.Model) -> list[str]:
+    """Stable names of `training_variables`: weight paths, then `optimizer/NAME`.
+
+    An optimizer's own paths carry a per-process counter (`adam_7/iteration`), so they
+    would not match between two learners in one process.
+    """
+    n = len(model.weights)
+    return [
+        v.path if i < n else "optimizer/" + v.path.split("/", 1)[-1]
+        for i, v in enumerate(training_variables(model))
+    ]
+
+
+def training_spec(model: keras.Model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """`spec` of every training variable by `training_names`, for checkpoints."""
+    variables, names = training_variables(model), training_names(model)
+    found = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in zip(names, variables, strict=True)}
+    if len(found) != len(variables):
+        raise WeightsError(f"training variables of the model have duplicate names: {names}")
+    return found
+
+
+def snapshot(variables: list[keras.Variable]) -> list[np.ndarray]:
+    return [np.array(keras.ops.convert_to_numpy(v)) for v in variables]
+
+
+def restore(variables: list[keras.Variable], values: list[np.ndarray]) -> None:
+    for var, value in zip(variables, values, strict=True):
+        var.assign(value)

@@ -1,0 +1,22 @@
+"""`streamlearn up`: the local stack. The supervisor of every role's processes
+(`supervisor`), the embedded `redis-server` and `mosquitto` (`embedded`), the run file
+the commands and `Client()` read (`runfile`), the run's logs (`runlog`), the dashboard
+(`dashboard`, `static/`) and the demo stream (`demo`).
+"""
+
+from __future__ import annotations
+
+from streamlearn._lazy import exports
+
+__all__ = ["Dashboard", "DemoStream", "Stack", "mosquitto", "redis_server"]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "Stack": "supervisor",
+        "DemoStream": "demo",
+        "Dashboard": "dashboard",
+        "redis_server": "embedded",
+        "mosquitto": "embedded",
+    },
+)

@@ -1,0 +1,171 @@
+"""A small live dashboard for `streamlearn up`, served on localhost.
+
+A sampler thread records, once a second, each model's learner status and queue figures
+(and, for a model with variants, each variant's figures from `champion.read_standings`);
+the page (plain HTML and JS shipped in the package, no build step, no external library)
+polls `/api/series` and draws SVG charts with axes, one line per variant, and a y scale
+that a start-up spike does not flatten (see dashboard.js, `scale`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+
+from streamlearn.config import AppConfig, Settings
+from streamlearn.observe.monitor import StatusMonitor, snapshot
+from streamlearn.store import redis_client
+
+log = logging.getLogger(__name__)
+
+_STATIC = {
+    "/": ("dashboard.html", "text/html"),
+    "/dashboard.js": ("dashboard.js", "text/javascript"),
+}
+
+
+_KEYS = (
+    "at",
+    "updated_at",
+    "status_age_s",
+    "learner_state",
+    "version",
+    "step",
+    "samples_seen",
+    "online_loss",
+    "online_metric",
+    "metric",
+    "queue_length",
+    "pending",
+    "deadletters",
+    "champion",
+    "latest_version",
+    "pinned_version",
+)
+# Each variant's figures, as its learner last wrote them in the model's variants hash.
+_VARIANT_KEYS = ("updated_at", "version", "samples_seen", "online_loss", "online_metric", "metric")
+
+
+def samples_per_s(prev: dict[str, Any] | None, point: dict[str, Any]) -> float | None:
+    """Samples trained per second between two reports, by the learner's own clock; the
+    previous rate while the report has not changed.
+
+    >>> samples_per_s({"updated_at": 1, "samples_seen": 0}, {"updated_at": 3, "samples_seen": 200})
+    100.0
+    """
+    if prev is None:
+        return None
+    t0, t1 = prev.get("updated_at"), point.get("updated_at")
+    n0, n1 = prev.get("samples_seen"), point.get("samples_seen")
+    if all(isinstance(v, int | float) for v in (t0, t1, n0, n1)) and t1 > t0:
+        return (n1 - n0) / (t1 - t0)
+    return prev.get("samples_per_s")
+
+
+class Dashboard:
+    def __init__(
+        self,
+        cfg: AppConfig,
+        settings: Settings,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        every_s: float = 1.0,
+        keep: int = 900,
+    ) -> None:
+        self.cfg = cfg
+        self.settings = settings
+        self.every_s = every_s
+        self.series: dict[str, deque[dict[str, Any]]] = {m: deque(maxlen=keep) for m in cfg.models}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def start(self, *, sample: bool = True) -> str:
+        """Serve the page; `sample=False` serves only what `record` is given (tests)."""
+        targets = [self._server.serve_forever] + ([self._sample_loop] if sample else [])
+        for target in targets:
+            thread = threading.Thread(target=target, daemon=True, name="dashboard")
+            thread.start()
+            self._threads.append(thread)
+        return self.url
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def data(self) -> dict[str, Any]:
+        with self._lock:
+            return {"models": {m: list(points) for m, points in self.series.items()}}
+
+    def _sample_loop(self) -> None:
+        monitor = None
+        store = redis_client.connect(self.settings.redis, socket_timeout=5)
+        while not self._stop.is_set():
+            try:
+                monitor = monitor or StatusMonitor(self.cfg, self.settings)
+                self.record(snapshot(monitor, store))
+            except Exception as exc:  # a dashboard hiccup must never stop the stack
+                log.debug("dashboard sample failed: %s", exc)
+            self._stop.wait(self.every_s)
+        if monitor:
+            monitor.close()
+
+    def record(self, rows: list[dict[str, Any]]) -> None:
+        """Append one point per model; samples/s comes from the learner's own timestamps."""
+        with self._lock:
+            for row in rows:
+                points = self.series[row["model"]]
+                prev = points[-1] if points else None
+                point = {k: row.get(k) for k in _KEYS}
+                point["actors"] = len(row.get("actors", []))
+                point["samples_per_s"] = samples_per_s(prev, point)
+                if point["status_age_s"] is None and isinstance(point["updated_at"], int | float):
+                    point["status_age_s"] = round(max(0.0, row["at"] - point["updated_at"]), 1)
+                before = (prev or {}).get("variants") or {}
+                point["variants"] = {}
+                for name, doc in (row.get("variants") or {}).items():
+                    if isinstance(doc, dict):
+                        figures = {k: doc.get(k) for k in _VARIANT_KEYS}
+                        figures["samples_per_s"] = samples_per_s(before.get(name), figures)
+                        point["variants"][name] = figures
+                points.append(point)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        dashboard = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                path = self.path.split("?")[0]
+                if path == "/api/series":
+                    body, kind = json.dumps(dashboard.data()).encode(), "application/json"
+                elif path in _STATIC:
+                    name, kind = _STATIC[path]
+                    body = resources.files("streamlearn.stack.static").joinpath(name).read_bytes()
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", f"{kind}; charset=utf-8")
+                self.send_header("Cache-Control", "no-store")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        return Handler

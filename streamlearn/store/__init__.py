@@ -1,0 +1,41 @@
+"""Every Redis structure and its Lua: connecting (a server or a Cluster), the scripts
+(`lua/`), the samples stream and its exactly-once appends, partitions, per-device
+windows, the weights store, and calls sent ahead or retried.
+"""
+
+from __future__ import annotations
+
+from streamlearn._lazy import exports
+
+__all__ = [
+    "Appender",
+    "Entry",
+    "Packed",
+    "PartitionedStream",
+    "Retried",
+    "SampleStream",
+    "Sent",
+    "WeightsStore",
+    "WindowStore",
+    "connect",
+    "group_of",
+    "open_stream",
+]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "connect": "redis_client",
+        "SampleStream": "stream",
+        "Packed": "stream",
+        "Entry": "stream",
+        "group_of": "stream",
+        "Appender": "appends",
+        "PartitionedStream": "partitions",
+        "open_stream": "partitions",
+        "WindowStore": "windows",
+        "WeightsStore": "weights",
+        "Retried": "retries",
+        "Sent": "sent",
+    },
+)

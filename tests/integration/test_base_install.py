@@ -1,0 +1,73 @@
+"""`pip install streamlearn` alone (paho only, no extras), in a fresh venv: the command
+works, says which extra a service command needs, and installs no top-level `workers`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the base install of this checkout."""
+    env = tmp_path_factory.mktemp("base") / "venv"
+    venv.create(env, with_pip=True)
+    done = subprocess.run(
+        [env / "bin" / "python", "-m", "pip", "install", "-q", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return env
+
+
+def run(env: Path, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(env / "bin" / argv[0]), *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=env,  # not the checkout: the installed package, not the source tree
+    )
+
+
+def test_the_command_works_without_the_service_extra(base):
+    assert run(base, "python", "-c", "import pydantic").returncode != 0, "a base install"
+    for argv in (("streamlearn", "--help"), ("python", "-m", "streamlearn", "--help")):
+        done = run(base, *argv)
+        assert done.returncode == 0, done.stderr
+        assert "publish" in done.stdout and "predict" in done.stdout
+    version = run(base, "streamlearn", "--version")
+    assert version.returncode == 0 and version.stdout.startswith("streamlearn 0."), version
+
+
+def test_a_service_command_names_the_extra_in_one_line(base):
+    helped = run(base, "streamlearn", "up", "--help")
+    assert helped.returncode == 0
+    assert "pip install 'streamlearn[service]'" in " ".join(helped.stdout.split())
+    for argv in (
+        ("streamlearn", "up"),
+        ("streamlearn", "init", "data.csv"),
+        ("streamlearn", "ingest"),
+    ):
+        done = run(base, *argv)
+        assert done.returncode == 2, (argv, done.stderr)
+        assert done.stderr.strip().splitlines() == [
+            "streamlearn: this command needs the service extra: pip install 'streamlearn[service]'"
+        ], argv
+
+
+def test_the_wheel_claims_no_generic_top_level_name_and_names_its_license(base):
+    site = next((base / "lib").glob("python3*/site-packages"))
+    assert (site / "streamlearn").is_dir()
+    assert not (site / "workers").exists()
+    shown = run(base, "python", "-m", "pip", "show", "streamlearn").stdout
+    assert "Apache-2.0" in shown, shown
+    assert sys.version_info >= (3, 11)

@@ -1,0 +1,463 @@
+"""The files under deploy/ and compose.yaml, checked with the real servers they configure.
+
+No Docker engine runs here, so each part is tested for real on its own: the broker config,
+password file and ACL on a real mosquitto; the Redis ACL on a real redis-server; the
+whole stack of worker processes under those least-privilege users; TLS; and compose.yaml
+for consistency with the code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import paho.mqtt.client as paho
+import pytest
+import redis as redis_lib
+import yaml
+
+from streamlearn import mqtt
+from streamlearn.config import Settings, load_config
+from streamlearn.contract.names import Names
+from streamlearn.contract.records import Samples
+from streamlearn.errors import StreamlearnError, WeightsError
+from streamlearn.observe.monitor import StatusMonitor
+from streamlearn.store.stream import SampleStream
+from streamlearn.store.weights import WeightsStore
+from tests.conftest import ROOT, eventually, role_env
+from tests.deployed import (
+    MQTT_PW,
+    REDIS_PW,
+    DeployedBroker,
+    deployed_broker,
+    device_url,
+    mqtt_url,
+    redis_as,
+)
+
+# -- mosquitto -----------------------------------------------------------------------------
+
+NOT_AUTHORIZED = 0x87
+
+
+class Peer:
+    """One MQTT v5 client: what it receives, and the broker's PUBACK reason per publish."""
+
+    def __init__(
+        self,
+        url: str,
+        topics: list[str] = (),
+        client_id: str | None = None,
+        ca_file: Path | None = None,
+        persistent: bool = False,
+    ) -> None:
+        self.got: list[paho.MQTTMessage] = []
+        self.acks: dict[int, int] = {}
+        self.disconnects = 0
+        self._cond = threading.Condition()
+        self.client = mqtt.connect(
+            url,
+            client_id,
+            subscriptions=[(t, 1) for t in topics],
+            on_message=self._on_message,
+            ca_file=str(ca_file) if ca_file else None,
+            persistent=persistent,
+        )
+        self.client.on_publish = self._on_publish
+        on_disconnect = self.client.on_disconnect
+
+        def counted(*args: object) -> None:
+            self.disconnects += 1
+            on_disconnect(*args)
+
+        self.client.on_disconnect = counted
+
+    def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
+        with self._cond:
+            self.got.append(msg)
+            self._cond.notify_all()
+
+    def _on_publish(self, _c: object, _u: object, mid: int, reason: object, _p: object) -> None:
+        with self._cond:
+            self.acks[mid] = getattr(reason, "value", 0)
+            self._cond.notify_all()
+
+    def publish(self, topic: str, payload: bytes = b"{}") -> int:
+        """Publish with QoS 1; the broker's PUBACK reason code (0: accepted)."""
+        mid = self.client.publish(topic, payload, qos=1).mid
+        with self._cond:
+            assert self._cond.wait_for(lambda: mid in self.acks, 10), f"no PUBACK for {topic}"
+            return self.acks[mid]
+
+    def wait_for(self, topic: str, timeout_s: float = 10) -> None:
+        """Until a message on `topic` has arrived (messages from one publisher arrive in
+        the order published, so what it published before has arrived too, or never will)."""
+        self.wait_until(lambda m: m.topic == topic, f"a message on {topic}", timeout_s)
+
+    def wait_until(
+        self, match: Callable[[paho.MQTTMessage], bool], what: str, timeout_s: float = 10
+    ) -> None:
+        with self._cond:
+            done = self._cond.wait_for(lambda: any(match(m) for m in self.got), timeout_s)
+            assert done, f"no {what} within {timeout_s} s; got {self.topics()}"
+
+    def topics(self) -> list[str]:
+        return [m.topic for m in self.got]
+
+    def close(self) -> None:
+        mqtt.close(self.client)
+
+
+def device(broker: DeployedBroker, name: str, topics: list[str] = (), **kw: object) -> Peer:
+    """A device on the TLS listener with its own account."""
+    return Peer(device_url(broker, name), topics, ca_file=broker.ca_file, **kw)
+
+
+def test_anonymous_and_wrong_password_are_refused(broker):
+    for url in (f"mqtt://127.0.0.1:{broker.port}", mqtt_url(broker, "learner", "not-it")):
+        with pytest.raises(StreamlearnError, match="refused"):
+            mqtt.connect(url, timeout_s=5)
+    for url in (f"mqtts://localhost:{broker.tls_port}", device_url(broker, "alice", "not-it")):
+        with pytest.raises(StreamlearnError, match="refused"):
+            mqtt.connect(url, ca_file=str(broker.ca_file), timeout_s=5)
+
+
+def test_devices_connect_over_tls_only(broker):
+    """The devices' listener speaks TLS with the certificate make-certs.sh made."""
+    with pytest.raises(StreamlearnError):  # plaintext on the TLS port
+        mqtt.connect(f"mqtt://alice:{MQTT_PW['alice']}@localhost:{broker.tls_port}", timeout_s=3)
+    with pytest.raises(StreamlearnError):  # TLS, but a server the client cannot verify
+        mqtt.connect(device_url(broker, "alice"), timeout_s=3)
+    names = Names("m")
+    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared("samples", "g")])
+    alice = device(broker, "alice")
+    assert alice.publish(names.samples_topic, b"over tls") == 0
+    ingest.wait_for(names.samples_topic)
+    assert ingest.got[0].payload == b"over tls"
+    for peer in (ingest, alice):
+        peer.close()
+
+
+def test_each_device_is_confined_to_its_own_requests_and_replies(broker):
+    names = Names("m")
+    actor = Peer(
+        mqtt_url(broker, "actor"), [names.shared("predict", "g"), names.shared("predict/+", "g")]
+    )
+    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared("samples", "g")])
+    learner = Peer(mqtt_url(broker, "learner"))
+    replies = names.topic("replies/#")
+    alice = device(
+        broker, "alice", [replies, names.predictions_topic, names.status_topic], client_id="alice"
+    )
+    bob = device(broker, "bob", [names.topic("replies/bob/#")], client_id="bob")
+
+    # Requests only on predict/<own client id>; nothing a device may not write gets in.
+    assert alice.publish(names.topic("predict/alice")) == 0
+    for topic in (
+        names.predict_topic,
+        names.topic("predict/bob"),
+        names.status_topic,
+        names.predictions_topic,
+        names.topic("replies/bob/1"),
+        names.topic("actors/x"),
+    ):
+        assert alice.publish(topic) == NOT_AUTHORIZED, topic
+    assert alice.publish(names.samples_topic) == 0
+    ingest.wait_for(names.samples_topic)  # alice's last publish: the refused ones are not in
+    actor.wait_for(names.topic("predict/alice"))
+    assert actor.topics() == [names.topic("predict/alice")]
+
+    # Replies: each device reads its own; the status comes only from the learner.
+    assert actor.publish(names.topic("replies/bob/1"), b'{"to": "bob"}') == 0
+    assert actor.publish(names.topic("replies/alice/1"), b'{"to": "alice"}') == 0
+    assert learner.publish(names.status_topic, b'{"version": 1}') == 0
+    bob.wait_for(names.topic("replies/bob/1"))
+    alice.wait_for(names.topic("replies/alice/1"))
+    alice.wait_for(names.status_topic)
+    assert sorted(alice.topics()) == sorted([names.topic("replies/alice/1"), names.status_topic])
+    assert bob.topics() == [names.topic("replies/bob/1")]
+
+    # Alice asking for bob's client id is still alice: bob keeps his connection and his
+    # replies, and she can neither send bob's requests nor read his replies.
+    impostor = device(broker, "alice", [names.topic("replies/bob/#"), replies], client_id="bob")
+    assert impostor.publish(names.topic("predict/bob")) == NOT_AUTHORIZED
+    assert impostor.publish(names.topic("predict/alice")) == 0
+    actor.wait_for(names.topic("predict/alice"))
+    assert bob.publish(names.topic("predict/bob")) == 0
+    actor.wait_for(names.topic("predict/bob"))
+    assert actor.publish(names.topic("replies/bob/2")) == 0
+    assert actor.publish(names.topic("replies/alice/2")) == 0
+    bob.wait_for(names.topic("replies/bob/2"))
+    impostor.wait_for(names.topic("replies/alice/2"))
+    assert impostor.topics() == [names.topic("replies/alice/2")]
+    assert bob.disconnects == 0 and bob.client.is_connected()
+    for peer in (actor, ingest, learner, alice, bob, impostor):
+        peer.close()
+
+
+def test_a_full_queue_drops_samples_and_status_says_so(settings, tmp_path):
+    """Beyond max_queued_messages the broker drops samples it has acknowledged to devices:
+    they are counted in $SYS/broker/publish/messages/dropped, and `streamlearn status`
+    shows the count with a warning."""
+    names = Names("m")
+    limit, sent = 10, 30
+    overrides = {"max_queued_messages": str(limit), "sys_interval": "1"}
+    with deployed_broker(overrides) as broker:
+        # An ingest worker's persistent session, away (a restart, or back-pressure holding).
+        worker = ("ingest", [names.shared("samples", "streamlearn")], "sl-ingest-m-1")
+        Peer(mqtt_url(broker, worker[0]), worker[1], worker[2], persistent=True).close()
+        sensor = device(broker, "dev-1")
+        for i in range(sent):
+            assert sensor.publish(names.samples_topic, str(i).encode()) == 0, "acknowledged"
+
+        toml = tmp_path / "streamlearn.toml"
+        toml.write_text('[models.m]\ninputs = 2\ntask = "regression"\n')
+        learner = Settings(mqtt_url=mqtt_url(broker, "learner"), redis_url=settings.redis)
+        monitor = StatusMonitor(load_config(str(toml)), learner)
+        try:
+            eventually(
+                lambda: monitor.broker().get("dropped_messages") == sent - limit,
+                15,
+                f"{sent - limit} dropped messages counted",
+            )
+        finally:
+            monitor.close()
+        env = role_env(learner)
+        argv = [sys.executable, "-m", "streamlearn", "status", "--config", str(toml)]
+        as_json = subprocess.run(
+            [*argv, "--json"], env=env, capture_output=True, text=True, timeout=60
+        )
+        rows = json.loads(as_json.stdout)
+        assert rows[0]["broker"]["dropped_messages"] == sent - limit, as_json.stderr
+        assert "lost" in rows[0]["broker"]["warning"]
+        text = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60).stdout
+        assert f"WARNING: the broker dropped {sent - limit} messages" in text, text
+        assert re.search(
+            rf"broker: {sent - limit} messages dropped .*, \d+ stored \(\d+ bytes\), up \d+ s", text
+        )
+
+        # The worker back: the first `limit` samples waited for it, the rest are gone.
+        back = Peer(mqtt_url(broker, worker[0]), worker[1], worker[2], persistent=True)
+        assert sensor.publish(names.samples_topic, b"after") == 0
+        back.wait_until(lambda m: m.payload == b"after", "the sample sent after its return")
+        assert [m.payload for m in back.got] == [str(i).encode() for i in range(limit)] + [b"after"]
+        for peer in (back, sensor):
+            peer.close()
+
+
+# -- redis ---------------------------------------------------------------------------------
+
+
+def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
+    names = Names("m")
+    ingest, learner, actor = (redis_as(acl_redis, r) for r in ("ingest", "learner", "actor"))
+
+    # Each role's real code path works under its user.
+    SampleStream(learner, names, (2,)).ensure_group()
+    SampleStream(ingest, names, (2,)).write(
+        [Samples(np.ones((3, 2), np.float32), np.ones(3, np.float32))]
+    )
+    consumer = SampleStream(learner, names, (2,))
+    entries = consumer.read("l", 10, None)
+    assert len(entries) == 1 and len(entries[0].samples) == 3
+    consumer.ack([e.id for e in entries])
+    consumer.trim()
+    WeightsStore(learner, names).publish(b"blob")
+    assert WeightsStore(actor, names).fetch() == (1, b"blob")
+    # the operator's commands run with the learner's account: pin, a refused pin, unpin
+    operator = WeightsStore(learner, names)
+    operator.pin(1)
+    assert WeightsStore(actor, names).pinned_version() == 1
+    with pytest.raises(WeightsError, match=r"no version 7 in Redis; versions kept: \[1\]"):
+        operator.pin(7)
+    assert operator.unpin() == 1 and WeightsStore(actor, names).pinned_version() is None
+
+    denied = [
+        (ingest, ["HSET", names.blobs_key, "2", "x"]),
+        (ingest, ["XREADGROUP", "GROUP", "learners", "x", "STREAMS", names.samples_key, ">"]),
+        (ingest, ["GET", names.latest_key]),
+        (actor, ["XADD", names.samples_key, "*", "n", "1"]),
+        (actor, ["SET", names.latest_key, "99"]),
+        (actor, ["PUBLISH", names.weights_channel, "99"]),
+        (learner, ["SET", "other", "x"]),
+        (learner, ["XGROUP", "DESTROY", names.samples_key, "learners"]),
+    ]
+    for client in (ingest, learner, actor):
+        denied += [
+            (client, ["FLUSHALL"]),
+            (client, ["CONFIG", "GET", "*"]),
+            (client, ["KEYS", "*"]),
+        ]
+    for client, command in denied:
+        with pytest.raises(redis_lib.exceptions.NoPermissionError):
+            client.execute_command(*command)
+    with pytest.raises(redis_lib.exceptions.AuthenticationError):
+        redis_lib.Redis(port=acl_redis.port).ping()
+    assert WeightsStore(actor, names).fetch() == (1, b"blob"), "nothing denied took effect"
+
+
+# -- the whole stack under least privilege ---------------------------------------------------
+
+
+def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
+    """ingest, learner and actor processes with their own MQTT and Redis users; a device
+    with its own account publishes samples over TLS and gets a prediction on its own reply
+    topic for a request on its own request topic; so does `streamlearn predict`. The
+    operator's account (the learner's, as in `docker compose exec learner streamlearn
+    status`) sees the learner's and ingest's presence markers and the learner's status,
+    and the broker's will clears a killed learner's marker: the ACL lets each through."""
+    from tests.conftest import RoleProcess
+
+    toml = tmp_path / "streamlearn.toml"
+    toml.write_text('[models.s]\ninputs = 2\ntask = "regression"\n')
+    procs = []
+    monitor = None
+    try:
+        for role in ("learner", "ingest", "actor"):
+            settings = Settings(
+                mqtt_url=mqtt_url(broker, role),
+                redis_url=f"redis://{role}:{REDIS_PW[role]}@127.0.0.1:{acl_redis.port}/0",
+            )
+            proc = RoleProcess(
+                [sys.executable, "-m", f"streamlearn.{role}.worker", "--config", str(toml)],
+                role_env(settings),
+            )
+            procs.append(proc)
+        for proc in procs:
+            proc.wait_for(" ready", 90)
+        names = Names("s")
+        operator = Settings(mqtt_url=mqtt_url(broker, "learner"))
+        monitor = StatusMonitor(load_config(str(toml)), operator)
+        sensor = device(broker, "dev-1", [names.topic("replies/dev-1/#")], client_id="dev-1")
+        for i in range(50):
+            sample = {"x": [0.1 * i, 1.0], "y": 0.5}
+            assert sensor.publish(names.samples_topic, json.dumps(sample).encode()) == 0
+        store = redis_as(acl_redis, "actor")
+        eventually(lambda: int(store.get(names.latest_key) or 0) > 0, 60, "a version")
+        correlation = uuid.uuid4().bytes
+        sensor.client.publish(
+            names.topic("predict/dev-1"),
+            json.dumps({"x": [0.2, 1.0]}),
+            qos=1,
+            properties=mqtt.request_properties(names.topic("replies/dev-1/r"), correlation),
+        )
+        sensor.wait_for(names.topic("replies/dev-1/r"), 15)
+        reply = json.loads(sensor.got[0].payload)
+        sensor.close()
+        assert sensor.got[0].properties.CorrelationData == correlation
+        assert reply.get("version", 0) > 0, (reply, [p.output[-2000:] for p in procs])
+        # The client tool, as another device over TLS, whatever client id it would pick.
+        tool = Settings(mqtt_url=device_url(broker, "bob"), mqtt_ca_file=str(broker.ca_file))
+        argv = [sys.executable, "-m", "streamlearn", "predict", "--config", str(toml)]
+        answer = subprocess.run(
+            [*argv, "[0.2, 1.0]"], env=role_env(tool), capture_output=True, text=True, timeout=60
+        )
+        assert answer.returncode == 0 and json.loads(answer.stdout)["version"] > 0, answer
+
+        # Presence under the deploy ACL: both markers reach the operator, so does the
+        # learner's plain status (`status/#` covers `status` itself); a SIGKILLed learner's
+        # marker is cleared by its will, while its retained status stays.
+        for role in ("learner", "ingest"):
+            eventually(lambda r=role: monitor.present("s", r), 15, f"the {role}'s presence")
+            assert monitor.present("s", role)[0]["role"] == role
+        eventually(lambda: monitor.learner("s").get("version", 0) > 0, 15, "the learner's status")
+        procs[0].stop(kill=True)
+        eventually(lambda: not monitor.present("s", "learner"), 30, "the killed learner's will")
+        assert monitor.present("s", "ingest") and monitor.learner("s").get("version", 0) > 0
+    finally:
+        if monitor is not None:
+            monitor.close()
+        for proc in procs:
+            proc.stop()
+    refusals = [line for p in procs for line in p.lines if "NOPERM" in line or "authori" in line]
+    assert not refusals
+
+
+# -- compose.yaml ----------------------------------------------------------------------------
+
+# Mounted files that deploy/ scripts generate (never committed), and their generators.
+GENERATED = {"passwd": "make-passwd.sh", "users.acl": "make-acl.sh", "certs": "make-certs.sh"}
+
+
+def test_compose_file_is_consistent_with_the_code():
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = compose["services"]
+    settings_vars = {f"STREAMLEARN_{name.upper()}" for name in Settings.model_fields}
+    roles = {"ingest", "learner", "actor"}
+    ours = {n: s for n, s in services.items() if s.get("image", "").startswith("streamlearn")}
+    assert {s["command"][0] for s in ours.values()} == roles, "every role runs, by its command"
+    assert (
+        sum(
+            s.get("deploy", {}).get("replicas", 1)
+            for s in ours.values()
+            if s["command"][0] == "actor"
+        )
+        >= 2
+    )
+    assert sum(1 for s in ours.values() if s["command"][0] == "ingest") >= 2
+    gpu = [s for s in ours.values() if "gpu" in s.get("profiles", [])]
+    assert gpu and gpu[0]["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    example = (ROOT / ".env.example").read_text()
+    defined = set(re.findall(r"^([A-Z_]+)=", example, flags=re.M))
+    raw = (ROOT / "compose.yaml").read_text()
+    required = set(re.findall(r"\$\{([A-Z_]+)(?::\?[^}]*)?\}", raw))
+    assert required <= defined, f".env.example lacks {required - defined}"
+
+    for name, service in services.items():
+        env = service.get("environment", {})
+        for var in env:
+            if var.startswith("STREAMLEARN_"):
+                assert var in settings_vars, f"{name}: {var} is read by nothing"
+        cmd = service.get("command") or []
+        if "--config" in cmd:
+            path = cmd[cmd.index("--config") + 1]
+            assert any(
+                str(v).split(":")[1] == path
+                for v in service.get("volumes", [])
+                if isinstance(v, str)
+            ), f"{name}: {path} is not mounted"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0] if isinstance(volume, str) else volume["source"]
+            if source.startswith("./"):
+                path = ROOT / source
+                maker = GENERATED.get(path.name)
+                assert path.exists() or maker, f"{name}: mounts missing {source}"
+                if maker:
+                    assert (path.parent / maker).exists()
+    assert (ROOT / "deploy/Dockerfile").exists()
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert ".env\n" not in tracked and "users.acl\n" not in tracked and "passwd\n" not in tracked
+    secrets = [".env", "deploy/mosquitto/devices", "deploy/mosquitto/passwd"]
+    secrets += ["deploy/mosquitto/certs/server.key", "deploy/mosquitto/ca/ca.key"]
+    ignored = subprocess.run(
+        ["git", "check-ignore", *secrets], cwd=ROOT, capture_output=True, text=True
+    ).stdout.split()
+    assert ignored == secrets, "secrets and generated files are git-ignored"
+
+
+def test_only_tls_with_bound_client_ids_is_published():
+    """Devices reach the broker over TLS only, where the client id is the username; plain
+    MQTT is for the compose network (or the host's loopback)."""
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    published = {}
+    for mapping in compose["services"]["mosquitto"]["ports"]:
+        host, container = mapping.rsplit(":", 1)
+        published[container] = host.split(":")[0]
+    assert "8883" in published
+    assert published.get("1883", "127.0.0.1") == "127.0.0.1"
+    conf = (ROOT / "deploy/mosquitto/mosquitto.conf").read_text()
+    listeners = {
+        block.split()[0]: set(re.findall(r"^(\w+) (\S+)", block, flags=re.M))
+        for block in re.split(r"^listener ", conf, flags=re.M)[1:]
+    }
+    assert set(listeners) == {"1883", "8883"}
+    tls = {option for option, _ in listeners["8883"]}
+    assert {"certfile", "keyfile"} <= tls
+    assert ("use_username_as_clientid", "true") in listeners["8883"]

@@ -1,0 +1,97 @@
+"""`streamlearn evaluate` through the real ingest, learner and actor gives the figure an
+in-process test-then-train loop gives on the same file, within TOLERANCE."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamlearn.cli import evaluate
+from tests.conftest import ROOT, role_env
+
+# Through the service the first message is asked for before any weights exist (no answer:
+# wrong), and each reply comes from a model a few messages behind; over 3,000 samples of
+# a stream learned within a few hundred, that costs up to a few points of accuracy.
+TOLERANCE = 0.05
+SAMPLES = 3000
+TOML = '[models.separable]\ninputs = 4\ntask = "binary"\n'
+
+
+def separable_csv(path: Path, n: int = SAMPLES) -> Path:
+    """A noise-free, linearly separable binary stream: y = 1 where w . x > 0."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = (x @ np.array([1.5, -2.0, 1.0, 0.5], np.float32) > 0).astype(int)
+    lines = ["a,b,label,c,d"]  # the target among the inputs: --target picks it out
+    lines += [f"{r[0]:.6f},{r[1]:.6f},{t},{r[2]:.6f},{r[3]:.6f}" for r, t in zip(x, y, strict=True)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def in_process_accuracy(x: np.ndarray, y: np.ndarray, batch: int) -> float:
+    """The learner's training component in this process, test-then-train per message."""
+    import tomllib
+
+    import keras
+
+    from bench._quality_learners import InProcess
+    from streamlearn.config import parse_config
+
+    cfg = parse_config(tomllib.loads(TOML)).model(None)
+    keras.utils.set_random_seed(0)
+    learner = InProcess(cfg)
+    predicted = np.full(len(y), np.nan, np.float32)
+    for lo in range(0, len(y), batch):
+        predicted[lo : lo + batch] = evaluate.decide("binary", learner.predict(x[lo : lo + batch]))
+        learner.learn(x[lo : lo + batch], y[lo : lo + batch])
+    return float(evaluate.score("binary", y, predicted).mean())
+
+
+def test_reads_the_target_column_and_rejects_bad_cells(tmp_path: Path) -> None:
+    x, y = evaluate.read_samples(str(separable_csv(tmp_path / "s.csv", 10)), "label")
+    assert x.shape == (10, 4) and set(y.tolist()) <= {0.0, 1.0}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,y\n1,0\nx,1\n")
+    with pytest.raises(evaluate.ConfigError, match=r"bad.csv:3: every cell must be a number"):
+        evaluate.read_samples(str(bad))
+    nd = tmp_path / "s.ndjson"
+    nd.write_text('{"x": [1, 2], "y": 0}\n{"x": [[3, 4], [5, 6]], "y": [1, 0]}\n')
+    x, y = evaluate.read_samples(str(nd))
+    assert x.tolist() == [[1, 2], [3, 4], [5, 6]] and y.tolist() == [0, 1, 0]
+
+
+def test_evaluate_through_the_service_matches_in_process(
+    settings: object, start_role: object, tmp_path: Path
+) -> None:
+    for role in ("ingest", "learner", "actor"):
+        start_role(role, TOML)
+    data = separable_csv(tmp_path / "stream.csv")
+    plot = tmp_path / "curve.png"
+    argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data)]
+    argv += ["--config", str(tmp_path / "streamlearn.toml"), "--target", "label"]
+    argv += ["--rate", "300", "--last", "500", "--plot", str(plot)]
+    done = subprocess.run(
+        argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":")[0]: line for line in done.stdout.splitlines() if ":" in line}
+    print(done.stdout)
+
+    service = float(lines["prequential accuracy"].split()[2])
+    x, y = evaluate.read_samples(str(data), "label")
+    local = in_process_accuracy(x, y, evaluate.DEFAULT_BATCH)
+    assert local > 0.9  # the stream is learnable: a check that can tell
+    print(f"service {service:.4f}, in process {local:.4f}")
+    assert abs(service - local) <= TOLERANCE, (service, local)
+
+    assert float(lines["last 500 accuracy"].split()[3]) > 0.9
+    assert f"over {SAMPLES:,} samples" in lines["prequential accuracy"]
+    assert float(lines["samples/s"].split()[1].replace(",", "")) > 0
+    assert f"{SAMPLES // evaluate.DEFAULT_BATCH} messages" in lines["samples/s"]
+    assert "versions behind the newest the learner reported" in lines["freshness"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"{SAMPLES:,}/{SAMPLES:,}" in done.stderr  # the progress bar reached the end

@@ -1,0 +1,158 @@
+"""`streamlearn init FILE.csv`: a config inferred from the data that a real stack runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn import datasets
+
+from streamlearn.config import ModelConfig, load_config
+from streamlearn.contract.names import Names
+from tests.conftest import ROOT, eventually, retained, role_env
+
+
+def write_csv(path: Path, x: np.ndarray, y: np.ndarray, names: list[str]) -> Path:
+    lines = [",".join([*names, "y"])]
+    rows = zip(x.tolist(), y.tolist(), strict=True)
+    lines += [",".join([*map(repr, row), repr(label)]) for row, label in rows]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def sklearn_csv(tmp_path: Path, loader, name: str) -> Path:
+    data = loader()
+    names = [str(n).replace(",", " ") for n in data.feature_names]
+    return write_csv(tmp_path / f"{name}.csv", data.data, data.target, names)
+
+
+def init(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "streamlearn", "init", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("loader", "inputs", "task", "classes"),
+    [
+        (datasets.load_breast_cancer, 30, "binary", None),
+        (datasets.load_wine, 13, "multiclass", 3),
+        (datasets.load_diabetes, 10, "regression", None),
+    ],
+)
+def test_init_infers_the_model_and_spells_out_every_default(
+    tmp_path, loader, inputs, task, classes
+):
+    csv = sklearn_csv(tmp_path, loader, "my data")
+    done = init(str(csv), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"{inputs} inputs, task {task}" in done.stdout
+
+    config = load_config(tmp_path / "streamlearn.toml")
+    model = config.model("my_data")  # the name comes from the file, made valid
+    assert (model.inputs, model.task, model.classes) == (inputs, task, classes)
+    assert model == ModelConfig(name="my_data", inputs=inputs, task=task, classes=classes)
+
+    lines = (tmp_path / "streamlearn.toml").read_text().splitlines()
+    sections = {
+        "[models.my_data]": ModelConfig,
+        "[models.my_data.ingest]": type(model.ingest),
+        "[models.my_data.learner]": type(model.learner),
+        "[models.my_data.actor]": type(model.actor),
+        "[models.my_data.promotion]": type(model.promotion),
+    }
+    for header, cls in sections.items():
+        start = lines.index(header)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), None)
+        block = lines[start + 1 : end]
+        for field in cls.model_fields:
+            if field in ("name", "ingest", "learner", "actor", "promotion", "variants"):
+                continue
+            at = [
+                i
+                for i, line in enumerate(block)
+                if line.startswith((f"{field} = ", f"# {field} = "))
+            ]
+            assert at, f"{header} lacks {field}"
+            assert block[at[0] - 1].startswith("# "), f"{field} has no comment"
+    assert any(line.startswith("# [models.my_data.variants.") for line in lines)
+
+
+def test_init_refuses_to_overwrite_and_names_a_bad_column(tmp_path):
+    csv = tmp_path / "plant.csv"
+    csv.write_text("temp,valve,load\n20.5,open,3.1\n")
+    bad = init(str(csv), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "'valve' is not numeric" in bad.stderr and "open" in bad.stderr
+    assert not (tmp_path / "streamlearn.toml").exists()
+
+    csv.write_text("temp,valve,load\n20.5,1,3.1\n21.0,0,2.9\n")
+    first = init(str(csv), "--name", "boiler", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "target column 'load'" in first.stdout  # no y column: the last one
+    assert "rename column 'load' to 'y'" in first.stdout  # what publish reads
+    written = (tmp_path / "streamlearn.toml").read_text()
+
+    csv.write_text("temp,y\n1,0\n2,1\n")
+    again = init(str(csv), cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert (tmp_path / "streamlearn.toml").read_text() == written
+
+    forced = init(str(csv), "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    model = load_config(tmp_path / "streamlearn.toml").model(None)
+    assert (model.name, model.inputs, model.task) == ("plant", 1, "binary")
+
+
+def test_init_config_runs_and_learns_the_file(start_role, settings, redis, tmp_path):
+    """init, then the roles with its config, then `streamlearn publish` of the same file."""
+    data = datasets.load_breast_cancer()
+    csv = write_csv(
+        tmp_path / "cancer.csv", data.data[:300], data.target[:300], [f"f{i}" for i in range(30)]
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    done = init(str(csv), cwd=out)
+    assert done.returncode == 0, done.stderr
+    toml = (out / "streamlearn.toml").read_text()
+    start_role("learner", toml)
+    start_role("ingest", toml)
+
+    published = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamlearn",
+            "publish",
+            str(csv),
+            "--batch",
+            "50",
+            "--config",
+            str(out / "streamlearn.toml"),
+        ],
+        env=role_env(settings),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert published.returncode == 0, published.stderr
+    assert "published 300 samples" in published.stdout
+    names = Names("cancer", settings.topic_prefix, settings.key_prefix)
+
+    def seen() -> int:
+        status = retained(settings, names.status_topic)
+        return status["samples_seen"] if status else 0
+
+    eventually(lambda: seen() >= 300, 60, "the learner trained on every row")
+    assert seen() == 300
+    assert json.loads(redis.get(names.latest_key) or "0") > 0  # weights were published

@@ -1,0 +1,75 @@
+"""Several models on one stack: isolation, and a user's own Keras model from a factory."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamlearn.contract.names import Names
+from tests.conftest import eventually, plain_paho, samples_seen
+
+TOML = """
+[models.good]
+inputs = 2
+task = "regression"
+factory = "tests.factories:tiny_regressor"
+
+[models.bad]
+inputs = 2
+task = "binary"
+"""
+
+
+def test_one_models_bad_input_and_crash_do_not_touch_another(
+    start_role, client_for, redis, settings
+):
+    good, bad = (Names(m, settings.topic_prefix, settings.key_prefix) for m in ("good", "bad"))
+    for model in ("good", "bad"):
+        start_role("ingest", TOML, model)
+    start_role("learner", TOML, "good")
+    bad_learner = start_role("learner", TOML, "bad")
+    start_role("actor", TOML, "good")
+
+    bad_learner.proc.kill()  # the other model's learner dies
+    device = plain_paho(settings)
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (400, 2))
+    for i in range(0, 400, 20):
+        chunk = x[i : i + 20]
+        device.publish(good.samples_topic, _columnar(chunk, chunk[:, 0] - 2 * chunk[:, 1]), qos=1)
+        device.publish(bad.samples_topic, b'{"x": [1, "nan"], "y": 3}', qos=1)
+        device.publish(bad.samples_topic, b"\xff\xfe not json", qos=1).wait_for_publish(10)
+    for i in range(5):  # valid samples of the model whose learner is dead wait in its stream
+        device.publish(bad.samples_topic, f'{{"x": [{i}, 1], "y": 1}}', qos=1).wait_for_publish(10)
+    device.disconnect()
+
+    eventually(lambda: redis.xlen(bad.deadletter_key) == 40, 30, "bad input dead-lettered")
+    assert redis.xlen(good.deadletter_key) == 0
+
+    def trained_all() -> bool:
+        groups = redis.xinfo_groups(good.samples_key)
+        return bool(groups) and groups[0]["entries-read"] == 20 and groups[0]["pending"] == 0
+
+    eventually(trained_all, 60, "the good model trained on all its samples")
+    client = client_for("good")
+    probe = np.array([[0.5, 0.25], [-0.5, 0.5]])
+    reply = client.request({"x": probe.tolist()})
+    for _ in range(30):  # the actor swaps in the last version within moments
+        if reply["version"] == int(redis.get(good.latest_key)):
+            break
+        reply = client.request({"x": probe.tolist()})
+    # Served by an actor that built the factory's architecture and loaded its weights.
+    assert reply["version"] == int(redis.get(good.latest_key)) > 0
+    assert len(reply["y"]) == 2 and all(np.isfinite(reply["y"]))
+    assert bad_learner.proc.poll() is not None, "still dead"
+    eventually(lambda: redis.xlen(bad.samples_key) == 5, 30, "the bad model's valid samples")
+    # its initial weights, if it got that far
+    assert samples_seen(redis, bad) == 0, "nobody learned them while its learner was dead"
+    start_role("learner", TOML, "bad")  # restarted, it learns what waited for it
+    eventually(lambda: redis.get(bad.latest_key) is not None, 60, "the bad model learned")
+    eventually(lambda: redis.xpending(bad.samples_key, "learners")["pending"] == 0, 30, "acked")
+
+
+def _columnar(x: np.ndarray, y: np.ndarray) -> str:
+    import json
+
+    return json.dumps({"x": x.tolist(), "y": y.tolist()})
