@@ -8,21 +8,20 @@ import os
 import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
 
-from streamlearn import mqtt
+from streamlearn import mqtt, runtime
 from streamlearn.actor.loop import Actor
 from streamlearn.observe import metrics
 from streamlearn.store.weights import WeightsStore
-from workers import _runtime
 
 log = logging.getLogger("streamlearn.actor")
 
 
 def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int:
     """Run one actor; `actor_class` lets the benchmark serve its baselines the same way."""
-    args = _runtime.parse_args("actor", argv)
-    model, settings, names, client_id = _runtime.load("actor", args)
+    args = runtime.parse_args("actor", argv)
+    model, settings, names, client_id = runtime.load("actor", args)
     client_id = f"{client_id}-{os.getpid()}"  # actors keep no session: ids only need be unique
-    store = WeightsStore(_runtime.redis_client(settings), names)
+    store = WeightsStore(runtime.redis_client(settings), names)
     client: paho.Client | None = None
 
     def publish(
@@ -32,7 +31,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         return client.publish(topic, payload, qos, retain, properties)
 
     actor = actor_class(model, store, names, publish, actor_id=client_id)
-    stop = _runtime.stop_on_signals()
+    stop = runtime.stop_on_signals()
     # Requests on `predict` and on `predict/{client}` (the ACL lets a device publish only on
     # its own client id's), both shared by the actors (`streamlearn.actor.replies`).
     requests = [names.shared(leaf, settings.share_group) for leaf in ("predict", "predict/+")]
@@ -49,7 +48,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         will=(actor.status_topic, b""),  # a dead actor's retained status disappears
         no_delay=True,
     )
-    health = _runtime.connected_health("actor", client, None)
+    health = runtime.connected_health("actor", client, None)
     health.add("weights", lambda: None if actor.version else "no weights loaded yet")
     actor.heartbeat = health.beat
     port = metrics.expose("actor", model.name, actor.metrics, settings.metrics_port, health=health)
@@ -63,7 +62,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         rows = metrics.histogram("actor_batch_size", "rows per forward pass", metrics.BATCH_BUCKETS)
         actor.observe_latency = latency.labels(model.name).observe
         actor.observe_batch = rows.labels(model.name).observe
-    _runtime.settle()  # TensorFlow's ~400,000 objects: each full collection took ~0.2 s
+    runtime.settle()  # TensorFlow's ~400,000 objects: each full collection took ~0.2 s
     log.info("actor for %s ready on %s", model.name, names.predict_topic)
     try:
         actor.run(stop)

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import logging
 
-from streamlearn import mqtt
+from streamlearn import mqtt, runtime
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.ingest.loop import Ingest
 from streamlearn.observe import metrics
 from streamlearn.observe.presence import Presence
 from streamlearn.store.partitions import open_stream
-from workers import _runtime
 
 log = logging.getLogger("streamlearn.ingest")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _runtime.parse_args("ingest", argv)
-    model, settings, names, client_id = _runtime.load("ingest", args)
-    stream = open_stream(_runtime.redis_client(settings), names, model)
+    args = runtime.parse_args("ingest", argv)
+    model, settings, names, client_id = runtime.load("ingest", args)
+    stream = open_stream(runtime.redis_client(settings), names, model)
     ingest = Ingest(PayloadParser(model), stream, model.ingest)
-    stop = _runtime.stop_on_signals()
-    presence = Presence(names, "ingest", _runtime.instance_of(args, settings))
+    stop = runtime.stop_on_signals()
+    presence = Presence(names, "ingest", runtime.instance_of(args, settings))
     client = mqtt.connect(
         settings.mqtt,
         client_id,
@@ -33,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         receive_maximum=model.ingest.max_pending_messages,
         online=presence.online,
     )
-    health = _runtime.connected_health("ingest", client, settings)
+    health = runtime.connected_health("ingest", client, settings)
     ingest.heartbeat = health.beat
     port = metrics.expose(
         "ingest",
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if port is not None:
         log.info("metrics on port %d", port)
     log.info("ingest for %s ready on %s", model.name, names.samples_topic)
-    _runtime.settle()
+    runtime.settle()
     try:
         ingest.run(stop)
     finally:

@@ -18,8 +18,7 @@ from pathlib import Path
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
-from streamlearn.learner.state import CheckpointDir
-from streamlearn.learner.state import from_checkpoint, from_published
+from streamlearn.learner.state import CheckpointDir, from_checkpoint, from_published
 from streamlearn.learner.step import Trainer
 from streamlearn.learner.writes import LearnerWrites
 from streamlearn.nn import networks

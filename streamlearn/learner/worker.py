@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from streamlearn import mqtt
+from streamlearn import mqtt, runtime
 from streamlearn.config import BASE_VARIANT
 from streamlearn.config.tfconfig import Workers
 from streamlearn.learner.lockstep import LockstepLearner
@@ -24,20 +24,19 @@ from streamlearn.store.appends import Appender
 from streamlearn.store.partitions import open_stream
 from streamlearn.store.stream import group_of
 from streamlearn.store.weights import WeightsStore
-from workers import _runtime
 
 log = logging.getLogger("streamlearn.learner")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _runtime.parse_args("learner", argv)
-    model, settings, names, client_id = _runtime.load("learner", args)
+    args = runtime.parse_args("learner", argv)
+    model, settings, names, client_id = runtime.load("learner", args)
     variant = args.variant or BASE_VARIANT
     cfg = model.variant(variant)  # ConfigError for an unknown variant
     if variant != BASE_VARIANT:
         client_id = f"{client_id}-{variant}"
-    redis = _runtime.redis_client(settings)
-    instance = _runtime.instance_of(args, settings)
+    redis = runtime.redis_client(settings)
+    instance = runtime.instance_of(args, settings)
     if variant != BASE_VARIANT:
         instance = f"{instance}-{variant}"
     presence = Presence(names, "learner", instance, variant=variant)
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         if workers
         else Learner(cfg, stream, store, **parts)
     )
-    stop = _runtime.stop_on_signals()
+    stop = runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
 
     def snapshot() -> dict[str, object]:
@@ -86,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = queue_figures(redis, names, group_of(variant), cfg.ingest.partitions)
         return {**learner.metrics(), **figures}
 
-    health = _runtime.connected_health("learner", client, settings)
+    health = runtime.connected_health("learner", client, settings)
     # Not ready when samples wait and none is trained: a stuck learner (a loop that does
     # not turn at all fails /livez instead).
     probe = quick_redis(settings.redis)

@@ -155,7 +155,7 @@ def test_ingest_waiting_out_a_lost_redis_stays_live():
         if len(verdicts) == 3:
             stop.set()
 
-    ingest.heartbeat = beat  # as workers/ingest.py wires it
+    ingest.heartbeat = beat  # as streamlearn/ingest/worker.py wires it
     deadline = threading.Timer(20, stop.set)  # unwired, nothing would stop the retries
     deadline.start()
     try:
