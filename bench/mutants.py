@@ -33,7 +33,7 @@ from pathlib import Path
 from bench._report import report
 
 ROOT = Path(__file__).resolve().parents[1]
-G = "tests/test_guarantees.py::"
+G = "tests/integration/test_guarantees.py::"
 SMOKE = "python -m bench."  # a "test" that is a benchmark's smoke run
 
 
@@ -237,7 +237,7 @@ MUTANTS = (
         "retraces_metric_renamed",
         "streamlearn/learner/reporting.py",
         (('"retraces_total": t.retraces', '"retrace_count_total": t.retraces'),),
-        ("tests/test_metrics.py::test_workers_expose_moving_counters",),
+        ("tests/integration/test_metrics.py::test_workers_expose_moving_counters",),
         "a metric the tests compare before and after disappears (reads as 0 twice)",
     ),
 )

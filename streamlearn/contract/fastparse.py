@@ -4,7 +4,7 @@ pydantic validates such a message in one pass (in Rust) against a schema built f
 model: fixed row lengths, float32 range, targets in range. It is stricter than the
 reference path (`streamlearn.contract.payloads`), so whatever it accepts, the reference path accepts
 with the same values; anything it refuses takes the reference path, which decides and
-gives the reason (`tests/test_ingest_fuzz.py` compares the two).
+gives the reason (`tests/integration/test_ingest_fuzz.py` compares the two).
 """
 
 from __future__ import annotations
