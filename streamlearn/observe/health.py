@@ -6,7 +6,8 @@ with no weights to serve; these say what an operator (or compose's healthcheck) 
 - live: the process's main loop still turns (`Health.beat`, called every iteration);
   a loop that has not come round for `stall_s` is hung, and restarting it is the cure.
 - ready: every check passes. A check is a callable returning None when it passes and
-  otherwise a short reason ("no weights yet"); each worker (`streamlearn/ROLE/worker.py`) adds its role's.
+  otherwise a short reason ("no weights yet"); each role's process (`ROLE/worker.py`)
+  adds its own.
 
 >>> health = Health("actor")
 >>> health.add("weights", lambda: "no weights yet")

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from streamlearn import mqtt
-from streamlearn.cli.main import format_status
+from streamlearn.cli.status import format_status
 from streamlearn.config import Settings, parse_config
 from streamlearn.contract.names import Names
 from streamlearn.observe.monitor import read_status

@@ -12,7 +12,7 @@ import time
 import tomllib
 
 from streamlearn import mqtt
-from streamlearn.cli.main import format_status
+from streamlearn.cli.status import format_status
 from streamlearn.config import Settings, parse_config
 from streamlearn.contract.names import Names
 from streamlearn.observe.monitor import read_status

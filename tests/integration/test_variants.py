@@ -368,9 +368,9 @@ def test_variant_learners_work_under_the_learner_acl(acl_redis):
 def test_doctests():
     import doctest
 
-    import streamlearn.config
+    import streamlearn.config.app
     import streamlearn.learner.variants
 
-    for module in (streamlearn.learner.variants, streamlearn.config):
+    for module in (streamlearn.learner.variants, streamlearn.config.app):
         failed, attempted = doctest.testmod(module)
         assert attempted > 0 and failed == 0, module.__name__
