@@ -13,7 +13,6 @@ The same core (`replay`) drives the quality benchmark's service runs (bench/qual
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from streamlearn.cli.light import csv_samples
 from streamlearn.errors import ConfigError, StreamlearnError
 
 MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
@@ -31,24 +31,6 @@ DEFAULT_LAST = 1000
 
 
 # -- reading a file ----------------------------------------------------------------------
-
-
-def csv_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], float]]:
-    """(x, y) per row of a CSV file with a header: y is the `target` column, x the others
-    in file order. A cell that is not a number is a ConfigError naming its line."""
-    with open(path, newline="") as f:
-        rows = csv.DictReader(f)
-        if rows.fieldnames is None or target not in rows.fieldnames:
-            raise ConfigError(f"{path}: no {target!r} column in the header {rows.fieldnames}")
-        for row in rows:
-            try:
-                y = float(row.pop(target))
-                x = [float(v) for v in row.values()]
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"{path}:{rows.line_num}: every cell must be a number, got {row!r}"
-                ) from None
-            yield x, y
 
 
 def ndjson_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], float]]:

@@ -17,9 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamlearn.cli import light
 from streamlearn.errors import ConfigError, StreamlearnError
 
 if TYPE_CHECKING:
+    from streamlearn.client.client import Client
     from streamlearn.config import ModelConfig
 
 ROLES = ("ingest", "learner", "actor")
@@ -223,25 +225,45 @@ def _status(args: argparse.Namespace) -> int:
     return status.run(args)
 
 
-def _publish(args: argparse.Namespace) -> int:
-    from streamlearn.cli import evaluate
+def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, Client]:
+    """The model and a connected client for `publish` and `predict`: with the service, the
+    validated config and settings; with the base install alone, what `light` reads. The
+    line that says which broker, and why, goes to stderr."""
     from streamlearn.client.client import Client
+
+    if service_missing() is not None:
+        model = light.model(args.config, args.model)
+        print(light.which_stack(), file=sys.stderr)
+        return model, Client()
     from streamlearn.config import load_config, load_settings
-    from streamlearn.contract.names import Names
 
     model = load_config(args.config).model(args.model)
     settings = load_settings()
     print(settings.which_stack(), file=sys.stderr)
-    names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    # With an account (deploy: one per device) the client's id is its username, and its
+    # requests and replies stay in what the broker lets that device use.
+    return model, Client(
+        settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=settings.topic_prefix
+    )
+
+
+def _publish(args: argparse.Namespace) -> int:
+    from streamlearn.cli.evaluate import ProgressBar
+    from streamlearn.contract.names import Names
+
     if not args.demo and not args.file:
         raise ConfigError("publish needs a FILE or --demo")
+    model, client = _target(args)
+    names = Names(model.name, client.topic_prefix)
     payloads = (
-        _demo_payloads(model, args.batch) if args.demo else _file_payloads(args.file, args.batch)
+        _demo_payloads(model, args.batch)
+        if args.demo
+        else light.file_payloads(args.file, args.batch)
     )
     total = args.count if args.demo else _count_samples(args.file)
     if args.count is not None and total is not None:
         total = min(total, args.count)
-    progress = evaluate.ProgressBar(total)
+    progress = ProgressBar(total)
     sent = messages = 0
     start = time.monotonic()
 
@@ -260,7 +282,6 @@ def _publish(args: argparse.Namespace) -> int:
                 if ahead > 0:
                     time.sleep(ahead)
 
-    client = Client(settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=names.topic_prefix)
     try:
         client.publish_payloads(model.name, paced(), timeout=30)
     except KeyboardInterrupt:
@@ -304,41 +325,16 @@ def _demo_payloads(model: ModelConfig, batch: int) -> Iterator[tuple[int, bytes]
         yield batch, json.dumps(stream.payload(batch)).encode()
 
 
-def _file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
-    from streamlearn.cli import evaluate
-
-    with open(path, newline="") as f:
-        if path.endswith((".ndjson", ".jsonl")):
-            for line in f:
-                if line.strip():
-                    doc = json.loads(line)
-                    yield len(doc["y"]) if isinstance(doc.get("y"), list) else 1, line.encode()
-            return
-        xs: list[list[float]] = []
-        ys: list[float] = []
-        for x, y in evaluate.csv_samples(path):
-            xs.append(x)
-            ys.append(y)
-            if len(ys) == batch:
-                yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
-                xs, ys = [], []
-        if ys:
-            yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
-
-
 def _predict(args: argparse.Namespace) -> int:
-    from streamlearn.client.client import Client
-    from streamlearn.config import load_config, load_settings
-
-    model = load_config(args.config).model(args.model)
-    settings = load_settings()
-    print(settings.which_stack(), file=sys.stderr)
     if args.seq is not None and args.key is None:
         raise ConfigError("--seq needs --key")
+    if args.key is not None and not args.x:
+        raise ConfigError("--key needs x, the device's newest observation")
+    model, client = _target(args)
     if args.x:
         x = json.loads(args.x)
-    elif args.key is not None:
-        raise ConfigError("--key needs x, the device's newest observation")
+    elif isinstance(model, light.LightModel):  # the base install: no demo stream (numpy)
+        x = [0.0] * model.inputs
     else:
         from streamlearn.stack.demo import DemoStream
 
@@ -348,11 +344,7 @@ def _predict(args: argparse.Namespace) -> int:
         body["key"] = args.key
     if args.seq is not None:
         body["seq"] = args.seq
-    # With an account (deploy: one per device) the client's id is its username, and its
-    # requests and replies stay in what the broker lets that device use.
-    with Client(
-        settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=settings.topic_prefix
-    ) as client:
+    with client:
         try:
             reply = client.request(model.name, body, timeout=args.timeout)
         except TimeoutError:

@@ -3,14 +3,26 @@ works, says which extra a service command needs, and installs no top-level `work
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, role_env
+
+TOML = """
+[models.b]
+inputs = 2
+task = "regression"
+hidden = [8]
+
+[models.b.learner]
+publish_every_ms = 100
+"""
 
 
 @pytest.fixture(scope="module")
@@ -25,13 +37,14 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env
 
 
-def run(env: Path, *argv: str) -> subprocess.CompletedProcess:
+def run(env: Path, *argv: str, environ: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(env / "bin" / argv[0]), *argv[1:]],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=env,  # not the checkout: the installed package, not the source tree
+        env=environ,
     )
 
 
@@ -70,3 +83,37 @@ def test_the_wheel_claims_no_generic_top_level_name_and_names_its_license(base):
     metadata = next(site.glob("streamlearn-*.dist-info")) / "METADATA"
     assert "License-Expression: Apache-2.0" in metadata.read_text()
     assert sys.version_info >= (3, 11)
+
+
+def test_publish_and_predict_work_without_the_service_extra(base, start_role, settings, tmp_path):
+    """The base install's `publish` and `predict` against a running stack (its roles run
+    with the service): samples from a CSV in, then a prediction from a trained version."""
+    for role in ("learner", "ingest", "actor"):
+        start_role(role, TOML)
+    config = tmp_path / "streamlearn.toml"  # start_role wrote it
+    csv = tmp_path / "data.csv"
+    csv.write_text("a,b,y\n" + "".join(f"{i % 7 / 7},{i % 3 / 3},{i % 5}\n" for i in range(200)))
+    environ = role_env(settings)
+    published = run(
+        base,
+        "streamlearn",
+        "publish",
+        str(csv),
+        "--config",
+        str(config),
+        "--batch",
+        "20",
+        environ=environ,
+    )
+    assert published.returncode == 0, published.stderr
+    assert "published 200 samples in 10 messages" in published.stdout
+    for _ in range(30):  # until a version trained on them is served
+        done = run(
+            base, "streamlearn", "predict", "[0.5, 0.25]", "--config", str(config), environ=environ
+        )
+        if done.returncode == 0 and json.loads(done.stdout).get("version", 0) > 0:
+            break
+        time.sleep(1)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    reply = json.loads(done.stdout)
+    assert reply["version"] > 0 and len(reply["y"]) == 1

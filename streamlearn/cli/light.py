@@ -1,0 +1,104 @@
+"""What `publish` and `predict` need with the base install alone (paho, no pydantic or
+numpy): the model's name and input width read from `streamlearn.toml` with `tomllib`,
+samples from CSV and NDJSON files with the standard library, and the broker the client
+resolves itself (`STREAMLEARN_MQTT_URL`, else the run file of `streamlearn up`, else the
+local default). With the service installed the commands validate the whole config
+instead (`streamlearn.config`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamlearn.errors import ConfigError
+from streamlearn.stack import runfile
+
+DEFAULT_CONFIG = "streamlearn.toml"
+DEMO = ("demo", 9)  # the built-in demo model's name and inputs (`config.app.DEMO_TOML`)
+MQTT_URL_ENV = "STREAMLEARN_MQTT_URL"
+
+
+@dataclass(frozen=True)
+class LightModel:
+    """A model as the client tools see it: its name, and its inputs per sample."""
+
+    name: str
+    inputs: int
+
+
+def model(config: str | None, name: str | None) -> LightModel:
+    """The named model (or the only one) of `config`, `$STREAMLEARN_CONFIG` or
+    `./streamlearn.toml`; the demo model when there is none."""
+    path = config or os.environ.get("STREAMLEARN_CONFIG") or None
+    if path is None and Path(DEFAULT_CONFIG).exists():
+        path = DEFAULT_CONFIG
+    if path is None:
+        return LightModel(*DEMO)
+    try:
+        models = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("models", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from None
+    if name is None and len(models) != 1:
+        raise ConfigError(f"several models configured, pick one with --model: {list(models)}")
+    name = name or next(iter(models))
+    if name not in models:
+        raise ConfigError(f"no model {name!r} in the config; known: {list(models)}")
+    inputs = models[name].get("inputs")
+    width = len(inputs) if isinstance(inputs, list) else inputs
+    if not isinstance(width, int) or width < 1:
+        raise ConfigError(f"models.{name}.inputs: a count or a list of names, got {inputs!r}")
+    return LightModel(name, width)
+
+
+def which_stack() -> str:
+    """The line the client tools print on stderr: which broker, and why that one."""
+    given = os.environ.get(MQTT_URL_ENV) or None
+    stack = None if given else runfile.live()
+    url = given or (stack.mqtt_url if stack else "mqtt://localhost:1883")
+    return runfile.describe(given, stack, url, MQTT_URL_ENV)
+
+
+def csv_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], float]]:
+    """(x, y) per row of a CSV file with a header: y is the `target` column, x the others
+    in file order. A cell that is not a number is a ConfigError naming its line."""
+    with open(path, newline="") as f:
+        rows = csv.DictReader(f)
+        if rows.fieldnames is None or target not in rows.fieldnames:
+            raise ConfigError(f"{path}: no {target!r} column in the header {rows.fieldnames}")
+        for row in rows:
+            try:
+                y = float(row.pop(target))
+                x = [float(v) for v in row.values()]
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"{path}:{rows.line_num}: every cell must be a number, got {row!r}"
+                ) from None
+            yield x, y
+
+
+def file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
+    """(samples, payload) per message for `publish FILE`: NDJSON lines as they are, CSV
+    rows `batch` to a columnar message."""
+    with open(path, newline="") as f:
+        if path.endswith((".ndjson", ".jsonl")):
+            for line in f:
+                if line.strip():
+                    doc = json.loads(line)
+                    yield len(doc["y"]) if isinstance(doc.get("y"), list) else 1, line.encode()
+            return
+    xs: list[list[float]] = []
+    ys: list[float] = []
+    for x, y in csv_samples(path):
+        xs.append(x)
+        ys.append(y)
+        if len(ys) == batch:
+            yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+            xs, ys = [], []
+    if ys:
+        yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
