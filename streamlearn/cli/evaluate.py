@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamlearn.cli.light import csv_samples
+from streamlearn.cli.light import ProgressBar, csv_samples
 from streamlearn.errors import ConfigError, StreamlearnError
 
 MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
@@ -326,37 +326,3 @@ def run(args: argparse.Namespace) -> int:
         plot(model.task, y, result, args.last, args.plot)
         print(f"plot: {args.plot}")
     return 0
-
-
-class ProgressBar:
-    """A one-line progress bar with samples/s on stderr; a plain line every 5 s off a terminal."""
-
-    def __init__(self, total: int | None, width: int = 30) -> None:
-        self.total = total
-        self.width = width
-        self.tty = sys.stderr.isatty()
-        self.start = self.last = time.monotonic()
-
-    def update(self, done: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < (0.2 if self.tty else 5.0):
-            return
-        self.last = now
-        rate = done / max(now - self.start, 1e-9)
-        if self.total:
-            filled = int(self.width * min(done / self.total, 1.0))
-            bar = f"[{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{self.total:,}"
-        else:
-            bar = f"{done:,} samples"
-        line = f"{bar}  {rate:,.0f} samples/s"
-        print(
-            f"\r{line}" if self.tty else line,
-            end="" if self.tty else "\n",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def finish(self, done: int) -> None:
-        self.update(done, force=True)
-        if self.tty:
-            print(file=sys.stderr)

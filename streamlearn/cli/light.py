@@ -1,9 +1,9 @@
 """What `publish` and `predict` need with the base install alone (paho, no pydantic or
 numpy): the model's name and input width read from `streamlearn.toml` with `tomllib`,
-samples from CSV and NDJSON files with the standard library, and the broker the client
-resolves itself (`STREAMLEARN_MQTT_URL`, else the run file of `streamlearn up`, else the
-local default). With the service installed the commands validate the whole config
-instead (`streamlearn.config`).
+samples from CSV and NDJSON files with the standard library, a progress bar, and the
+broker the client resolves itself (`STREAMLEARN_MQTT_URL`, else the run file of
+`streamlearn up`, else the local default). With the service installed the commands
+validate the whole config instead (`streamlearn.config`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,3 +104,37 @@ def file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
             xs, ys = [], []
     if ys:
         yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+
+
+class ProgressBar:
+    """A one-line progress bar with samples/s on stderr; a plain line every 5 s off a terminal."""
+
+    def __init__(self, total: int | None, width: int = 30) -> None:
+        self.total = total
+        self.width = width
+        self.tty = sys.stderr.isatty()
+        self.start = self.last = time.monotonic()
+
+    def update(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < (0.2 if self.tty else 5.0):
+            return
+        self.last = now
+        rate = done / max(now - self.start, 1e-9)
+        if self.total:
+            filled = int(self.width * min(done / self.total, 1.0))
+            bar = f"[{'#' * filled}{'.' * (self.width - filled)}] {done:,}/{self.total:,}"
+        else:
+            bar = f"{done:,} samples"
+        line = f"{bar}  {rate:,.0f} samples/s"
+        print(
+            f"\r{line}" if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def finish(self, done: int) -> None:
+        self.update(done, force=True)
+        if self.tty:
+            print(file=sys.stderr)

@@ -248,7 +248,6 @@ def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, C
 
 
 def _publish(args: argparse.Namespace) -> int:
-    from streamlearn.cli.evaluate import ProgressBar
     from streamlearn.contract.names import Names
 
     if not args.demo and not args.file:
@@ -263,7 +262,7 @@ def _publish(args: argparse.Namespace) -> int:
     total = args.count if args.demo else _count_samples(args.file)
     if args.count is not None and total is not None:
         total = min(total, args.count)
-    progress = ProgressBar(total)
+    progress = light.ProgressBar(total)
     sent = messages = 0
     start = time.monotonic()
 
