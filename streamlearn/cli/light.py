@@ -18,11 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamlearn.config.defaults import DEMO_TOML, config_path
 from streamlearn.errors import ConfigError
 from streamlearn.stack import runfile
 
-DEFAULT_CONFIG = "streamlearn.toml"
-DEMO = ("demo", 9)  # the built-in demo model's name and inputs (`config.app.DEMO_TOML`)
 MQTT_URL_ENV = "STREAMLEARN_MQTT_URL"
 
 
@@ -37,13 +36,10 @@ class LightModel:
 def model(config: str | None, name: str | None) -> LightModel:
     """The named model (or the only one) of `config`, `$STREAMLEARN_CONFIG` or
     `./streamlearn.toml`; the demo model when there is none."""
-    path = config or os.environ.get("STREAMLEARN_CONFIG") or None
-    if path is None and Path(DEFAULT_CONFIG).exists():
-        path = DEFAULT_CONFIG
-    if path is None:
-        return LightModel(*DEMO)
+    path = config_path(config)
     try:
-        models = tomllib.loads(Path(path).read_text(encoding="utf-8")).get("models", {})
+        text = DEMO_TOML if path is None else Path(path).read_text(encoding="utf-8")
+        models = tomllib.loads(text).get("models", {})
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config {path}: {exc}") from None
     if name is None and len(models) != 1:

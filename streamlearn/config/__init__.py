@@ -1,33 +1,13 @@
 """Configuration: `streamlearn.toml`'s models and their variants (`app`), each role's
 policies (`policies`), the environment's connection settings (`Settings`, in `app`), and
-the multi-host learner's `TF_CONFIG` (`tfconfig`). A bad value fails at start with a
-message that names the field.
+the multi-host learner's `TF_CONFIG` (`tfconfig`), and where the config comes from
+(`defaults`, standard library only). Names load on first use. A bad value fails at start
+with a message that names the field.
 """
 
 from __future__ import annotations
 
-from streamlearn.config.app import (
-    BASE_VARIANT,
-    DEFAULT_CONFIG,
-    DEMO_TOML,
-    SEQUENCE_ARCHITECTURES,
-    STREAM_FIELDS,
-    VARIANT_FIELDS,
-    AppConfig,
-    ModelConfig,
-    Settings,
-    VariantConfig,
-    load_config,
-    load_settings,
-    parse_config,
-)
-from streamlearn.config.policies import (
-    ActorConfig,
-    Frozen,
-    IngestConfig,
-    LearnerConfig,
-    PromotionConfig,
-)
+from streamlearn._lazy import exports
 
 __all__ = [
     "BASE_VARIANT",
@@ -49,3 +29,27 @@ __all__ = [
     "load_settings",
     "parse_config",
 ]
+
+__getattr__ = exports(
+    __name__,
+    {
+        "BASE_VARIANT": "app",
+        "SEQUENCE_ARCHITECTURES": "app",
+        "STREAM_FIELDS": "app",
+        "VARIANT_FIELDS": "app",
+        "AppConfig": "app",
+        "ModelConfig": "app",
+        "Settings": "app",
+        "VariantConfig": "app",
+        "load_config": "app",
+        "load_settings": "app",
+        "parse_config": "app",
+        "DEFAULT_CONFIG": "defaults",
+        "DEMO_TOML": "defaults",
+        "ActorConfig": "policies",
+        "Frozen": "policies",
+        "IngestConfig": "policies",
+        "LearnerConfig": "policies",
+        "PromotionConfig": "policies",
+    },
+)

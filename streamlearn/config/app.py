@@ -17,6 +17,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamlearn.config.defaults import DEMO_TOML, NO_CONFIG, config_path
 from streamlearn.config.policies import (
     ActorConfig,
     Frozen,
@@ -27,7 +28,6 @@ from streamlearn.config.policies import (
 from streamlearn.errors import ConfigError
 from streamlearn.stack import runfile
 
-DEFAULT_CONFIG = "streamlearn.toml"
 _NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
 
@@ -291,15 +291,6 @@ class Settings(BaseSettings):
         return self.redis_url or stacked or "redis://localhost:6379/0"
 
 
-DEMO_TOML = """
-[models.demo]
-inputs = 9
-task = "binary"
-architecture = "mlp"
-hidden = [64, 64]
-learning_rate = 0.01
-"""
-
 _SECTIONS = ("ingest", "learner", "actor")
 
 
@@ -347,17 +338,10 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
 
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     """Load `path`, else `$STREAMLEARN_CONFIG`, else `./streamlearn.toml`, else the
-    built-in demo model (and say so on stderr)."""
+    built-in demo model (and say so on stderr): `defaults.config_path`."""
+    path = config_path(path)
     if path is None:
-        path = os.environ.get("STREAMLEARN_CONFIG") or None
-    if path is None:
-        path = DEFAULT_CONFIG if Path(DEFAULT_CONFIG).exists() else None
-    if path is None:
-        print(
-            f"streamlearn: no --config, STREAMLEARN_CONFIG or ./{DEFAULT_CONFIG}: "
-            "using the built-in demo model",
-            file=sys.stderr,
-        )
+        print(NO_CONFIG, file=sys.stderr)
         return parse_config(tomllib.loads(DEMO_TOML), "built-in demo config")
     try:
         text = Path(path).read_text(encoding="utf-8")

@@ -75,6 +75,6 @@ class Packed:
         return cls([], nothing, x, np.zeros(0, np.float32), unusable or [])
 
 
-def _stream_id(value: bytes | str) -> tuple[int, int]:
+def stream_id(value: bytes | str) -> tuple[int, int]:
     ms, seq = (value.decode() if isinstance(value, bytes) else value).split("-")
     return int(ms), int(seq)

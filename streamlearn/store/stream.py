@@ -25,7 +25,7 @@ from streamlearn.contract.names import Names
 from streamlearn.contract.records import Rejection, Samples
 from streamlearn.store import lua
 from streamlearn.store.appends import Appended, Appender
-from streamlearn.store.entries import Entry, Packed, _stream_id, unpack
+from streamlearn.store.entries import Entry, Packed, stream_id, unpack
 from streamlearn.store.sent import Senders, Sent
 
 GROUP = "learners"  # the base variant's group: the one ingest's back-pressure bounds
@@ -318,8 +318,8 @@ class SampleStream:
         """The oldest entry `group` still needs: its oldest pending one, else the next."""
         summary = self.redis.xpending(self.key, group["name"])
         if summary["pending"]:
-            return _stream_id(summary["min"])
-        ms, seq = _stream_id(group["last-delivered-id"])
+            return stream_id(summary["min"])
+        ms, seq = stream_id(group["last-delivered-id"])
         return ms, seq + 1
 
     def length(self) -> int:
