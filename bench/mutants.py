@@ -175,8 +175,8 @@ MUTANTS = (
         "backpressure_follows_slowest_group",
         "streamlearn/store/lua/stream_backlog.lua",
         (("if info['name'] == group then", "if true then"),),
-        (G + "test_a_challenger_far_behind_does_not_hold_back_ingest",),
-        "ingest's back-pressure measures the last group listed (a lagging challenger)",
+        (G + "test_a_variant_far_behind_does_not_hold_back_ingest",),
+        "ingest's back-pressure measures the last group listed (a lagging variant)",
     ),
     Mutant(
         "window_ttl_off",

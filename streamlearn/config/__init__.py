@@ -1,5 +1,5 @@
 """Configuration: `streamlearn.toml`'s models and their variants (`app`), each role's
-policies (`policies`), the environment's connection settings (`Settings`, in `app`), and
+policies (`policies`), the environment's connection settings (`settings`), and
 the multi-host learner's `TF_CONFIG` (`tfconfig`), and where the config comes from
 (`defaults`, standard library only). Names load on first use. A bad value fails at start
 with a message that names the field.
@@ -39,10 +39,10 @@ __getattr__ = exports(
         "VARIANT_FIELDS": "app",
         "AppConfig": "app",
         "ModelConfig": "app",
-        "Settings": "app",
+        "Settings": "settings",
         "VariantConfig": "app",
         "load_config": "app",
-        "load_settings": "app",
+        "load_settings": "settings",
         "parse_config": "app",
         "DEFAULT_CONFIG": "defaults",
         "DEMO_TOML": "defaults",

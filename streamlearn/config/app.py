@@ -1,4 +1,5 @@
-"""Configuration: `streamlearn.toml` for models and policies, environment for connections.
+"""Configuration: `streamlearn.toml`, its models and their variants (the environment's
+connections are `settings`).
 
 Everything is validated once, at start, into frozen models; an invalid value fails with a
 message that names the field and echoes the value.
@@ -14,8 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
-from pydantic_core.core_schema import ValidatorFunctionWrapHandler
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamlearn.config.defaults import DEMO_TOML, NO_CONFIG, config_path
 from streamlearn.config.policies import (
@@ -24,14 +23,14 @@ from streamlearn.config.policies import (
     IngestConfig,
     LearnerConfig,
     PromotionConfig,
+    describe_error,
 )
 from streamlearn.errors import ConfigError
-from streamlearn.stack import runfile
 
 _NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
 
-# -- champion and challengers ---------------------------------------------------------------
+# -- variants and promotion ---------------------------------------------------------------
 # A model may declare variants that learn from its stream, each in its own learner; the
 # actors serve the champion (`streamlearn.learner.variants`). Kept in one block: other changes to
 # the model's fields should not need to touch it. A variant is merged in one place,
@@ -120,7 +119,7 @@ class ModelConfig(Frozen):
     learner: LearnerConfig = LearnerConfig()
     actor: ActorConfig = ActorConfig()
     variants: dict[str, VariantConfig] = Field(
-        {}, description="challengers learning from the same stream (`base` is the model)"
+        {}, description="other variants learning from the same stream (`base` is the model)"
     )
     promotion: PromotionConfig = PromotionConfig()
     _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
@@ -148,7 +147,7 @@ class ModelConfig(Frozen):
             try:
                 self._merged[name] = self._merge(self.variants[name])
             except ValidationError as exc:
-                raise ValueError(_describe(exc, within=f"variants.{name}")) from None
+                raise ValueError(describe_error(exc, within=f"variants.{name}")) from None
         return self
 
     def variant(self, name: str) -> ModelConfig:
@@ -221,76 +220,6 @@ class AppConfig(Frozen):
             ) from None
 
 
-class Settings(BaseSettings):
-    """Connections and naming, from `STREAMLEARN_*` environment variables.
-
-    An unset URL means "not given": `streamlearn up` then starts its own server, and a role
-    run alone or a client tool uses the stack that `streamlearn up` recorded in its run file
-    (`streamlearn.stack.runfile`), else the local default. With neither URL given the file's
-    prefixes are taken too, unless set: they name that stack's topics and keys.
-    """
-
-    model_config = SettingsConfigDict(env_prefix="STREAMLEARN_", frozen=True, extra="ignore")
-
-    mqtt_url: str | None = Field(None, description="mqtt://user:pass@host:1883 or mqtts://...")
-    redis_url: str | None = Field(None, description="redis://user:pass@host:6379/0")
-    mqtt_ca_file: str | None = Field(None, description="CA bundle for mqtts:// (TLS)")
-    topic_prefix: str = Field("streamlearn", pattern=r"^[^#+$][^#+]*$")
-    key_prefix: str = Field("sl", pattern=r"^[^{}\s]+$")
-    share_group: str = Field("streamlearn", pattern=r"^[^/#+]+$")
-    instance: str | None = Field(None, description="stable per-process id (client ids)")
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
-    )
-
-    _stack: runfile.StackRecord | None = PrivateAttr(None)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _from_stack(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Settings:
-        """Neither URL given: the live stack of `streamlearn up`, read once, if there is one."""
-        found = None
-        if isinstance(data, dict) and not data.get("mqtt_url") and not data.get("redis_url"):
-            found = runfile.live()
-            if found is not None:
-                data = {
-                    "topic_prefix": found.topic_prefix,
-                    "key_prefix": found.key_prefix,
-                    **data,
-                }
-        settings = handler(data)
-        settings._stack = found
-        return settings
-
-    @property
-    def stack(self) -> runfile.StackRecord | None:
-        """The recorded stack these settings fall back on (None: explicit URLs, or none)."""
-        return self._stack
-
-    def which_stack(self) -> str:
-        """One line for a terminal: the broker these settings reach, and why that one."""
-        return runfile.describe(self.mqtt_url, self._stack, self.mqtt, "STREAMLEARN_MQTT_URL")
-
-    def as_env(self) -> dict[str, str]:
-        """The `STREAMLEARN_*` variables that give a child process these settings."""
-        return {
-            f"STREAMLEARN_{name.upper()}": str(value)
-            for name, value in self.model_dump().items()
-            if value is not None
-        }
-
-    @property
-    def mqtt(self) -> str:
-        """The given URL, else the recorded stack's, else the local default."""
-        stacked = self._stack.mqtt_url if self._stack else None
-        return self.mqtt_url or stacked or "mqtt://localhost:1883"
-
-    @property
-    def redis(self) -> str:
-        stacked = self._stack.redis_url if self._stack else None
-        return self.redis_url or stacked or "redis://localhost:6379/0"
-
-
 _SECTIONS = ("ingest", "learner", "actor")
 
 
@@ -333,7 +262,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
     try:
         return AppConfig(models=merged)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        raise ConfigError(f"{source}: {describe_error(exc)}") from None
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
@@ -354,25 +283,3 @@ def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     return parse_config(data, str(path))
-
-
-def load_settings() -> Settings:
-    try:
-        return Settings()
-    except ValidationError as exc:
-        raise ConfigError(f"environment: {_describe(exc, prefix='STREAMLEARN_')}") from None
-
-
-def _describe(exc: ValidationError, prefix: str = "", within: str = "") -> str:
-    """One line naming each bad field: environment variables as `{prefix}NAME`, fields of a
-    nested model as `{within}.field`."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
-        loc = f"{prefix}{loc.upper()}" if prefix else loc
-        loc = ".".join(p for p in (within, loc) if p)
-        msg = err["msg"].removeprefix("Value error, ")
-        value = err.get("input")
-        shown = "" if isinstance(value, dict) else f", got {value!r}"
-        parts.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")
-    return "; ".join(parts)

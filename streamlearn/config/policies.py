@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from streamlearn.nn import buckets
 
@@ -264,10 +264,10 @@ class ActorConfig(Frozen):
 
 
 class PromotionConfig(Frozen):
-    """`[models.NAME.promotion]`: when a challenger replaces the champion.
+    """`[models.NAME.promotion]`: when a variant replaces the champion.
 
     Each learner keeps the mean of its test-then-train loss and metric over its last
-    `window_samples` samples; a challenger whose figure beats the champion's by `margin`
+    `window_samples` samples; a variant whose figure beats the champion's by `margin`
     (relative) while both windows hold `min_samples` takes over.
     """
 
@@ -287,3 +287,18 @@ class PromotionConfig(Frozen):
                 f"got {self.min_samples}"
             )
         return self
+
+
+def describe_error(exc: ValidationError, prefix: str = "", within: str = "") -> str:
+    """One line naming each bad field: environment variables as `{prefix}NAME`, fields of a
+    nested model as `{within}.field`."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p not in ("function-after",))
+        loc = f"{prefix}{loc.upper()}" if prefix else loc
+        loc = ".".join(p for p in (within, loc) if p)
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) else f", got {value!r}"
+        parts.append(f"{loc}: {msg}{shown}" if loc else f"{msg}{shown}")
+    return "; ".join(parts)

@@ -109,7 +109,7 @@ class Names:
     def _weights(self) -> str:
         return "weights" if self.variant is None else f"variant:{self.variant}:weights"
 
-    # -- champion and challengers (`streamlearn.learner.variants`) --------------------------------
+    # -- variants and promotion (`streamlearn.learner.variants`) --------------------------------
 
     def of_variant(self, variant: str) -> Names:
         """The same model, with the weights keys of one of its variants.

@@ -1,6 +1,6 @@
 """The learner role: micro-batches from the stream (`batching`) into guarded training
 steps (`step`, `guard`, `replay`, `drift`), durable state (`durability`, `state`,
-`checkpoint`) before acknowledgements (`writes`), variants and their contest
+`checkpoint`) before acknowledgements (`writes`), variants and their promotion
 (`variants`), status (`reporting`, `tensorboard`), the multi-host lockstep (`lockstep`,
 `collective`), and `loop`, which runs them; `worker` is its process.
 """
@@ -11,12 +11,12 @@ from streamlearn._lazy import exports
 
 __all__ = [
     "Batch",
-    "Contest",
-    "Drainer",
+        "Drainer",
     "Durability",
     "Learner",
     "LearnerWrites",
     "LockstepLearner",
+    "Promoter",
     "Trainer",
 ]
 
@@ -27,7 +27,7 @@ __getattr__ = exports(
         "Trainer": "step",
         "Drainer": "batching",
         "Batch": "batching",
-        "Contest": "variants",
+        "Promoter": "variants",
         "LockstepLearner": "lockstep",
         "LearnerWrites": "writes",
         "Durability": "durability",

@@ -5,7 +5,7 @@ Its parts, each on a screen of its own:
   against non-finite steps;
 - `durability.Durability`: publishes and checkpoints, and acknowledges entries only once
   the state that learned them is durable; a restart resumes from that state;
-- `reporting.Reporter`: the status, the metrics and the contest between variants;
+- `reporting.Reporter`: the status, the metrics and the promotion between variants;
 - `writes.LearnerWrites`: every write to Redis, retried after a backoff, never fatal.
 
 This module wires them to the stream (`batching.Drainer`, read ahead by a `Prefetcher`).
@@ -27,7 +27,7 @@ from streamlearn.learner.batching import Batch, Drainer, Prefetcher
 from streamlearn.learner.durability import Durability
 from streamlearn.learner.reporting import Reporter, StatusSink
 from streamlearn.learner.step import Trainer
-from streamlearn.learner.variants import Contest
+from streamlearn.learner.variants import Promoter
 from streamlearn.learner.writes import LearnerWrites
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
@@ -49,13 +49,13 @@ class Learner:
         status: StatusSink | None = None,
         clock: Callable[[], float] = time.monotonic,
         variant: str = BASE_VARIANT,
-        contest: Contest | None = None,
+        promoter: Promoter | None = None,
     ) -> None:
-        """`cfg` is the variant's (`ModelConfig.variant`); `contest` its place among the
+        """`cfg` is the variant's (`ModelConfig.variant`); `promoter` its place among the
         model's variants, None for a model without any."""
         self.cfg = cfg
         self.variant = variant
-        self.contest = contest
+        self.promoter = promoter
         self.policy = policy = cfg.learner
         self.queue = sample_queue
         self.store = store
@@ -70,7 +70,7 @@ class Learner:
             self.trainer,
             self.writes,
             status,
-            contest,
+            promoter,
             unpublished=lambda: self.durability.steps_since_publish,
         )
         self.y_tail = () if cfg.task == "multiclass" else (1,)
@@ -131,9 +131,9 @@ class Learner:
         return self.durability.resume()
 
     def warm_up(self) -> None:
-        """Trace every bucket once (`Trainer.warm_up`); a contest on a metric needs one."""
+        """Trace every bucket once (`Trainer.warm_up`); promotion on a metric needs one."""
         self.trainer.warm_up()
-        if self.contest and self.contest.rule.on == "metric" and self.trainer.metric_name is None:
+        if self.promoter and self.promoter.rule.on == "metric" and self.trainer.metric_name is None:
             raise ConfigError(
                 f"models.{self.cfg.name}.promotion.on: 'metric', but variant {self.variant!r} "
                 "compiles no metric; compare on 'loss' or give the model a metric"
@@ -239,7 +239,7 @@ class Learner:
         return self.reporter.metrics()
 
     def report(self, compete: bool = True) -> None:
-        """Status to the sink, figures to the contest (`reporting.Reporter.report`)."""
+        """Status to the sink, figures to the promoter (`reporting.Reporter.report`)."""
         self.reporter.report(self.publish, compete)
 
     def _tick(self) -> None:

@@ -1,9 +1,9 @@
-"""What a learner tells the world: its status, its metrics, and its place in the contest.
+"""What a learner tells the world: its status, its metrics, and its place among the variants.
 
 The status goes to a sink every `status_every_ms`; the worker's sink (`StatusPublisher`)
 publishes it retained on `streamlearn/{model}/status` with samples/s added, and writes
 TensorBoard curves when `tensorboard_dir` is set. With variants, the figures go to the
-contest first (`streamlearn.learner.variants`), which may promote the learner; only the champion's
+promoter first (`streamlearn.learner.variants`), which may promote the learner; only the champion's
 learner speaks for the model, with every variant's figures side by side.
 
 The learner and ingest also say that they are there (`Presence`): a retained marker the
@@ -24,7 +24,7 @@ import paho.mqtt.client as paho
 from streamlearn.contract.names import Names
 from streamlearn.learner.step import Trainer
 from streamlearn.learner.tensorboard import Rate, ScalarLog
-from streamlearn.learner.variants import Contest, Promotion
+from streamlearn.learner.variants import Promoter, Promotion
 from streamlearn.learner.writes import LearnerWrites
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ StatusSink = Callable[[dict[str, object]], None]
 
 
 class Reporter:
-    """One learner's status and metrics, and its reports to the contest and the sink."""
+    """One learner's status and metrics, and its reports to the promoter and the sink."""
 
     def __init__(
         self,
@@ -42,7 +42,7 @@ class Reporter:
         trainer: Trainer,
         writes: LearnerWrites,
         sink: StatusSink | None,
-        contest: Contest | None,
+        promoter: Promoter | None,
         unpublished: Callable[[], int] = lambda: 0,
     ) -> None:
         """`unpublished()`: steps taken since the last published version."""
@@ -52,12 +52,12 @@ class Reporter:
         self.trainer = trainer
         self.writes = writes
         self.sink = sink
-        self.contest = contest
+        self.promoter = promoter
 
     @property
     def active(self) -> bool:
         """Whether there is anyone to report to."""
-        return self.sink is not None or self.contest is not None
+        return self.sink is not None or self.promoter is not None
 
     def status(self) -> dict[str, object]:
         return {
@@ -93,16 +93,16 @@ class Reporter:
         }
 
     def report(self, promoted: Callable[[], None], compete: bool = True) -> None:
-        """Status to the sink; with variants, figures to the contest first (unless not
+        """Status to the sink; with variants, figures to the promoter first (unless not
         `compete`), and the status only from the champion. `promoted()` runs when this
         learner has just become the champion (it publishes, so actors switch now)."""
         status = self.status()
-        if self.contest is not None:
-            if compete and self.writes.compete(self.contest, status) is not None:
+        if self.promoter is not None:
+            if compete and self.writes.report_figures(self.promoter, status) is not None:
                 promoted()
                 status = self.status()
-            status.update(self.contest.view())
-            if not self.contest.is_champion:
+            status.update(self.promoter.view())
+            if not self.promoter.is_champion:
                 return
         if self.sink:
             self.sink(status)

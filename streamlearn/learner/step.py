@@ -56,7 +56,7 @@ class Trainer:
         self.variables = networks.training_variables(self.model)
         self.buckets = policy.bucket_sizes(self.replicas)
         self.state = LearnerState()
-        self.recent = RecentFigures(cfg.promotion.window_samples)  # what the contest compares
+        self.recent = RecentFigures(cfg.promotion.window_samples)  # what promotion compares
         self.guard = StepGuard(self.variables, self.fit, self._rolled_back)
         self.metric_name: str | None = None
         self.warm_traces = 0

@@ -1,4 +1,4 @@
-"""Champion and challengers: variants of one model that learn from the same stream.
+"""Variants and promotion: variants of one model that learn from the same stream.
 
 Each variant (`[models.NAME.variants.VNAME]`, plus `base`, the model's own config) has its
 own learner, reading the stream in its own consumer group (`stream.group_of`). Every learner keeps
@@ -7,11 +7,15 @@ the mean of its test-then-train loss and metric over its last `window_samples` s
 
 The champion pointer `sl:{model}:champion` (absent: `base`) names the variant the actors
 serve: only the champion's learner also publishes to the model's weights keys
-(`weights.VariantWeights`, checked in the same atomic step as the publish). A challenger
+(`weights.VariantWeights`, checked in the same atomic step as the publish). A variant
 whose window figure beats the champion's by the configured margin, both windows holding
 `min_samples` and the champion's report fresh, swaps the pointer with a compare-and-set
-(`Contest.tick`); the promotion is stored in `sl:{model}:promotion`, logged, and announced.
+(`Promoter.tick`); the promotion is stored in `sl:{model}:promotion`, logged, and announced.
 The promoted learner then publishes its weights at once, and actors switch to it.
+
+Words, one each: a *variant* is one config that learns (the model's own is `base`); the
+*champion* is the variant the actors serve (the contract's key and status field); a
+*promotion* makes another variant the champion, and the `Promoter` is a learner's part in it.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ def better_by(mine: float, theirs: float, higher: bool) -> float:
 
 
 def beats(rule: PromotionConfig, mine: dict, champion: dict, now: float) -> bool:
-    """Whether a challenger's reported figures beat the champion's under `rule`."""
+    """Whether a variant's reported figures beat the champion's under `rule`."""
     key = f"window_{rule.on}"
     if champion.get("metric") != mine.get("metric") and rule.on == "metric":
         return False  # not the same figure: nothing to compare
@@ -141,7 +145,7 @@ return 1
 """
 
 
-class Contest:
+class Promoter:
     """One variant's place among its model's variants.
 
     `tick` reports the variant's figures, reads the others' and the champion pointer in
@@ -245,7 +249,7 @@ _REPORTED = (
 
 
 def read_standings(client: redis.Redis, names: Names) -> dict[str, Any]:
-    """`Contest.view` as the learners last reported it, read from Redis (so it shows even
+    """`Promoter.view` as the learners last reported it, read from Redis (so it shows even
     when the champion's learner is down); {} for a model without variants."""
     pipe = client.pipeline(transaction=False)
     pipe.get(names.champion_key)

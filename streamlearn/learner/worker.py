@@ -15,7 +15,7 @@ from streamlearn.learner.lockstep import LockstepLearner
 from streamlearn.learner.loop import Learner
 from streamlearn.learner.reporting import StatusPublisher
 from streamlearn.learner.tensorboard import ScalarLog
-from streamlearn.learner.variants import Contest
+from streamlearn.learner.variants import Promoter
 from streamlearn.observe import metrics
 from streamlearn.observe.health import Progress, quick_redis
 from streamlearn.observe.monitor import queue_figures
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     label = model.name if variant == BASE_VARIANT else f"{model.name}/variants/{variant}"
     curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
     publisher = StatusPublisher(client, names, curves)
-    contest = (
-        Contest(redis, names, variant, model.promotion, announce=publisher.announce)
+    promoter = (
+        Promoter(redis, names, variant, model.promotion, announce=publisher.announce)
         if model.variants
         else None
     )
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "consumer": f"learner-{model.name}",
         "status": publisher if chief else None,
         "variant": variant,
-        "contest": contest if chief else None,
+        "promoter": promoter if chief else None,
     }
     learner = (
         LockstepLearner(cfg, stream, store, workers=workers, **parts)
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     log.info(
         "learner for %s%s ready at version %d",
         model.name,
-        "" if contest is None else f" variant {variant} (champion: {contest.champion})",
+        "" if promoter is None else f" variant {variant} (champion: {promoter.champion})",
         learner.state.version,
     )
     try:

@@ -1,4 +1,4 @@
-"""The learner's writes to Redis: weights, acknowledgements and trims, contest reports,
+"""The learner's writes to Redis: weights, acknowledgements and trims, promotion reports,
 dead letters; each one that Redis refuses is tried again later, never fatal.
 
 Redis full (`maxmemory` with `noeviction`) refuses the writes that take memory (a weights
@@ -21,7 +21,7 @@ import redis
 
 from streamlearn.config import LearnerConfig
 from streamlearn.contract.records import Rejection
-from streamlearn.learner.variants import Contest, Promotion
+from streamlearn.learner.variants import Promoter, Promotion
 from streamlearn.store.retries import RedisHealth, Retried
 from streamlearn.store.sent import Sent
 from streamlearn.store.stream import SampleStream
@@ -127,11 +127,11 @@ class LearnerWrites:
             log.info("trimming waits for group %s again", group)
         self.passed_groups = passed
 
-    def compete(self, contest: Contest, status: dict[str, Any]) -> Promotion | None:
-        """Report to the contest; when Redis refuses, the last standings it read stand."""
+    def report_figures(self, promoter: Promoter, status: dict[str, Any]) -> Promotion | None:
+        """Report to the promoter; when Redis refuses, the last standings it read stand."""
         if not self.reporting.due():
             return None
-        return self.reporting.result(lambda: contest.tick(status))
+        return self.reporting.result(lambda: promoter.tick(status))
 
     def deadletter(self, reason: str, payload: bytes) -> None:
         """Dead-letter `payload`; when Redis refuses, log it instead (the entry is done)."""

@@ -196,7 +196,7 @@ class Stack:
                         f"{role}:{name}:{i}",
                         [*launcher, f"streamlearn.{role}.worker", *common, "--instance", f"{i}"],
                     )
-            for variant in model.variants:  # each challenger learns in its own process
+            for variant in model.variants:  # each variant learns in its own process
                 argv = [
                     *keras,
                     "streamlearn.learner.worker",

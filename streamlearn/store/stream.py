@@ -5,7 +5,7 @@ groups, its lua. An entry holds the samples of a run of accepted MQTT messages p
 as float32 arrays, appended exactly once (`streamlearn.store.appends`): a learner's cost is per
 entry, so a run of single-sample messages is one entry, not hundreds. Entries are acknowledged by
 the learner only after the step that trained on them, and the stream is trimmed only below
-what every group has delivered and acknowledged (a model's challenger variants read the
+what every group has delivered and acknowledged (a model's second variants read the
 same stream in groups of their own, `group_of`), except a variant's group that is stale or
 too far behind (`SampleStream.trim`). What cannot be used goes to the capped dead-letter
 stream `sl:{model}:deadletter`, under the policy the stream was made with.
@@ -43,7 +43,7 @@ def group_of(variant: str) -> str:
 class SampleStream:
     """Producer and consumer side of one model's sample stream, and its dead letters.
 
-    `group` is the consumer group this side reads in (a challenger variant reads the same
+    `group` is the consumer group this side reads in (a second variant reads the same
     stream in its own, `group_of`). Dead letters keep the first `deadletter_payload_bytes`
     of each payload, and the dead-letter stream its newest `deadletter_maxlen` entries.
     """
@@ -283,7 +283,7 @@ class SampleStream:
         The base group (`learners`, whose backlog ingest's back-pressure bounds) is always
         waited for. A variant's group is not once every consumer in it has been idle for
         `stale_group_s` (a stopped or removed variant), nor while more than `max_unread`
-        entries wait unread in it (a challenger far behind): what only it still needs is
+        entries wait unread in it (a variant far behind): what only it still needs is
         then trimmed. Returns the groups not waited for, each with why.
         """
         floors, passed = [], {}

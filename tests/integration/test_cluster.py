@@ -1,7 +1,7 @@
 """The stack on a real Redis Cluster (three masters, a replica each), given one node's URL.
 
 Two models whose hash slots live on different masters run side by side: a model with a
-challenger variant (its own consumer group and weights namespace) and a per-device window
+second variant (its own consumer group and weights namespace) and a per-device window
 model. Every key of a model stays on its own master. A partitioned model spreads its stream
 over several masters. Then a master is killed: its replica is promoted and the stack goes on.
 """
@@ -115,11 +115,11 @@ def test_two_models_learn_and_serve_on_different_shards_of_a_cluster(
             start_role(role, toml, names.model)
     config = tmp_path / "streamlearn.toml"  # start_role wrote it
     argv = ["--config", str(config), "--model", plain.model, "--variant", "wide"]
-    challenger = RoleProcess(
+    variant = RoleProcess(
         [sys.executable, "-m", "streamlearn.learner.worker", *argv], role_env(settings)
     )
-    request.addfinalizer(challenger.stop)
-    challenger.wait_for(" ready")
+    request.addfinalizer(variant.stop)
+    variant.wait_for(" ready")
 
     device = client_for(plain.model)
     messages = linear_messages(1200, seed=3)
@@ -138,7 +138,7 @@ def test_two_models_learn_and_serve_on_different_shards_of_a_cluster(
     keyed = sensor.request({"key": "dev-0", "seq": 300, "x": [0.1]})
     assert "error" not in keyed and keyed["version"] > 0, keyed
     wide = WeightsStore(redis, plain, "wide")
-    eventually(lambda: wide.fetch() is not None, 60, "the challenger publishes its own versions")
+    eventually(lambda: wide.fetch() is not None, 60, "the variant publishes its own versions")
 
     # everything a model owns lives on the master of its slot, and nowhere else
     owners: dict[str, set[int]] = {plain.model: set(), windowed.model: set()}

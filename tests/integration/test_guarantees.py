@@ -295,7 +295,7 @@ def test_status_is_refreshed_every_status_every_ms_while_learning(redis, setting
 # -- back-pressure follows the base learner --------------------------------------------
 
 
-def test_a_challenger_far_behind_does_not_hold_back_ingest(redis, settings):
+def test_a_variant_far_behind_does_not_hold_back_ingest(redis, settings):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
     queue = SampleStream(redis, names, (3,))
     queue.ensure_group()

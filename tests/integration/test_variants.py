@@ -1,4 +1,4 @@
-"""Variants of a model: their config, the promotion rule, and the Redis side of the contest
+"""Variants of a model: their config, the promotion rule, and the Redis side of promotion
 (pointer compare-and-set, publish-only-if-champion, trim over every group) on a real Redis."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from streamlearn.contract.records import Samples
 from streamlearn.errors import ConfigError
 from streamlearn.learner.loop import Learner
 from streamlearn.learner.variants import (
-    Contest,
+    Promoter,
     RecentFigures,
     beats,
     current_champion,
@@ -141,7 +141,7 @@ def entry(metric: float, samples: int = 500, at: float = 1000.0, name: str = "ma
     }
 
 
-def test_a_challenger_must_beat_the_champion_by_the_margin_on_enough_fresh_samples():
+def test_a_variant_must_beat_the_champion_by_the_margin_on_enough_fresh_samples():
     rule = PromotionConfig(margin=0.1, window_samples=500, min_samples=200)
     champion = entry(1.0)
     assert beats(rule, entry(0.8), champion, now=1001)
@@ -165,39 +165,39 @@ def test_the_pointer_moves_only_from_the_champion_it_was_compared_with(redis, se
     rule = PromotionConfig(margin=0.1, window_samples=500, min_samples=200, cooldown_s=0)
     clock = [1000.0]
     announced = []
-    contests = {
-        v: Contest(redis, names, v, rule, announce=announced.append, clock=lambda: clock[0])
+    promoters = {
+        v: Promoter(redis, names, v, rule, announce=announced.append, clock=lambda: clock[0])
         for v in ("base", "fast", "slow")
     }
-    assert current_champion(redis, names) == "base" and contests["base"].is_champion
+    assert current_champion(redis, names) == "base" and promoters["base"].is_champion
 
-    contests["base"].tick({**entry(1.0), "version": 3})
-    assert contests["slow"].tick(entry(0.95)) is None, "within the margin: not promoted"
-    assert contests["fast"].tick(entry(0.95)) is None
+    promoters["base"].tick({**entry(1.0), "version": 3})
+    assert promoters["slow"].tick(entry(0.95)) is None, "within the margin: not promoted"
+    assert promoters["fast"].tick(entry(0.95)) is None
     assert current_champion(redis, names) == "base" and announced == []
 
-    contests["slow"].tick(entry(0.5))  # slow saw base as champion, reads it again, wins
+    promoters["slow"].tick(entry(0.5))  # slow saw base as champion, reads it again, wins
     assert current_champion(redis, names) == "slow"
     assert [(p.champion, p.previous, p.on) for p in announced] == [("slow", "base", "mae")]
     assert announced[0].figures["base"]["version"] == 3
 
     # fast compared itself with base, but the pointer moved meanwhile: nothing happens.
-    contests["fast"].champion = "base"
-    assert contests["fast"].promote() is None
+    promoters["fast"].champion = "base"
+    assert promoters["fast"].promote() is None
     assert current_champion(redis, names) == "slow" and len(announced) == 1
-    view = contests["fast"].view()
+    view = promoters["fast"].view()
     assert view["champion"] == "base"  # what it last read; a tick reads again
-    contests["fast"].tick(entry(0.45))  # fresh read; within the margin of slow's 0.5
-    assert contests["fast"].view()["champion"] == "slow"
-    assert set(contests["fast"].view()["variants"]) == {"base", "fast", "slow"}
-    assert contests["fast"].view()["promotion"]["champion"] == "slow"
+    promoters["fast"].tick(entry(0.45))  # fresh read; within the margin of slow's 0.5
+    assert promoters["fast"].view()["champion"] == "slow"
+    assert set(promoters["fast"].view()["variants"]) == {"base", "fast", "slow"}
+    assert promoters["fast"].view()["promotion"]["champion"] == "slow"
 
 
 def test_no_promotion_within_the_cooldown(redis, settings):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
     rule = PromotionConfig(margin=0.1, window_samples=500, min_samples=200, cooldown_s=60)
     clock = [1000.0]
-    base, fast = (Contest(redis, names, v, rule, clock=lambda: clock[0]) for v in ("base", "fast"))
+    base, fast = (Promoter(redis, names, v, rule, clock=lambda: clock[0]) for v in ("base", "fast"))
     base.tick(entry(1.0))
     assert fast.tick(entry(0.5)) is not None
     clock[0] += 30
@@ -314,7 +314,7 @@ def test_a_better_learner_takes_over_and_publishes_the_models_weights(redis, set
             SampleStream(redis, names, model.sample_shape, group=group_of(v)),
             WeightsStore(redis, names, v),
             variant=v,
-            contest=Contest(redis, names, v, model.promotion),
+            promoter=Promoter(redis, names, v, model.promotion),
             clock=lambda: 0.0,  # no status tick or timed publish: the test calls them
         )
         for v in model.variant_names
@@ -334,13 +334,13 @@ def test_a_better_learner_takes_over_and_publishes_the_models_weights(redis, set
     learners["base"].report()
     learners["fast"].report()
     fast = learners["fast"]
-    assert fast.contest.is_champion and learners["base"].contest.champion == "base"
+    assert fast.promoter.is_champion and learners["base"].promoter.champion == "base"
     assert main.latest_version() > before and variant_of(main.fetch()) == "fast"
-    figures = fast.contest.view()["variants"]
+    figures = fast.promoter.view()["variants"]
     assert figures["fast"]["window_metric"] < 0.8 * figures["base"]["window_metric"]
     assert figures["fast"]["window_samples"] >= 400
     learners["base"].report()  # it reads the pointer: demoted, it stays quiet
-    assert not learners["base"].contest.is_champion
+    assert not learners["base"].promoter.is_champion
 
 
 # -- under the deploy ACLs -------------------------------------------------------------------
@@ -352,7 +352,7 @@ def test_variant_learners_work_under_the_learner_acl(acl_redis):
     learner, actor = redis_as(acl_redis, "learner"), redis_as(acl_redis, "actor")
     names = Names("acl")
     rule = PromotionConfig(margin=0.1, window_samples=500, min_samples=200, cooldown_s=0)
-    base, fast = (Contest(learner, names, v, rule) for v in ("base", "fast"))
+    base, fast = (Promoter(learner, names, v, rule) for v in ("base", "fast"))
     base.tick(entry(1.0))
     assert fast.tick(entry(0.5)) is not None and current_champion(learner, names) == "fast"
     WeightsStore(learner, names, "base").publish(blob("base", 1))

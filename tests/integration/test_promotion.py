@@ -1,4 +1,4 @@
-"""Champion and challengers end to end: real mosquitto, Redis, ingest, two learners, an actor.
+"""Variants and promotion end to end: real mosquitto, Redis, ingest, two learners, an actor.
 
 The model's own config (`base`) is a learner that can hardly learn (SGD with a tiny
 learning rate); its variant `fast` (Adam, a wider hidden layer: another architecture, so the
@@ -81,11 +81,11 @@ class Retained:
         mqtt.close(self.client)
 
 
-def test_a_clearly_better_challenger_is_promoted_and_actors_switch_without_a_failed_request(
+def test_a_clearly_better_variant_is_promoted_and_actors_switch_without_a_failed_request(
     start_role, client_for, settings, redis, tmp_path: Path
 ):
     names = Names("r", settings.topic_prefix, settings.key_prefix)
-    config = tmp_path / "challenger.toml"
+    config = tmp_path / "variant.toml"
     config.write_text(TOML)
     argv = [
         sys.executable,

@@ -1,0 +1,93 @@
+"""The environment's connection and naming settings (`STREAMLEARN_*`), apart from the TOML.
+
+Read once at start; a bad value fails with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic_core.core_schema import ValidatorFunctionWrapHandler
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamlearn.config.policies import describe_error
+from streamlearn.errors import ConfigError
+from streamlearn.stack import runfile
+
+
+class Settings(BaseSettings):
+    """Connections and naming, from `STREAMLEARN_*` environment variables.
+
+    An unset URL means "not given": `streamlearn up` then starts its own server, and a role
+    run alone or a client tool uses the stack that `streamlearn up` recorded in its run file
+    (`streamlearn.stack.runfile`), else the local default. With neither URL given the file's
+    prefixes are taken too, unless set: they name that stack's topics and keys.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="STREAMLEARN_", frozen=True, extra="ignore")
+
+    mqtt_url: str | None = Field(None, description="mqtt://user:pass@host:1883 or mqtts://...")
+    redis_url: str | None = Field(None, description="redis://user:pass@host:6379/0")
+    mqtt_ca_file: str | None = Field(None, description="CA bundle for mqtts:// (TLS)")
+    topic_prefix: str = Field("streamlearn", pattern=r"^[^#+$][^#+]*$")
+    key_prefix: str = Field("sl", pattern=r"^[^{}\s]+$")
+    share_group: str = Field("streamlearn", pattern=r"^[^/#+]+$")
+    instance: str | None = Field(None, description="stable per-process id (client ids)")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
+    )
+
+    _stack: runfile.StackRecord | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_stack(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Settings:
+        """Neither URL given: the live stack of `streamlearn up`, read once, if there is one."""
+        found = None
+        if isinstance(data, dict) and not data.get("mqtt_url") and not data.get("redis_url"):
+            found = runfile.live()
+            if found is not None:
+                data = {
+                    "topic_prefix": found.topic_prefix,
+                    "key_prefix": found.key_prefix,
+                    **data,
+                }
+        settings = handler(data)
+        settings._stack = found
+        return settings
+
+    @property
+    def stack(self) -> runfile.StackRecord | None:
+        """The recorded stack these settings fall back on (None: explicit URLs, or none)."""
+        return self._stack
+
+    def which_stack(self) -> str:
+        """One line for a terminal: the broker these settings reach, and why that one."""
+        return runfile.describe(self.mqtt_url, self._stack, self.mqtt, "STREAMLEARN_MQTT_URL")
+
+    def as_env(self) -> dict[str, str]:
+        """The `STREAMLEARN_*` variables that give a child process these settings."""
+        return {
+            f"STREAMLEARN_{name.upper()}": str(value)
+            for name, value in self.model_dump().items()
+            if value is not None
+        }
+
+    @property
+    def mqtt(self) -> str:
+        """The given URL, else the recorded stack's, else the local default."""
+        stacked = self._stack.mqtt_url if self._stack else None
+        return self.mqtt_url or stacked or "mqtt://localhost:1883"
+
+    @property
+    def redis(self) -> str:
+        stacked = self._stack.redis_url if self._stack else None
+        return self.redis_url or stacked or "redis://localhost:6379/0"
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(f"environment: {describe_error(exc, prefix='STREAMLEARN_')}") from None
