@@ -1,5 +1,6 @@
 """Configuration: `streamlearn.toml`'s models and their variants (`app`), each role's
-policies (`policies`), the environment's connection settings (`settings`), and
+policies (`policies`), named fields, sources and labels (`inputs`), the environment's
+connection settings (`settings`), and
 the multi-host learner's `TF_CONFIG` (`tfconfig`), and where the config comes from
 (`defaults`, standard library only). Names load on first use. A bad value fails at start
 with a message that names the field.
@@ -20,10 +21,12 @@ __all__ = [
     "AppConfig",
     "Frozen",
     "IngestConfig",
+    "LabelsConfig",
     "LearnerConfig",
     "ModelConfig",
     "PromotionConfig",
     "Settings",
+    "SourceConfig",
     "VariantConfig",
     "load_config",
     "load_settings",
@@ -44,6 +47,8 @@ __getattr__ = exports(
         "load_config": "app",
         "load_settings": "settings",
         "parse_config": "app",
+        "LabelsConfig": "inputs",
+        "SourceConfig": "inputs",
         "DEFAULT_CONFIG": "defaults",
         "DEMO_TOML": "defaults",
         "ActorConfig": "policies",

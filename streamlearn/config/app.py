@@ -17,6 +17,15 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from streamlearn.config.defaults import DEMO_TOML, NO_CONFIG, config_path
+from streamlearn.config.inputs import (
+    MAX_CATEGORIES,
+    MAX_FIELDS,
+    Category,
+    FieldName,
+    LabelsConfig,
+    SourceConfig,
+    check_fields,
+)
 from streamlearn.config.policies import (
     ActorConfig,
     Frozen,
@@ -47,7 +56,19 @@ VARIANT_FIELDS = (
     "factory",
     "learner",
 )
-STREAM_FIELDS = ("inputs", "task", "classes", "window")
+STREAM_FIELDS = (
+    "inputs",
+    "fields",
+    "target",
+    "strict_fields",
+    "max_missing",
+    "categorical",
+    "sources",
+    "labels",
+    "task",
+    "classes",
+    "window",
+)
 
 
 class VariantConfig(Frozen):
@@ -99,7 +120,29 @@ class ModelConfig(Frozen):
     """One model: its architecture and the policies of the roles that serve it."""
 
     name: str = Field(pattern=_NAME_PATTERN)
-    inputs: int = Field(ge=1, description="length of x (features per step with a window)")
+    inputs: int = Field(
+        ge=1,
+        le=MAX_FIELDS * 64,
+        description="length of x (features per step with a window); in the TOML also a list "
+        "of field names, kept in `fields`",
+    )
+    fields: tuple[FieldName, ...] | None = Field(
+        None, description="the named inputs, in order (None: positional x)"
+    )
+    target: FieldName = Field("y", description="the label's field in a named sample")
+    strict_fields: bool = Field(
+        False, description="a named sample with fields the model does not use is a dead letter"
+    )
+    max_missing: float = Field(
+        0.5, ge=0, le=1, description="a named sample missing more of its inputs is a dead letter"
+    )
+    categorical: dict[FieldName, tuple[Category, ...]] = Field(
+        {}, description="string inputs and their values, one-hot encoded inside the model"
+    )
+    sources: tuple[SourceConfig, ...] = Field(
+        (), description="the devices' own topics ingest subscribes to ([[models.NAME.sources]])"
+    )
+    labels: LabelsConfig = LabelsConfig()
     task: Task = "regression"
     classes: int | None = Field(None, ge=2, description="number of classes (multiclass)")
     architecture: Architecture = "mlp"
@@ -123,6 +166,40 @@ class ModelConfig(Frozen):
     )
     promotion: PromotionConfig = PromotionConfig()
     _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_inputs(cls, data: Any) -> Any:
+        """`inputs = ["a", "b"]`: the names go to `fields`, their count to `inputs`."""
+        if isinstance(data, dict) and isinstance(data.get("inputs"), list | tuple):
+            names = list(data["inputs"])
+            if "fields" in data and data["fields"] is not None:
+                raise ValueError("inputs: a list of names, so fields may not be given too")
+            if not names:
+                raise ValueError("inputs: at least one field name, got []")
+            data = {**data, "inputs": len(names), "fields": names}
+        return data
+
+    @model_validator(mode="after")
+    def _check_names(self) -> ModelConfig:
+        named = self.fields is not None
+        if named and len(self.fields) != self.inputs:
+            raise ValueError(f"fields: {len(self.fields)} names for inputs = {self.inputs}")
+        if not named:
+            for name in ("categorical", "strict_fields", "target", "max_missing"):
+                if getattr(self, name) != type(self).model_fields[name].default:
+                    raise ValueError(f"{name}: only for named inputs (inputs = [names])")
+            return self
+        clash = {"id", "ids", "key", "seq", "reply_to", "samples"} & {*self.fields, self.target}
+        if clash:
+            raise ValueError(f"inputs: {sorted(clash)} name(s) the payload's own fields")
+        for name, values in self.categorical.items():
+            if not 1 <= len(values) <= MAX_CATEGORIES:
+                raise ValueError(
+                    f"categorical.{name}: 1 to {MAX_CATEGORIES} values, got {len(values)}"
+                )
+        check_fields(list(self.fields), self.target, self.categorical)
+        return self
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelConfig:
@@ -193,6 +270,13 @@ class ModelConfig(Frozen):
         if self.window is not None:
             return (self.window, self.inputs)
         return (self.inputs,)
+
+    @property
+    def categories(self) -> list[int]:
+        """Per input, how many values it one-hot encodes to (0: a number)."""
+        return [len(self.categorical.get(name, ())) for name in self.fields or ()] or [
+            0
+        ] * self.inputs
 
     @property
     def outputs(self) -> int:

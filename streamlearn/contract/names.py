@@ -137,3 +137,28 @@ class Names:
     @property
     def champion_topic(self) -> str:
         return self.topic("champion")
+
+    # -- labels that come later (`streamlearn.store.pending`) --------------------------------
+
+    @property
+    def labels_topic(self) -> str:
+        """Where labels for earlier predictions arrive: `{"id", "y"}` or `{"labels": [...]}`."""
+        return self.topic("labels")
+
+    def pending_key(self, request_id: str) -> str:
+        """One served prediction kept for its label: features, version, prediction.
+
+        >>> Names("demo").pending_key("r-7")
+        'sl:{demo}:pending:r-7'
+        """
+        return self.key(f"pending:{request_id}")
+
+    @property
+    def pending_index_key(self) -> str:
+        """Sorted set of the kept predictions' ids by expiry: what bounds their number."""
+        return self.key("pending")
+
+    @property
+    def served_key(self) -> str:
+        """Hash: the served score, sums over the labels joined to served predictions."""
+        return self.key("served")

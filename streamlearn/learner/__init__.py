@@ -11,7 +11,7 @@ from streamlearn._lazy import exports
 
 __all__ = [
     "Batch",
-        "Drainer",
+    "Drainer",
     "Durability",
     "Learner",
     "LearnerWrites",

@@ -45,7 +45,7 @@ SURFACE = {
     "streamlearn.ingest": ["Ingest", "IngestCounters", "IngestInbox", "RunWriter"],
     "streamlearn.learner": [
         "Batch",
-                "Drainer",
+        "Drainer",
         "Durability",
         "Learner",
         "LearnerWrites",

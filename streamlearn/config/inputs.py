@@ -1,0 +1,115 @@
+"""What a model's samples look like on the wire: named fields, the devices' own topics, labels
+that come later.
+
+`inputs = ["temperature", "vibration"]` names the fields of x, in order (`inputs = 4` stays
+the positional form); `ModelConfig` keeps the width in `inputs` and the names in `fields`.
+A sample is then a flat JSON object of those fields (dotted names reach into nested
+objects: `"ENERGY.Power"`) and the label field `target`. `categorical` fields carry strings,
+one-hot encoded inside the model. `[[models.NAME.sources]]` are MQTT filters of the devices'
+own topics that ingest subscribes to; `[models.NAME.labels]` bounds the predictions kept for
+a label that comes later (`streamlearn.store.pending`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from streamlearn.config.policies import Frozen
+
+MAX_FIELDS = 1024  # named inputs of one model, at most
+MAX_CATEGORY_CHARS = 256  # a categorical value longer than this is a dead letter
+MAX_CATEGORIES = 1024  # values of one categorical field
+MAX_DEPTH = 8  # levels of a dotted name
+
+# A field's name: dotted segments of printable characters, no whitespace or MQTT wildcards.
+FieldName = Annotated[
+    str,
+    Field(min_length=1, max_length=256, pattern=r"^[^.\s\x00-\x1f\x7f]+(\.[^.\s\x00-\x1f\x7f]+)*$"),
+]
+Category = Annotated[str, Field(min_length=1, max_length=MAX_CATEGORY_CHARS)]
+KEY_PATTERN = r"^topic:(\d{1,2})$"
+
+
+def check_fields(names: list[str], target: str, categorical: dict[str, tuple[str, ...]]) -> None:
+    """Named inputs are distinct, not the target, at most `MAX_DEPTH` levels deep; every
+    categorical field is an input, its values distinct.
+
+    >>> check_fields(["a", "b.c"], "y", {"a": ("x", "z")})
+    >>> check_fields(["a", "a"], "y", {})
+    Traceback (most recent call last):
+    ...
+    ValueError: inputs: 'a' is named twice
+    """
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"inputs: {name!r} is named twice")
+        seen.add(name)
+        if name.count(".") >= MAX_DEPTH:
+            raise ValueError(f"inputs: {name!r} is nested more than {MAX_DEPTH} levels deep")
+    if target in seen:
+        raise ValueError(f"target: {target!r} is also an input")
+    for name, values in categorical.items():
+        if name not in seen:
+            raise ValueError(f"categorical.{name}: not one of the inputs {names}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"categorical.{name}: a value is listed twice, got {list(values)}")
+
+
+class SourceConfig(Frozen):
+    """`[[models.NAME.sources]]`: a topic filter the devices publish samples on.
+
+    Ingest subscribes to it through the shared subscription, and judges its messages exactly
+    like the model's samples topic. `key = "topic:N"` takes a device key from level N of the
+    message's topic (0 is the first): the window a keyed model's observation extends.
+    """
+
+    topic: str = Field(min_length=1, max_length=512, description="an MQTT topic filter")
+    key: str | None = Field(None, pattern=KEY_PATTERN, description='"topic:N": level N as key')
+
+    @field_validator("topic")
+    @classmethod
+    def _filter(cls, topic: str) -> str:
+        """A valid MQTT filter, not a shared or `$` system one.
+
+        >>> SourceConfig(topic="tele/+/SENSOR").topic
+        'tele/+/SENSOR'
+        >>> SourceConfig(topic="a/#/b")
+        Traceback (most recent call last):
+        ...
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for SourceConfig
+        topic
+          Value error, '#' must be the last level of a filter ...
+        """
+        if topic.startswith("$"):
+            raise ValueError("a source is a device topic, not a $share or $SYS one")
+        levels = topic.split("/")
+        for i, level in enumerate(levels):
+            if "#" in level and (level != "#" or i != len(levels) - 1):
+                raise ValueError("'#' must be the last level of a filter")
+            if "+" in level and level != "+":
+                raise ValueError("'+' must be a whole level")
+        if re.search(r"[\x00-\x1f\x7f]", topic):
+            raise ValueError("a control character in the topic")
+        return topic
+
+    @property
+    def key_level(self) -> int | None:
+        match = re.match(KEY_PATTERN, self.key or "")
+        return int(match.group(1)) if match else None
+
+
+class LabelsConfig(Frozen):
+    """`[models.NAME.labels]`: predictions kept for their labels (`streamlearn.store.pending`).
+
+    A prediction request with an `id` keeps its features, the version that served it and its
+    prediction for `ttl_s`; a label `{"id", "y"}` on `{prefix}/{model}/labels` joins it into
+    a sample. At most `max_pending` are kept: beyond, the oldest go first. Each costs Redis
+    about 200 bytes plus 4 per input (~220 MB at the default bound, for 4 inputs).
+    """
+
+    ttl_s: int = Field(3600, ge=1, le=30 * 86_400, description="how long a prediction waits")
+    max_pending: int = Field(1_000_000, ge=1, le=100_000_000, description="predictions kept")
