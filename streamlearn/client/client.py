@@ -5,6 +5,9 @@
     with Client("mqtt://localhost:1883") as client:
         client.publish("demo", x=[0.1] * 9, y=1.0)
         print(client.predict("demo", [0.1] * 9, timeout=2))
+        # a model with named inputs, its label coming later
+        client.predict("machines", {"temperature": 88.0, "rpm": 1500}, id="m1-0915")
+        client.label("machines", "m1-0915", 1)
 
 It needs only paho-mqtt (`pip install streamlearn`). The URL carries credentials and TLS
 (`mqtts://NAME:PASSWORD@host:8883`, the CA bundle as `ca_file`); without one, `Client()`
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import uuid
 from collections import deque
@@ -37,16 +39,18 @@ from typing import Any
 import paho.mqtt.client as paho
 
 from streamlearn import mqtt
+from streamlearn.client import documents
 from streamlearn.client.pending import (
     Acks,
     ConnectionClosedError,
     Pending,
     Prediction,
-    PredictionError,
+    PredictionError,  # noqa: F401  (re-exported: `from streamlearn.client.client import ...`)
     Sent,
+    prediction,
 )
 from streamlearn.contract.names import Names
-from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.errors import ConfigError
 from streamlearn.stack import runfile
 
 # The environment `streamlearn.config.Settings` reads, and its defaults.
@@ -60,16 +64,6 @@ MAX_PAYLOAD_BYTES = 1_048_576
 MAX_SAMPLES_PER_MESSAGE = 10_000
 MAX_PENDING = 10_000
 MAX_INFLIGHT = 100
-
-
-def _prediction(doc: dict[str, Any]) -> Prediction:
-    """A reply document as a Prediction; an error reply raises PredictionError."""
-    if "error" in doc:
-        raise PredictionError(str(doc["error"]), doc.get("model"))
-    try:
-        return Prediction(doc["y"], doc["version"], doc["model"], doc.get("variant"))
-    except KeyError as exc:
-        raise StreamlearnError(f"reply without {exc.args[0]!r}: {doc!r}") from None
 
 
 class Client:
@@ -170,21 +164,18 @@ class Client:
     ) -> None:
         """Publish one sample (QoS 1); returns once the broker has it.
 
-        With `key` and `seq` it is a device's observation (one step of a windowed model;
-        `y` optional). Raises StreamlearnError when the broker refuses it (not authorized).
+        x is positional (`y` its label), or a dict of the model's named fields with its
+        label among them (`{"temperature": 88.0, "failed": 1}`); a list of such dicts goes
+        as `{"samples": [..]}` messages under ingest's caps. With `key` and `seq` it is a
+        device's observation (one step of a windowed model; `y` optional). Raises
+        StreamlearnError when the broker refuses it (not authorized).
         """
-        if key is None:
-            if y is None or seq is not None:
-                raise ValueError("a sample needs y (and seq= only goes with key=)")
-            doc: dict[str, Any] = {"x": x, "y": y}
-            if id is not None:
-                doc["id"] = id
-        else:
-            if seq is None or id is not None:
-                raise ValueError("an observation (key=) needs seq= and takes no id=")
-            doc = {"key": key, "seq": seq, "x": x}
-            if y is not None:
-                doc["y"] = y
+        if documents.is_named(x) and not isinstance(x, Mapping):
+            if y is not None or id is not None or key is not None or seq is not None:
+                raise ValueError("a list of named samples takes no y=, id=, key= or seq=")
+            self.publish_payloads(model, self._named_messages(x), timeout=timeout)
+            return
+        doc = documents.sample(x, y, id, key, seq)
         self._acks.confirm(self._send(self._topic(model, "samples"), doc), timeout)
 
     def publish_many(
@@ -199,11 +190,35 @@ class Client:
         """Publish samples as columnar messages (`{"x": [..], "y": [..], "ids"?: [..]}`)
         of at most `max_samples_per_message` samples and `max_payload_bytes` each; returns
         how many messages, once the broker has them all."""
-        xs, ys = _plain(xs), _plain(ys)
+        xs, ys = documents.plain(xs), documents.plain(ys)
         ids = None if ids is None else list(ids)
         if len(xs) != len(ys) or (ids is not None and len(ids) != len(ys)):
             raise ValueError(f"xs, ys (and ids) differ in length: {len(xs)}, {len(ys)}")
         return self.publish_payloads(model, self._columns(xs, ys, ids), timeout=timeout)
+
+    # -- labels that come later ----------------------------------------------------------
+
+    def label(self, model: str, id: str, y: float, *, timeout: float = 10.0) -> None:
+        """Publish the label of an earlier prediction request that carried `id` (QoS 1, on
+        `{prefix}/{model}/labels`); returns once the broker has it. The service joins it to
+        the features it kept for that request, and learns the sample."""
+        doc = documents.label(id, y)
+        self._acks.confirm(self._send(self._topic(model, "labels"), doc), timeout)
+
+    def labels(
+        self, model: str, pairs: Iterable[tuple[str, float]], *, timeout: float = 10.0
+    ) -> int:
+        """Publish (id, y) labels as `{"labels": [..]}` messages under ingest's caps; returns
+        how many messages, once the broker has them all."""
+        items = documents.labels(list(pairs))
+        messages = documents.pieces(
+            len(items),
+            lambda a, b: {"labels": items[a:b]},
+            self.max_samples_per_message,
+            self.max_payload_bytes,
+            "label",
+        )
+        return self.publish_payloads(model, messages, timeout=timeout, leaf="labels")
 
     def publish_payloads(
         self,
@@ -211,10 +226,14 @@ class Client:
         payloads: Iterable[bytes | str | Mapping[str, Any]],
         *,
         timeout: float = 10.0,
+        leaf: str = "samples",
     ) -> int:
         """Publish messages as they are (README: Topics and payloads), e.g. the lines of an
-        NDJSON file; returns how many, once the broker has them all."""
-        topic, window, count = self._topic(model, "samples"), deque[Sent](), 0
+        NDJSON file, on the model's `leaf` topic (`samples` or `labels`); returns how many,
+        once the broker has them all."""
+        if leaf not in ("samples", "labels"):
+            raise ValueError(f"leaf: samples or labels, got {leaf!r}")
+        topic, window, count = self._topic(model, leaf), deque[Sent](), 0
         for payload in payloads:
             if len(window) >= self.max_inflight:
                 self._acks.confirm(window.popleft(), timeout)
@@ -225,25 +244,24 @@ class Client:
         return count
 
     def _columns(self, xs: list, ys: list, ids: list | None) -> Iterable[bytes]:
-        """Columnar payloads under both caps: a chunk too large is cut to the share that
-        fits, so each sample is encoded a few times at most."""
-        start, n = 0, self.max_samples_per_message
-        while start < len(ys):
-            n = min(n, len(ys) - start)
-            doc = {"x": xs[start : start + n], "y": ys[start : start + n]}
+        def build(a: int, b: int) -> dict[str, Any]:
+            doc = {"x": xs[a:b], "y": ys[a:b]}
             if ids is not None:
-                doc["ids"] = ids[start : start + n]
-            body = _encode(doc)
-            if len(body) <= self.max_payload_bytes:
-                yield body
-                start += n
-            elif n == 1:
-                raise ValueError(
-                    f"sample {start} alone is {len(body)} bytes, over max_payload_bytes="
-                    f"{self.max_payload_bytes}"
-                )
-            else:
-                n = max(1, n * self.max_payload_bytes // len(body))
+                doc["ids"] = ids[a:b]
+            return doc
+
+        return documents.pieces(
+            len(ys), build, self.max_samples_per_message, self.max_payload_bytes
+        )
+
+    def _named_messages(self, samples: Sequence[Mapping[str, Any]]) -> Iterable[bytes]:
+        docs = [documents.named(one) for one in samples]
+        return documents.pieces(
+            len(docs),
+            lambda a, b: {"samples": docs[a:b]},
+            self.max_samples_per_message,
+            self.max_payload_bytes,
+        )
 
     # -- predictions ---------------------------------------------------------------------
 
@@ -252,34 +270,35 @@ class Client:
         model: str,
         x: Any,
         *,
+        id: str | None = None,
         key: str | None = None,
         seq: float | None = None,
         timeout: float = 10.0,
     ) -> Prediction:
-        """One prediction: x is one sample, or a list of rows (y is then a list).
+        """One prediction: x is one sample, a list of rows (y is then a list), or a dict of
+        the model's named fields.
 
-        With `key`, x is the device's newest step and the service completes the window
-        from the steps it stored (before `seq`, when given). Raises PredictionError with
-        the service's message, TimeoutError when no reply came within `timeout` s.
+        With `id` the service keeps the request's features for a label that comes later
+        (`label(model, id, y)`). With `key`, x is the device's newest step and the service
+        completes the window from the steps it stored (before `seq`, when given). Raises
+        PredictionError with the service's message, TimeoutError when no reply came
+        within `timeout` s.
         """
-        return self.predict_async(model, x, key=key, seq=seq, timeout=timeout).result()
+        return self.predict_async(model, x, id=id, key=key, seq=seq, timeout=timeout).result()
 
     def predict_async(
         self,
         model: str,
         x: Any,
         *,
+        id: str | None = None,
         key: str | None = None,
         seq: float | None = None,
         timeout: float = 10.0,
     ) -> Future[Prediction]:
         """`predict` without waiting: the future fails as `predict` raises."""
-        if seq is not None and key is None:
-            raise ValueError("seq= needs key=")
-        body: dict[str, Any] = {"x": x} if key is None else {"key": key, "x": x}
-        if seq is not None:
-            body["seq"] = seq
-        return self._request(model, body, timeout, _prediction)
+        body = documents.request(x, id, key, seq)
+        return self._request(model, body, timeout, prediction)
 
     def request(self, model: str, body: Mapping[str, Any], timeout: float = 10.0) -> dict:
         """Send a request document as it is; the reply document as the service sent it,
@@ -301,7 +320,7 @@ class Client:
         props = mqtt.request_properties(reply_to, correlation)
         try:
             topic = self._topic(model, f"predict/{self.client_id}")
-            self._mqtt.publish(topic, _encode(body), qos=1, properties=props)
+            self._mqtt.publish(topic, documents.encode(body), qos=1, properties=props)
         except BaseException:
             future.cancel()  # forgotten at once
             raise
@@ -314,7 +333,7 @@ class Client:
 
     def _send(self, topic: str, payload: bytes | str | Mapping[str, Any]) -> Sent:
         if isinstance(payload, Mapping):
-            payload = _encode(payload)
+            payload = documents.encode(payload)
         before = self._acks.refusals
         return Sent(topic, self._mqtt.publish(topic, payload, qos=1), before)
 
@@ -371,26 +390,15 @@ class AsyncClient:
     async def publish_many(self, model: str, xs: Any, ys: Any, ids: Any = None, **kw: Any) -> int:
         return await asyncio.to_thread(self.client.publish_many, model, xs, ys, ids, **kw)
 
+    async def label(self, model: str, id: str, y: float, **kw: Any) -> None:
+        await asyncio.to_thread(self.client.label, model, id, y, **kw)
+
+    async def labels(self, model: str, pairs: Iterable[tuple[str, float]], **kw: Any) -> int:
+        return await asyncio.to_thread(self.client.labels, model, list(pairs), **kw)
+
     async def predict(self, model: str, x: Any, **kw: Any) -> Prediction:
         """As `Client.predict`; cancelling the await forgets the request."""
         return await asyncio.wrap_future(self.client.predict_async(model, x, **kw))
 
     async def request(self, model: str, body: Mapping[str, Any], timeout: float = 10.0) -> dict:
         return await asyncio.wrap_future(self.client.request_async(model, body, timeout))
-
-
-def _encode(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), default=_tolist).encode()
-
-
-def _tolist(value: Any) -> Any:
-    """numpy arrays and scalars as JSON sees them, without importing numpy."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _plain(values: Any) -> list:
-    if hasattr(values, "tolist"):
-        return values.tolist()
-    return [v.tolist() if hasattr(v, "tolist") else v for v in values]

@@ -40,6 +40,16 @@ class Prediction:
     variant: str | None = None
 
 
+def prediction(doc: dict[str, Any]) -> Prediction:
+    """A reply document as a Prediction; an error reply raises PredictionError."""
+    if "error" in doc:
+        raise PredictionError(str(doc["error"]), doc.get("model"))
+    try:
+        return Prediction(doc["y"], doc["version"], doc["model"], doc.get("variant"))
+    except KeyError as exc:
+        raise StreamlearnError(f"reply without {exc.args[0]!r}: {doc!r}") from None
+
+
 class Pending:
     """Requests awaiting replies, by correlation data: at most `limit`, each failed with
     TimeoutError at its deadline by one thread.

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.names import Names
 from streamlearn.errors import StreamlearnError
 from streamlearn.stack import embedded
-from tests.conftest import eventually, launch_role, own_settings, samples_seen
+from tests.conftest import eventually, launch_role, own_settings, plain_paho, samples_seen
 from tests.deployed import device_url, mqtt_url
 
 TOML = """
@@ -242,3 +244,74 @@ def test_the_client_loads_no_service_dependency_and_agrees_with_the_service():
     assert Settings.model_fields["topic_prefix"].default == client_module.DEFAULT_TOPIC_PREFIX
     assert IngestConfig().max_payload_bytes == client_module.MAX_PAYLOAD_BYTES
     assert IngestConfig().max_samples_per_message == client_module.MAX_SAMPLES_PER_MESSAGE
+
+
+def test_named_samples_requests_and_later_labels_go_out_as_the_contract_says(settings):
+    """What a named model's devices send, read off the broker by a plain subscriber."""
+    got: dict[str, list] = {"samples": [], "labels": [], "predict": []}
+    prefix = settings.topic_prefix
+    sub = plain_paho(settings)
+    sub.on_message = lambda _c, _u, m: got[m.topic.split("/")[2]].append(json.loads(m.payload))
+    for leaf in ("samples", "labels", "predict/#"):
+        sub.subscribe(f"{prefix}/m/{leaf}", qos=1)
+    time.sleep(0.5)
+    reading = {"temperature": 88.0, "ENERGY": {"Power": 5}, "machine_type": "press"}
+    try:
+        with connect(settings, max_samples_per_message=3) as client:
+            client.publish("m", {**reading, "failed": 1}, id="s-1")
+            client.publish("m", [{**reading, "failed": i % 2} for i in range(7)])  # 3, 3, 1
+            asked = client.predict_async("m", reading, id="r-1", timeout=0.5)
+            client.label("m", "r-1", 1)
+            assert client.labels("m", [(f"r-{i}", i % 2) for i in range(5)]) == 2
+            with pytest.raises(TimeoutError):
+                asked.result()  # no actor here: what matters is what was sent
+
+            for mistake, said in (
+                (lambda: client.label("m", None, 1), "a label's id must be a non-empty string"),
+                (lambda: client.label("m", "r-1", "1"), "must be a finite number, got '1'"),
+                (lambda: client.label("m", "r-1", float("nan")), "must be a finite number"),
+                (lambda: client.labels("m", [("r-1",)]), r"labels\[0\]: an \(id, y\) pair"),
+                (lambda: client.publish("m", reading, y=1), "carries its label as one of"),
+                (lambda: client.predict("m", {"key": 1}), "field 'key' is one of the payload"),
+                (lambda: client.predict("m", reading, id=""), "id must be a non-empty string"),
+            ):
+                with pytest.raises(ValueError, match=said):
+                    mistake()
+        eventually(lambda: len(got["labels"]) == 3 and len(got["samples"]) == 4, 10, "all")
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+    assert got["samples"][0] == {**reading, "failed": 1, "id": "s-1"}
+    assert [len(doc["samples"]) for doc in got["samples"][1:]] == [3, 3, 1]
+    assert got["samples"][1]["samples"][1] == {**reading, "failed": 1}
+    assert got["predict"] == [{**reading, "id": "r-1"}]
+    assert got["labels"][0] == {"id": "r-1", "y": 1}
+    assert got["labels"][1:] == [
+        {"labels": [{"id": "r-0", "y": 0}, {"id": "r-1", "y": 1}, {"id": "r-2", "y": 0}]},
+        {"labels": [{"id": "r-3", "y": 1}, {"id": "r-4", "y": 0}]},
+    ]
+
+
+def test_async_client_labels(settings):
+    got: list[dict] = []
+    sub = plain_paho(settings)
+    sub.on_message = lambda _c, _u, m: got.append(json.loads(m.payload))
+    sub.subscribe(f"{settings.topic_prefix}/m/labels", qos=1)
+    time.sleep(0.5)
+
+    async def use() -> None:
+        url = settings.mqtt
+        async with streamlearn.AsyncClient(url, topic_prefix=settings.topic_prefix) as ac:
+            await ac.label("m", "a-1", 0.5)
+            await ac.labels("m", [("a-2", 2), ("a-3", 3)])
+
+    try:
+        asyncio.run(use())
+        eventually(lambda: len(got) == 2, 10, "both label messages")
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+    assert got == [
+        {"id": "a-1", "y": 0.5},
+        {"labels": [{"id": "a-2", "y": 2}, {"id": "a-3", "y": 3}]},
+    ]
