@@ -221,13 +221,16 @@ MUTANTS = (
         "streamlearn/contract/payloads.py",
         (
             (
-                "def parse_message(self, raw: bytes) -> Parsed:\n",
-                "def parse_message(self, raw: bytes) -> Parsed:\n"
-                "    self._parse_once(raw)\n"
-                "    self._parse_once(raw)\n"
-                "    return self._parse_once(raw)\n"
+                "def parse_message(self, raw: bytes, key: str | None = None, "
+                "at: float | None = None) -> Parsed:\n",
+                "def parse_message(self, raw: bytes, key: str | None = None, "
+                "at: float | None = None) -> Parsed:\n"
+                "    self._parse_once(raw, key, at)\n"
+                "    self._parse_once(raw, key, at)\n"
+                "    return self._parse_once(raw, key, at)\n"
                 "\n"
-                "def _parse_once(self, raw: bytes) -> Parsed:\n",
+                "def _parse_once(self, raw: bytes, key: str | None = None, "
+                "at: float | None = None) -> Parsed:\n",
             ),
         ),
         (SMOKE + "ingest --quick",),

@@ -190,7 +190,8 @@ class ModelConfig(Frozen):
                 if getattr(self, name) != type(self).model_fields[name].default:
                     raise ValueError(f"{name}: only for named inputs (inputs = [names])")
             return self
-        clash = {"id", "ids", "key", "seq", "reply_to", "samples"} & {*self.fields, self.target}
+        own = {"x", "id", "ids", "key", "seq", "reply_to", "samples"}
+        clash = own & {*self.fields, self.target}
         if clash:
             raise ValueError(f"inputs: {sorted(clash)} name(s) the payload's own fields")
         for name, values in self.categorical.items():

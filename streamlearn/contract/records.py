@@ -7,7 +7,8 @@ the parser. Arrays are float32 (`Observations.seq` float64), one row per sample.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
@@ -31,6 +32,7 @@ Kind = Literal[
     "too_many_samples",
     "too_many_keys",
     "no_window",
+    "unknown_id",
     "redis_refused",
     "other",
 ]
@@ -72,12 +74,34 @@ class Rejection:
     kind: Kind = "other"
 
 
+@dataclass
+class FieldCounts:
+    """What named messages held besides their inputs: fields ignored, inputs missing and
+    categorical values not configured, by field; and unlabeled samples (no target)."""
+
+    extra: int = 0
+    missing: Counter[str] = field(default_factory=Counter)
+    unseen: Counter[str] = field(default_factory=Counter)
+    unlabeled: int = 0
+
+    def add(self, other: FieldCounts) -> None:
+        self.extra += other.extra
+        self.missing.update(other.missing)
+        self.unseen.update(other.unseen)
+        self.unlabeled += other.unlabeled
+
+    def __bool__(self) -> bool:
+        return bool(self.extra or self.missing or self.unseen or self.unlabeled)
+
+
 class Parsed(NamedTuple):
-    """What a samples message holds: whole samples, keyed observations, rejected parts."""
+    """What a samples message holds: whole samples, keyed observations, rejected parts;
+    for named payloads, what they held besides their inputs."""
 
     samples: Samples | None
     observations: Observations | None
     rejections: list[Rejection]
+    fields: FieldCounts | None = None
 
 
 @dataclass(frozen=True)

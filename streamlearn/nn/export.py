@@ -8,7 +8,9 @@ variance, followed, when some feature has been constant so far, by a `Rescaling`
 zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
 `Normalization`. (A model whose graph Keras cannot rebuild, a factory's
 subclassed model, is saved as it is: its custom layers need their code, and streamlearn
-for `Standardize`, where it is loaded.) `--format savedmodel` writes a TensorFlow
+for `Standardize`, where it is loaded; so does a model of named inputs, whose `Encode` layer,
+imputing missing inputs and one-hot encoding categorical ones, is streamlearn's
+(`streamlearn.nn.encode`).) `--format savedmodel` writes a TensorFlow
 SavedModel directory for TF Serving instead (`serve` endpoint).
 """
 
@@ -94,6 +96,7 @@ def standalone(model: keras.Model) -> keras.Model:
     normalize = zero = None
     if layer is not None:
         mean, var = layer.moments()
+        mean[layer.keep], var[layer.keep] = 0.0, 1.0  # categorical indexes pass through
         spread = var > standardize.EPSILON
         # Normalization divides by sqrt(variance): 1 for a constant feature, then zeroed.
         normalize = keras.layers.Normalization(

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
 from streamlearn.config.tfconfig import Workers  # noqa: E402
 from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
+from streamlearn.nn.encode import Encode  # noqa: E402
 from streamlearn.nn.standardize import Standardize, Unstandardize  # noqa: E402
 
 _HEADS = {
@@ -56,7 +57,10 @@ def _build(cfg: ModelConfig) -> keras.Model:
         return _from_factory(cfg)
     activation, loss, metric = _HEADS[cfg.task]
     inputs = keras.Input(shape=cfg.sample_shape, name="x")
-    h = Standardize(name="standardize")(inputs) if cfg.standardize else inputs
+    keep = [i for i, k in enumerate(cfg.categories) if k]
+    h = Standardize(keep, name="standardize")(inputs) if cfg.standardize else inputs
+    if cfg.fields is not None:  # named: missing inputs imputed, categorical ones one-hot
+        h = Encode(cfg.categories, name="encode")(h)
     if cfg.architecture == "lstm":
         *rest, last = cfg.hidden
         for i, units in enumerate(rest):

@@ -22,7 +22,18 @@ EPSILON = 1e-6
 
 @keras.saving.register_keras_serializable(package="streamlearn")
 class Standardize(keras.layers.Layer):
-    """`(x - mean) / sqrt(var)` over the last axis; statistics set by `update`."""
+    """`(x - mean) / sqrt(var)` over the last axis; statistics set by `update`.
+
+    Columns listed in `keep` (a categorical input's index, `streamlearn.nn.encode`) pass
+    through as they are. A NaN (a missing named input) stays NaN, for `Encode` to impute.
+    """
+
+    def __init__(self, keep: list[int] | tuple[int, ...] = (), **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.keep = [int(i) for i in keep]
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "keep": self.keep}
 
     def build(self, input_shape: tuple) -> None:
         features = (input_shape[-1],)
@@ -40,7 +51,11 @@ class Standardize(keras.layers.Layer):
         # A feature constant so far (var 0) is centred to 0, as River's StandardScaler does.
         spread = self.var > EPSILON
         scale = keras.ops.where(spread, keras.ops.rsqrt(keras.ops.maximum(self.var, EPSILON)), 0.0)
-        return (x - self.mean) * scale
+        if not self.keep:
+            return (x - self.mean) * scale
+        kept = np.zeros(x.shape[-1], bool)
+        kept[self.keep] = True
+        return (x - keras.ops.where(kept, 0.0, self.mean)) * keras.ops.where(kept, 1.0, scale)
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -91,7 +106,7 @@ class Statistics:
         # rows not yet folded in: their count and sums of (row - shift) and its square,
         # shifted by the mean of when they began, so that the sums lose no precision
         self._pending = 0
-        self._shift = self._s1 = self._s2 = None
+        self._shift = self._s1 = self._s2 = self._seen = None
 
     def update(self, x: np.ndarray) -> None:
         """Fold the rows of `x` (samples, or windows of steps) into the statistics.
@@ -119,7 +134,14 @@ class Statistics:
         if not self._pending:
             self._shift = self.mean
             self._s1, self._s2 = np.zeros_like(self.mean), np.zeros_like(self.mean)
+            self._seen = np.zeros_like(self.mean)
         d = rows - self._shift  # float64
+        missing = np.isnan(d)
+        if missing.any():  # a missing named input: left out of its feature's sums
+            d[missing] = 0.0
+            self._seen += len(rows) - missing.sum(axis=0)
+        else:
+            self._seen += len(rows)
         self._s1 += d.sum(axis=0)
         self._s2 += np.einsum("ij,ij->j", d, d)
         self._pending += len(rows)
@@ -133,18 +155,21 @@ class Statistics:
 
     def _fold(self) -> None:
         """The pending rows into the running moments (Chan's update, with forgetting)."""
-        n, self._pending = self._pending, 0
+        rows, self._pending = self._pending, 0
+        n = np.maximum(self._seen, 1.0)  # per feature: its values seen (missing ones not)
         batch_mean = self._s1 / n
         batch_var = np.maximum(self._s2 / n - batch_mean**2, 0.0)
         batch_mean = batch_mean + self._shift
-        old = min(self.count, max(self.horizon - n, 0))  # past the horizon, older weigh less
+        old = np.minimum(self.count, np.maximum(self.horizon - n, 0))  # older weigh less
         total = old + n
         delta = batch_mean - self.mean
         mean = self.mean + delta * (n / total)
         var = (old * self.var + n * batch_var + delta**2 * old * n / total) / total
+        unseen = self._seen == 0  # a feature missing from every pending row keeps its moments
+        mean, var = np.where(unseen, self.mean, mean), np.where(unseen, self.var, var)
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(var.astype(np.float32)))):
             return  # values too large for float32 statistics: these rows are left out of them
-        self.mean, self.var, self.count = mean, var, min(self.count + n, self.horizon)
+        self.mean, self.var, self.count = mean, var, min(self.count + rows, self.horizon)
         if self._unwritten or self._moved():
             self._write()
 

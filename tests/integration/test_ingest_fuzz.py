@@ -90,7 +90,7 @@ def expected(raws: list[bytes], seen: set[str]) -> tuple[list[Samples], list[Rej
     kept: list[Samples] = []
     rejected: list[Rejection] = []
     for raw in raws:
-        samples, _, rejections = REFERENCE.parse_message(raw)
+        samples, _, rejections, _ = REFERENCE.parse_message(raw)
         rejected += rejections
         if samples is None:
             continue

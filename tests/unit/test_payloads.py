@@ -35,7 +35,7 @@ def dumps(doc: Any) -> bytes:
 
 def accept(parser: PayloadParser, doc: Any) -> Samples:
     """Parse and insist that everything was accepted."""
-    samples, _, rejections = parser.parse_message(doc if isinstance(doc, bytes) else dumps(doc))
+    samples, _, rejections, _ = parser.parse_message(doc if isinstance(doc, bytes) else dumps(doc))
     assert rejections == [], [r.reason for r in rejections]
     assert samples is not None
     return samples
@@ -44,7 +44,7 @@ def accept(parser: PayloadParser, doc: Any) -> Samples:
 def reject(parser: PayloadParser, raw: bytes | Any) -> str:
     """Parse and insist that the whole message was rejected; return the reason."""
     raw = raw if isinstance(raw, bytes) else dumps(raw)
-    samples, _, rejections = parser.parse_message(raw)
+    samples, _, rejections, _ = parser.parse_message(raw)
     assert samples is None
     assert len(rejections) == 1
     assert rejections[0].payload == raw
@@ -83,7 +83,7 @@ def test_sample_list_keeps_good_items_and_rejects_bad_ones_in_one_summary():
         {"x": [[1, 2, 3]], "y": [1]},
     ]
     raw = dumps({"samples": items})
-    samples, _, rejections = BINARY.parse_message(raw)
+    samples, _, rejections, _ = BINARY.parse_message(raw)
     assert samples is not None
     np.testing.assert_array_equal(samples.x, [[1, 2, 3], [4, 5, 6]])
     np.testing.assert_array_equal(samples.y, [1, 0])
@@ -99,7 +99,7 @@ def test_sample_list_keeps_good_items_and_rejects_bad_ones_in_one_summary():
 
 
 def test_sample_list_with_only_bad_items_accepts_nothing():
-    samples, _, rejections = BINARY.parse_message(dumps({"samples": [{"x": [1], "y": 0}]}))
+    samples, _, rejections, _ = BINARY.parse_message(dumps({"samples": [{"x": [1], "y": 0}]}))
     assert samples is None
     assert [r.reason for r in rejections] == [
         "samples.0: x must have shape [3], got [1] (1 of 1 samples rejected)"
@@ -108,7 +108,7 @@ def test_sample_list_with_only_bad_items_accepts_nothing():
 
 def test_a_list_of_ten_thousand_bad_items_is_one_rejection_listing_five():
     raw = dumps({"samples": [{"x": [1, 2], "y": 0}] * 10_000})
-    samples, _, rejections = BINARY.parse_message(raw)
+    samples, _, rejections, _ = BINARY.parse_message(raw)
     assert samples is None and len(rejections) == 1
     reason = rejections[0].reason
     assert reason.count("samples.") == 5 and reason.startswith("samples.0: ")
@@ -124,10 +124,10 @@ def test_a_document_of_many_unknown_fields_is_refused_naming_three():
     assert reason == (
         "90000 fields, at most 4 allowed; unknown: 'field0', 'field1', 'field2' (and 89997 more)"
     )
-    samples, _, [rejection] = parser.parse_message(dumps({"x": [1, 2, 3], "y": 1, **doc}))
+    samples, _, [rejection], _ = parser.parse_message(dumps({"x": [1, 2, 3], "y": 1, **doc}))
     assert samples is None and rejection.kind == "unknown_field"
     assert "unknown: 'field0', 'field1', 'field2' (and 89997 more)" in rejection.reason
-    samples, _, [rejection] = parser.parse_message(
+    samples, _, [rejection], _ = parser.parse_message(
         dumps({"samples": [{"x": [1, 2, 3], "y": 1}, doc]})
     )
     assert samples is not None and len(samples) == 1
@@ -189,7 +189,7 @@ def test_keyed_observations_are_one_step_each_with_an_optional_target():
             ]
         }
     )
-    samples, observations, rejections = LSTM.parse_message(raw)
+    samples, observations, rejections, _ = LSTM.parse_message(raw)
     assert rejections == [] and samples is not None and samples.x.shape == (1, 3, 2)
     assert observations is not None and observations.keys == ("dev-1", "dev-2")
     assert observations.seq.dtype == np.float64 and observations.seq.tolist() == [17, 1.7e9]
@@ -217,7 +217,7 @@ def test_keyed_observations_are_one_step_each_with_an_optional_target():
 )
 def test_bad_keyed_observations_are_rejected_alone(item, reason):
     good = {"key": "a", "seq": 0, "x": [1, 2], "y": 1}
-    samples, observations, rejections = LSTM.parse_message(dumps({"samples": [good, item]}))
+    samples, observations, rejections, _ = LSTM.parse_message(dumps({"samples": [good, item]}))
     assert observations is not None and observations.keys == ("a",)
     assert len(rejections) == 1 and rejections[0].reason.startswith(f"samples.1: {reason}")
     assert reject(LSTM, item).startswith(reason)
@@ -493,7 +493,7 @@ def test_deeply_nested_json_is_rejected_not_raised():
 
 
 def test_huge_integer_literal_is_rejected_not_raised():
-    samples, _, rejections = BINARY.parse_message(_HUGE_INT)
+    samples, _, rejections, _ = BINARY.parse_message(_HUGE_INT)
     assert samples is None and rejections[0].reason
 
 
@@ -679,7 +679,7 @@ def check_outcome(parser: PayloadParser, samples: Samples | None, rejections: li
 @given(parser_and_payload())
 def test_any_payload_is_accepted_well_formed_or_rejected_with_reason(case):
     parser, raw = case
-    samples, _, rejections = parser.parse_message(raw)
+    samples, _, rejections, _ = parser.parse_message(raw)
     event("accepted some" if samples is not None else "rejected all")
     check_outcome(parser, samples, rejections)
 

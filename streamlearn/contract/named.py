@@ -1,0 +1,305 @@
+"""Named samples and requests: the JSON objects devices already publish.
+
+A model with `inputs = ["temperature", "ENERGY.Power", ...]` takes flat (or nested, by
+dotted name) objects of those fields plus its `target` field, instead of positional `x`:
+
+- a field the model does not use is ignored and counted (`strict_fields`: a dead letter);
+- a missing or `null` input becomes NaN, which the model's first layer imputes with its
+  running mean (`streamlearn.nn.standardize`); more than `max_missing` of the inputs
+  missing is a dead letter `missing_field`;
+- a categorical input's string becomes its index in the configured values (-1: unseen or
+  missing), which the model one-hot encodes (`streamlearn.nn.encode`), so an actor and
+  `export` compute the same function as the learner.
+
+A message is one object, a list (`{"samples": [{...}, ...]}`, items judged one by one),
+or columnar (every field a list, the target's too). For a model with a window an object is
+one step of a device's sequence: its key is the `key` field or the source topic's level,
+its seq the `seq` field or the arrival time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamlearn.config import ModelConfig
+from streamlearn.config.inputs import MAX_CATEGORY_CHARS
+from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
+from streamlearn.errors import PayloadError
+
+_F32_MAX = float(np.finfo(np.float32).max)
+# Fields of an object that are not inputs: the payload's own.
+SAMPLE_FIELDS = frozenset(("id", "key", "seq"))
+REQUEST_FIELDS = frozenset(("id", "key", "seq", "reply_to"))
+MIN_FIELD_LIMIT = 256  # an object may carry this many fields (or 4 per input) at most
+
+
+@dataclass(frozen=True)
+class NamedRow:
+    """One object's inputs as a row (NaN: missing; categorical: the value's index)."""
+
+    x: list[float]
+    y: Any  # the target's JSON value, None when absent
+    id: Any
+    key: Any
+    seq: Any
+
+
+class NamedFields:
+    """Reads one model's named inputs out of decoded JSON objects.
+
+    >>> from streamlearn.config import ModelConfig
+    >>> m = ModelConfig(name="m", inputs=["t", "ENERGY.Power", "kind"], target="failed",
+    ...                 task="binary", categorical={"kind": ["press", "lathe"]})
+    >>> from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
+    >>> named, counts = NamedFields(m), FieldCounts()
+    >>> row = named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
+    ...                  "rssi": -60}, counts, REQUEST_FIELDS)
+    >>> row.x, row.y, counts.extra
+    ([20.5, 3.0, 1.0], 1, 1)
+    >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS).x
+    [nan, 1.0, -1.0]
+    >>> dict(counts.missing), dict(counts.unseen)
+    ({'t': 1}, {'kind': 1})
+    """
+
+    def __init__(self, model: ModelConfig) -> None:
+        assert model.fields is not None
+        self.model = model
+        self.names = list(model.fields)
+        self.target = model.target.split(".")
+        self.readers: list[Callable[[Any], float | None]] = []
+        for name in self.names:
+            values = model.categorical.get(name)
+            self.readers.append(self._number if values is None else _category(values))
+        self.paths = [name.split(".") for name in self.names]
+        self.tops = {p[0] for p in self.paths} | {self.target[0]}
+        self.max_missing = math.floor(model.max_missing * len(self.names) + 1e-9)
+        self.field_limit = max(MIN_FIELD_LIMIT, 4 * len(self.names))
+
+    def check_size(self, doc: dict[str, Any]) -> None:
+        """Refuse an object of more fields than a device sends before reading any."""
+        if len(doc) > self.field_limit:
+            raise PayloadError(
+                f"{len(doc)} fields, at most {self.field_limit} allowed", "unknown_field"
+            )
+
+    def row(self, doc: dict[str, Any], counts: FieldCounts, own: frozenset[str]) -> NamedRow:
+        """One object's row; `own` are the payload's fields besides inputs and target."""
+        self.check_size(doc)
+        extra = [k for k in doc if k not in self.tops and k not in own]
+        if extra:
+            if self.model.strict_fields:
+                shown = ", ".join(repr(k[:40]) for k in extra[:3])
+                raise PayloadError(
+                    f"fields the model does not use: {shown} (strict_fields)", "unknown_field"
+                )
+            counts.extra += len(extra)
+        x: list[float] = []
+        missing: list[str] = []
+        unseen: list[str] = []
+        for name, path, read in zip(self.names, self.paths, self.readers, strict=True):
+            value = doc.get(path[0]) if len(path) == 1 else _dig(doc, path)
+            if value is None:
+                missing.append(name)
+                x.append(math.nan)
+                continue
+            try:
+                number = read(value)
+            except PayloadError as exc:
+                raise PayloadError(f"{name}: {exc}", exc.kind) from None
+            if number is None:
+                unseen.append(name)
+                number = -1.0
+            x.append(number)
+        if len(missing) > self.max_missing:
+            raise PayloadError(
+                f"{len(missing)} of {len(self.names)} inputs missing, at most "
+                f"{self.max_missing} (max_missing): {missing[:5]}",
+                "missing_field",
+            )
+        counts.missing.update(missing)
+        counts.unseen.update(unseen)
+        y = doc.get(self.target[0]) if len(self.target) == 1 else _dig(doc, self.target)
+        return NamedRow(x, y, doc.get("id"), doc.get("key"), doc.get("seq"))
+
+    def _number(self, value: Any) -> float:
+        if type(value) is float or type(value) is int:
+            if -_F32_MAX <= value <= _F32_MAX:
+                return float(value)
+            raise PayloadError(f"value {value!r} out of float32 range", "non_finite")
+        raise PayloadError(f"a number expected, got {_shown(value)}", "wrong_type")
+
+    def columns(self, doc: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """A columnar object (the target a list) as one object per row; None if not one."""
+        y = doc.get(self.target[0]) if len(self.target) == 1 else _dig(doc, self.target)
+        if type(y) is not list:
+            return None
+        n = len(y)
+        rows: list[dict[str, Any]] = [{} for _ in range(n)]
+        for path in [*self.paths, self.target, ["ids"]]:
+            column = _dig(doc, path)
+            if column is None:
+                continue
+            if type(column) is not list or len(column) != n:
+                raise PayloadError(
+                    f"{'.'.join(path)}: a columnar payload's fields are lists of {n} values",
+                    "wrong_shape",
+                )
+            path = ["id"] if path == ["ids"] else path
+            for row, value in zip(rows, column, strict=True):
+                for part in path[:-1]:
+                    row = row.setdefault(part, {})
+                row[path[-1]] = value
+        return rows
+
+
+def _dig(doc: Any, path: list[str]) -> Any:
+    for part in path:
+        if type(doc) is not dict:
+            return doc.get(part) if isinstance(doc, dict) else None
+        doc = doc.get(part)
+        if doc is None:
+            return None
+    return doc
+
+
+def _category(values: tuple[str, ...]) -> Callable[[Any], float | None]:
+    index = {v: float(i) for i, v in enumerate(values)}
+
+    def read(value: Any) -> float | None:
+        if type(value) is not str:
+            raise PayloadError(
+                f"a string (one of its values) expected, got {_shown(value)}", "wrong_type"
+            )
+        if len(value) > MAX_CATEGORY_CHARS:
+            raise PayloadError(
+                f"a value of {len(value)} characters, at most {MAX_CATEGORY_CHARS}",
+                "bad_string",
+            )
+        return index.get(value)
+
+    return read
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class NamedPayloads:
+    """Named sample messages and requests of one model into records; the positional forms
+    stay with `streamlearn.contract.payloads.PayloadParser`, which calls this."""
+
+    def __init__(self, model: ModelConfig, check_targets: Callable[[list[float]], np.ndarray]):
+        self.model = model
+        self.fields = NamedFields(model)
+        self.check_targets = check_targets
+
+    def item(
+        self, doc: dict[str, Any], counts: FieldCounts, key: str | None, at: float | None
+    ) -> Samples | Observations | None:
+        """One object: a sample, a keyed step (window models), or None when it has no
+        label and no window to extend (counted as unlabeled)."""
+        row = self.fields.row(doc, counts, SAMPLE_FIELDS)
+        y = None if row.y is None else self._target(row.y)
+        x = np.asarray([row.x], dtype=np.float32)
+        if self.model.window is not None:
+            step_key = _key(row.key if row.key is not None else key)
+            seq = _seq(row.seq, at)
+            y_arr = np.full(1, np.nan, np.float32) if y is None else y
+            return Observations((step_key,), np.array([seq], np.float64), x, y_arr)
+        if y is None:
+            counts.unlabeled += 1
+            return None
+        return Samples(x, y, None if row.id is None else (_sample_id(row.id),))
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """The objects a message holds: columnar or single (the list form is the caller's)."""
+        self.fields.check_size(doc)
+        return self.fields.columns(doc) or [doc]
+
+    def request(self, doc: dict[str, Any]) -> Request:
+        """A named request: one object, or `{"samples": [...]}` for several rows."""
+        counts = FieldCounts()
+        own = REQUEST_FIELDS | {"samples"}
+        items = doc.get("samples")
+        if items is not None:
+            if type(items) is not list or not items or any(type(i) is not dict for i in items):
+                raise PayloadError("samples: a non-empty list of objects expected", "wrong_type")
+            if len(items) > self.model.ingest.max_samples_per_message:
+                raise PayloadError(
+                    f"{len(items)} rows exceed max_samples_per_message="
+                    f"{self.model.ingest.max_samples_per_message}",
+                    "too_many_samples",
+                )
+            self.fields.check_size(doc)
+            rows = []
+            for i, item in enumerate(items):
+                try:
+                    rows.append(self.fields.row(item, counts, own).x)
+                except PayloadError as exc:
+                    raise PayloadError(f"samples.{i}: {exc}", exc.kind) from None
+            x, batched = np.asarray(rows, dtype=np.float32), True
+        else:
+            x, batched = np.asarray([self.fields.row(doc, counts, own).x], np.float32), False
+        rid, reply_to = doc.get("id"), doc.get("reply_to")
+        if rid is not None and not ((type(rid) is str and len(rid) <= 256) or type(rid) is int):
+            raise PayloadError(
+                f"id: a string of up to 256 characters or an integer, got {_shown(rid)}"
+            )
+        if reply_to is not None and not (
+            type(reply_to) is str and 0 < len(reply_to) <= 512 and not set(reply_to) & {"#", "+"}
+        ):
+            raise PayloadError(f"reply_to: a topic without wildcards, got {_shown(reply_to)}")
+        if "key" in doc and self.model.window is not None:
+            seq = doc.get("seq")
+            seq = None if seq is None else _seq(seq, None)
+            return Request(x[:1], False, rid, reply_to, key=_key(doc["key"]), seq=seq)
+        return Request(x, batched, rid, reply_to)
+
+    def _target(self, y: Any) -> np.ndarray:
+        if type(y) is bool and self.model.task == "binary":
+            y = int(y)
+        if type(y) is not int and type(y) is not float:
+            raise PayloadError(
+                f"{self.model.target}: a number expected, got {_shown(y)}", "wrong_type"
+            )
+        return self.check_targets([y])
+
+
+def _sample_id(value: Any) -> str:
+    if type(value) is str and 1 <= len(value) <= 256:
+        return value
+    raise PayloadError(f"id: a string of 1 to 256 characters, got {_shown(value)}", "bad_string")
+
+
+def _key(value: Any) -> str:
+    if value is None:
+        raise PayloadError(
+            "key: a window model's step needs a key (a field or a source's topic level)",
+            "missing_field",
+        )
+    if (
+        type(value) is not str
+        or not 1 <= len(value) <= 128
+        or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise PayloadError(
+            f"key: 1 to 128 characters, no whitespace, got {_shown(value)}", "bad_string"
+        )
+    return value
+
+
+def _seq(value: Any, at: float | None) -> float:
+    if value is None:
+        if at is None:
+            raise PayloadError("seq: a keyed request or step needs a seq", "missing_field")
+        return at
+    if (type(value) is int or type(value) is float) and abs(value) <= 2**53:
+        return float(value)
+    raise PayloadError(f"seq: a number up to 2**53, got {_shown(value)}", "wrong_type")

@@ -1,0 +1,142 @@
+"""The positional payloads' schemas (pydantic, strict) and how their errors read.
+
+`streamlearn.contract.payloads` validates with them; a validation error becomes a
+`PayloadError` whose message names the field and whose kind labels the dead letter.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from streamlearn.contract.records import Kind, SampleId
+from streamlearn.errors import PayloadError
+
+Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+RequestId = Annotated[str, Field(strict=True, max_length=256)] | Annotated[int, Field(strict=True)]
+Topic = Annotated[str, Field(strict=True, min_length=1, max_length=512, pattern=r"^[^#+]+$")]
+# A device's key names a Redis key: short, no whitespace or control characters.
+WindowKey = Annotated[
+    str, Field(strict=True, min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")
+]
+# Sequence numbers or unix timestamps; Redis scores are doubles, exact up to 2**53.
+Seq = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**53), le=2**53)]
+# The most fields a valid object has ({"key", "seq", "x", "y"}): a document with more is
+# rejected after counting, before validation, which would report each unknown field.
+MAX_FIELDS = 4
+FIELDS = frozenset(("x", "y", "id", "ids", "samples", "key", "seq"))
+# Reasons of rejected items a message's one dead letter lists (with their indexes).
+LISTED_REASONS = 5
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SampleDoc(Strict):
+    x: list[Any]
+    y: Finite
+    id: SampleId | None = None
+
+
+class ColumnarDoc(Strict):
+    x: list[Any] = Field(min_length=1)
+    y: list[Finite] = Field(min_length=1)
+    ids: list[SampleId] | None = None
+
+
+class SampleListDoc(Strict):
+    samples: list[Any] = Field(min_length=1)
+
+
+class ObservationDoc(Strict):
+    key: WindowKey
+    seq: Seq
+    x: list[Any]
+    y: Finite | None = None
+
+
+class RequestDoc(Strict):
+    x: list[Any] = Field(min_length=1)
+    id: RequestId | None = None
+    reply_to: Topic | None = None
+
+
+class KeyedRequestDoc(RequestDoc):
+    key: WindowKey
+    seq: Seq | None = None
+
+
+def nested(depth: int) -> TypeAdapter[Any]:
+    inner: Any = Finite
+    for _ in range(depth):
+        inner = list[inner]
+    return TypeAdapter(inner)
+
+
+# pydantic's error types -> dead-letter kinds (anything else: "other")
+_KINDS: dict[str, Kind] = {
+    "extra_forbidden": "unknown_field",
+    "missing": "missing_field",
+    "finite_number": "non_finite",
+    "too_short": "wrong_shape",
+    "too_long": "wrong_shape",
+    "float_type": "wrong_type",
+    "float_parsing": "wrong_type",
+    "int_type": "wrong_type",
+    "string_type": "wrong_type",
+    "list_type": "wrong_type",
+    "model_type": "wrong_type",
+    "dict_type": "wrong_type",
+    "string_too_short": "bad_string",
+    "string_too_long": "bad_string",
+    "string_pattern_mismatch": "bad_string",
+    "less_than_equal": "out_of_range",
+    "greater_than_equal": "out_of_range",
+}
+
+
+def invalid(exc: ValidationError, root: str = "") -> PayloadError:
+    """The PayloadError of pydantic's first error, with its kind."""
+    return PayloadError(reason(exc, root), _KINDS.get(exc.errors()[0]["type"], "other"))
+
+
+def check_fields(doc: dict[str, Any]) -> None:
+    """Count a document's fields before validating it: each unknown one would cost an
+    error, so a document of 90,000 made-up fields is refused here, naming a few."""
+    if len(doc) <= MAX_FIELDS:
+        return
+    unknown = [k for k in doc if k not in FIELDS]
+    named = ", ".join(repr(k if len(k) <= 40 else k[:37] + "...") for k in unknown[:3])
+    more = f" (and {len(unknown) - 3} more)" if len(unknown) > 3 else ""
+    raise PayloadError(
+        f"{len(doc)} fields, at most {MAX_FIELDS} allowed; unknown: {named}{more}",
+        "unknown_field",
+    )
+
+
+def reason(exc: ValidationError, root: str = "") -> str:
+    err = exc.errors()[0]
+    loc = ".".join([root, *(str(p) for p in err["loc"])]).strip(".")
+    value = repr(err.get("input"))
+    value = value if len(value) <= 40 else value[:37] + "..."
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {err['msg']}, got {value}{more}" if loc else f"{err['msg']}{more}"
+
+
+def decode(raw: bytes, limit: int) -> dict[str, Any]:
+    if len(raw) > limit:
+        raise PayloadError(
+            f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}", "oversize"
+        )
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise PayloadError("invalid JSON: nested too deeply", "invalid_json") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        raise PayloadError(f"invalid JSON: {exc}", "invalid_json") from None
+    if not isinstance(doc, dict):
+        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}", "wrong_type")
+    return doc
