@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,17 +37,6 @@ REQUEST_FIELDS = frozenset(("id", "key", "seq", "reply_to"))
 MIN_FIELD_LIMIT = 256  # an object may carry this many fields (or 4 per input) at most
 
 
-@dataclass(frozen=True)
-class NamedRow:
-    """One object's inputs as a row (NaN: missing; categorical: the value's index)."""
-
-    x: list[float]
-    y: Any  # the target's JSON value, None when absent
-    id: Any
-    key: Any
-    seq: Any
-
-
 class NamedFields:
     """Reads one model's named inputs out of decoded JSON objects.
 
@@ -57,11 +45,10 @@ class NamedFields:
     ...                 task="binary", categorical={"kind": ["press", "lathe"]})
     >>> from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
     >>> named, counts = NamedFields(m), FieldCounts()
-    >>> row = named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
-    ...                  "rssi": -60}, counts, REQUEST_FIELDS)
-    >>> row.x, row.y, counts.extra
-    ([20.5, 3.0, 1.0], 1, 1)
-    >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS).x
+    >>> named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
+    ...            "rssi": -60}, counts, REQUEST_FIELDS), counts.extra
+    (([20.5, 3.0, 1.0], 1), 1)
+    >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS)[0]
     [nan, 1.0, -1.0]
     >>> dict(counts.missing), dict(counts.unseen)
     ({'t': 1}, {'kind': 1})
@@ -88,8 +75,11 @@ class NamedFields:
                 f"{len(doc)} fields, at most {self.field_limit} allowed", "unknown_field"
             )
 
-    def row(self, doc: dict[str, Any], counts: FieldCounts, own: frozenset[str]) -> NamedRow:
-        """One object's row; `own` are the payload's fields besides inputs and target."""
+    def row(
+        self, doc: dict[str, Any], counts: FieldCounts, own: frozenset[str]
+    ) -> tuple[list[float], Any]:
+        """One object's inputs as a row (NaN: missing; categorical: the value's index) and
+        its target's JSON value (None: absent); `own` are the payload's other fields."""
         self.check_size(doc)
         extra = [k for k in doc if k not in self.tops and k not in own]
         if extra:
@@ -122,10 +112,12 @@ class NamedFields:
                 f"{self.max_missing} (max_missing): {missing[:5]}",
                 "missing_field",
             )
-        counts.missing.update(missing)
-        counts.unseen.update(unseen)
+        if missing or unseen:
+            counts.add(
+                FieldCounts(missing=dict.fromkeys(missing, 1), unseen=dict.fromkeys(unseen, 1))
+            )
         y = doc.get(self.target[0]) if len(self.target) == 1 else _dig(doc, self.target)
-        return NamedRow(x, y, doc.get("id"), doc.get("key"), doc.get("seq"))
+        return x, y
 
     def _number(self, value: Any) -> float:
         if type(value) is float or type(value) is int:
@@ -205,18 +197,26 @@ class NamedPayloads:
     ) -> Samples | Observations | None:
         """One object: a sample, a keyed step (window models), or None when it has no
         label and no window to extend (counted as unlabeled)."""
-        row = self.fields.row(doc, counts, SAMPLE_FIELDS)
-        y = None if row.y is None else self._target(row.y)
-        x = np.asarray([row.x], dtype=np.float32)
+        x, y = self.fields.row(doc, counts, SAMPLE_FIELDS)
         if self.model.window is not None:
-            step_key = _key(row.key if row.key is not None else key)
-            seq = _seq(row.seq, at)
-            y_arr = np.full(1, np.nan, np.float32) if y is None else y
-            return Observations((step_key,), np.array([seq], np.float64), x, y_arr)
+            step_key = _key(doc.get("key", key))
+            seq = _seq(doc.get("seq"), at)
+            target = math.nan if y is None else self._target(y)
+            return Observations(
+                (step_key,),
+                np.array([seq], np.float64),
+                np.array([x], np.float32),
+                np.array([target], np.float32),
+            )
         if y is None:
             counts.unlabeled += 1
             return None
-        return Samples(x, y, None if row.id is None else (_sample_id(row.id),))
+        rid = doc.get("id")
+        return Samples(
+            np.array([x], np.float32),
+            np.array([self._target(y)], np.float32),
+            None if rid is None else (_sample_id(rid),),
+        )
 
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """The objects a message holds: columnar or single (the list form is the caller's)."""
@@ -241,12 +241,12 @@ class NamedPayloads:
             rows = []
             for i, item in enumerate(items):
                 try:
-                    rows.append(self.fields.row(item, counts, own).x)
+                    rows.append(self.fields.row(item, counts, own)[0])
                 except PayloadError as exc:
                     raise PayloadError(f"samples.{i}: {exc}", exc.kind) from None
             x, batched = np.asarray(rows, dtype=np.float32), True
         else:
-            x, batched = np.asarray([self.fields.row(doc, counts, own).x], np.float32), False
+            x, batched = np.asarray([self.fields.row(doc, counts, own)[0]], np.float32), False
         rid, reply_to = doc.get("id"), doc.get("reply_to")
         if rid is not None and not ((type(rid) is str and len(rid) <= 256) or type(rid) is int):
             raise PayloadError(
@@ -262,14 +262,22 @@ class NamedPayloads:
             return Request(x[:1], False, rid, reply_to, key=_key(doc["key"]), seq=seq)
         return Request(x, batched, rid, reply_to)
 
-    def _target(self, y: Any) -> np.ndarray:
+    def _target(self, y: Any) -> float:
+        """A label's value, checked for the task as `PayloadParser.check_targets` does."""
         if type(y) is bool and self.model.task == "binary":
             y = int(y)
         if type(y) is not int and type(y) is not float:
             raise PayloadError(
                 f"{self.model.target}: a number expected, got {_shown(y)}", "wrong_type"
             )
-        return self.check_targets([y])
+        task = self.model.task
+        if (task == "binary" and 0 <= y <= 1) or (
+            task == "regression" and -_F32_MAX <= y <= _F32_MAX
+        ):
+            return float(y)
+        if task == "multiclass" and y == int(y) and 0 <= y < (self.model.classes or 0):
+            return float(y)
+        return float(self.check_targets([y])[0])  # raises, with the reason
 
 
 def _sample_id(value: Any) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from streamlearn.config import ModelConfig
 from streamlearn.contract.fastparse import FastSamples
@@ -84,7 +85,8 @@ class PayloadParser:
                 return Parsed(samples, None, [])
         counts = FieldCounts() if self._named is not None else None
         try:
-            doc = decode(raw, self.model.ingest.max_payload_bytes)
+            doc = self._decode_named(raw) if self._named is not None else None
+            doc = doc or decode(raw, self.model.ingest.max_payload_bytes)
             if self._named is not None and not _positional(doc):
                 return self._parse_named(doc, raw, counts, key, at)
             check_fields(doc)
@@ -96,6 +98,17 @@ class PayloadParser:
         if isinstance(item, Observations):
             return Parsed(None, item, [])
         return Parsed(item, None, [])
+
+    def _decode_named(self, raw: bytes) -> dict[str, Any] | None:
+        """The object, decoded by pydantic's parser (faster than `json`); None: let
+        `decode` judge it and say why."""
+        if len(raw) > self.model.ingest.max_payload_bytes:
+            return None
+        try:
+            doc = from_json(raw)
+        except ValueError:
+            return None
+        return doc if type(doc) is dict and doc else None
 
     def _parse_named(
         self,

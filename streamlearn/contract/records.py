@@ -7,7 +7,6 @@ the parser. Arrays are float32 (`Observations.seq` float64), one row per sample.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, NamedTuple
 
@@ -80,18 +79,23 @@ class FieldCounts:
     categorical values not configured, by field; and unlabeled samples (no target)."""
 
     extra: int = 0
-    missing: Counter[str] = field(default_factory=Counter)
-    unseen: Counter[str] = field(default_factory=Counter)
+    missing: dict[str, int] = field(default_factory=dict)
+    unseen: dict[str, int] = field(default_factory=dict)
     unlabeled: int = 0
 
     def add(self, other: FieldCounts) -> None:
         self.extra += other.extra
-        self.missing.update(other.missing)
-        self.unseen.update(other.unseen)
+        _add(self.missing, other.missing)
+        _add(self.unseen, other.unseen)
         self.unlabeled += other.unlabeled
 
     def __bool__(self) -> bool:
         return bool(self.extra or self.missing or self.unseen or self.unlabeled)
+
+
+def _add(counts: dict[str, int], more: dict[str, int] | list[str]) -> None:
+    for name in more:
+        counts[name] = counts.get(name, 0) + (more[name] if isinstance(more, dict) else 1)
 
 
 class Parsed(NamedTuple):
