@@ -39,11 +39,13 @@ from paho.mqtt.properties import Properties
 from streamlearn.actor import inbox
 from streamlearn.actor.forward import Forward
 from streamlearn.actor.inbox import Pending
+from streamlearn.actor.kept import Keeper
 from streamlearn.actor.reloader import WeightsReloader
 from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.nn import buckets, networks
+from streamlearn.store.pending import PendingStore
 from streamlearn.store.weights import WeightsStore
 from streamlearn.store.windows import WindowStore
 
@@ -86,6 +88,7 @@ class Actor:
             partitions = cfg.ingest.partitions  # a key's window is in its key's partition
             windows = WindowStore(store.redis, names, cfg.window, cfg.inputs, partitions=partitions)
         self.windows = windows
+        self.keeper = Keeper(PendingStore(store.redis, names, cfg.labels))  # for labels
         self.version = 0
         self.loaded_at: float | None = None
         self.batches = 0
@@ -214,6 +217,7 @@ class Actor:
                 self.observe_latency(done - p.arrived)
         if self.observe_batch is not None:
             self.observe_batch(len(x))
+        self.keeper.keep(batch, y, version)  # after the replies: never delays one
 
     def _complete_windows(self, batch: list[Pending]) -> list[Pending]:
         """Give key-only requests their windows: the key's newest `window - 1` stored
@@ -285,6 +289,8 @@ class Actor:
             "requests_shed": self.inbox.shed,
             "requests_failed": self.failed + self.admission.failed,
             "batches": self.batches,
+            "predictions_kept": self.keeper.kept,
+            "keep_failures": self.keeper.failures,
             "refused": {str(v): reason for v, reason in self.reloader.refused.items()},
             "updated_at": now,
         }
@@ -300,6 +306,8 @@ class Actor:
             "shed_requests_total": self.inbox.shed,
             "failed_requests_total": self.failed + self.admission.failed,
             "batches_total": self.batches,
+            "predictions_kept_total": self.keeper.kept,
+            "keep_failures_total": self.keeper.failures,
             "reloads_total": self.reloads,
             "refused_versions_total": self.reloader.refusals,
             "version": self.version,

@@ -16,6 +16,7 @@ from streamlearn.observe.monitor import (
     fmt_number,
     presence_lines,
     read_status,
+    served_line,
 )
 
 
@@ -52,6 +53,7 @@ def format_status(rows: list[dict]) -> str:
             f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
         )
         lines += presence_lines(r)
+        lines += served_line(r)
         lines += versions.pin_lines(r)
         lines += _variant_lines(r)
         lines += [actor_line(a) for a in r.get("actors", [])]

@@ -15,6 +15,11 @@ loop stops taking messages. Unacknowledged messages fill the client's receive ma
 the broker then holds the rest in the persistent session until the loop resumes. QoS 0
 messages, which the broker does not hold, wait in the bounded inbox or are dropped.
 
+Each message's topic decides how it is judged: the model's samples topic as above; a
+topic of one of the model's `sources` the same way, its device key taken from the topic
+level the source names; the labels topic as labels joined to kept predictions
+(`streamlearn.ingest.labels`), whose samples take the same exactly-once path.
+
 Redis failures (`streamlearn.ingest.writes`): each message of a run is written whole or
 not at all, retried while Redis is unavailable or full; a message Redis refuses for good is
 dead-lettered and acknowledged.
@@ -23,17 +28,23 @@ dead-lettered and acknowledged.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 
+from paho.mqtt.client import topic_matches_sub
+
 from streamlearn.config import IngestConfig
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.contract.records import Parsed, Rejection
 from streamlearn.ingest.inbox import Delivery, IngestInbox
+from streamlearn.ingest.labels import LabelJoiner, LabelMessage
 from streamlearn.ingest.writes import IngestCounters, RunMessage, RunWriter
 from streamlearn.store.partitions import PartitionedStream, settle_layout, split
+from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.windows import WindowStore
 
@@ -72,6 +83,12 @@ class Ingest:
         self.clock = clock
         self.counters = IngestCounters()
         model = parser.model
+        self.samples_topic = stream.names.samples_topic
+        self.labels_topic = stream.names.labels_topic
+        self.sources = model.sources
+        self.labels = LabelJoiner(parser, PendingStore(stream.redis, stream.names, model.labels))
+        # the device key of a source topic, where the parser takes one
+        self._keyed = "key" in inspect.signature(parser.parse_message).parameters
         parts = stream.parts if isinstance(stream, PartitionedStream) else [stream]
         lanes: list[WindowStore | None] = [windows] * len(parts)
         if windows is None and model.window is not None:
@@ -110,6 +127,9 @@ class Ingest:
             "late_observations_total": c.late_observations,
             "short_window_observations_total": c.short_windows,
             "evicted_windows_total": c.evicted_windows,
+            "labels_joined_total": self.labels.joined,
+            "labels_unknown_total": self.labels.unknown,
+            "labels_duplicate_total": self.labels.duplicates,
             "qos0_dropped_total": self.inbox.dropped,
             "backlog_samples": self.backlog,
             "holding": int(self._holding),
@@ -173,7 +193,10 @@ class Ingest:
     def _process(self, batch: list[Delivery], stop: threading.Event) -> bool:
         """Validate and store, then queue the PUBACKs; False if stopped before Redis took it
         all (what it took is acknowledged)."""
-        messages = [RunMessage(d, self.parser.parse_message(d.payload)) for d in batch]
+        parsed = self._parse(batch, stop)
+        if parsed is None:
+            return False  # stopped while Redis was unavailable; nothing acknowledged
+        messages, labels = parsed
         adding = sum(
             len(m.parsed.samples or ()) + len(m.parsed.observations or ()) for m in messages
         )
@@ -195,6 +218,10 @@ class Ingest:
             if lane
         )
         whole = [all(part.done for part in parts) for parts in parts_of]
+        if labels and not self._settle(labels, whole, stop):
+            for i, _ in labels:
+                whole[i] = False
+            stored = False
         done = [delivery for delivery, ok in zip(batch, whole, strict=True) if ok]
         self.inbox.acknowledge(done)
         self.counters.messages += len(done)
@@ -206,6 +233,64 @@ class Ingest:
                 "stopping: %d messages left unacknowledged for redelivery", len(batch) - len(done)
             )
         return stored
+
+    def _parse(
+        self, batch: list[Delivery], stop: threading.Event
+    ) -> tuple[list[RunMessage], list[tuple[int, LabelMessage]]] | None:
+        """Each message judged by its topic; the label messages joined to their kept
+        predictions (one round trip). None if stopped while Redis was unavailable."""
+        samples_topic, parse = self.samples_topic, self.parser.parse_message
+        if all(d.topic == samples_topic for d in batch):  # the hot path
+            return [RunMessage(d, parse(d.payload)) for d in batch], []
+        parsed: list[Parsed | None] = []
+        labels: list[tuple[int, LabelMessage]] = []
+        for i, d in enumerate(batch):
+            if d.topic == samples_topic:
+                parsed.append(parse(d.payload))
+            elif d.topic == self.labels_topic:
+                parsed.append(None)
+                labels.append((i, self.labels.parse(d.payload)))
+            else:
+                parsed.append(self._parse_source(d))
+        if labels:
+            raws = [batch[i].payload for i, _ in labels]
+            joined = self.writer.retry(lambda: self.labels.join([m for _, m in labels], raws), stop)
+            if joined is None:
+                return None
+            for (i, _), p in zip(labels, joined, strict=True):
+                parsed[i] = p
+        return [RunMessage(d, p) for d, p in zip(batch, parsed, strict=True)], labels  # type: ignore[arg-type]
+
+    def _parse_source(self, d: Delivery) -> Parsed:
+        """A message on a source topic: parsed with its device key, the topic's level
+        `key_level` (when the source names one)."""
+        source = next((s for s in self.sources if topic_matches_sub(s.topic, d.topic)), None)
+        if source is None:
+            reason = f"topic {d.topic!r} is not one this model reads"
+            return Parsed(None, None, [Rejection(reason, d.payload, "other")])
+        level = source.key_level
+        if level is None:
+            return self.parser.parse_message(d.payload)
+        levels = d.topic.split("/")
+        if level >= len(levels) or not levels[level]:
+            reason = (
+                f"topic {d.topic!r} has no level {level} to take the device key from "
+                f'(source {source.topic!r}, key = "topic:{level}")'
+            )
+            return Parsed(None, None, [Rejection(reason, d.payload, "other")])
+        if not self._keyed:  # a parser that takes no key yet
+            return self.parser.parse_message(d.payload)
+        return self.parser.parse_message(d.payload, key=levels[level], at=time.time())
+
+    def _settle(
+        self, labels: list[tuple[int, LabelMessage]], whole: list[bool], stop: threading.Event
+    ) -> bool:
+        """Tombstone and score the joins of the label messages Redis now holds whole,
+        before their PUBACKs; False if stopped first."""
+        held = [m for i, m in labels if whole[i]]
+        if not held:
+            return True
+        return self.writer.retry(lambda: self.labels.settle(held) or True, stop) is not None
 
     def _measure_due(self, adding: int) -> bool:
         """Measure the backlog with this write? Every `poll_s`, or sooner when what was

@@ -20,12 +20,14 @@ def main(argv: list[str] | None = None) -> int:
     stream = open_stream(runtime.redis_client(settings), names, model)
     ingest = Ingest(PayloadParser(model), stream, model.ingest)
     stop = runtime.stop_on_signals()
+    # the samples, the devices' own topics (`[[sources]]`) and the labels, all QoS 1
+    topics = [names.samples_topic, *(s.topic for s in model.sources), names.labels_topic]
     presence = Presence(names, "ingest", runtime.instance_of(args, settings))
     client = mqtt.connect(
         settings.mqtt,
         client_id,
         ca_file=settings.mqtt_ca_file,
-        subscriptions=[(names.shared("samples", settings.share_group), 1)],
+        subscriptions=[(f"$share/{settings.share_group}/{topic}", 1) for topic in topics],
         on_message=ingest.on_message,
         manual_ack=True,
         persistent=True,
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if port is not None:
         log.info("metrics on port %d", port)
-    log.info("ingest for %s ready on %s", model.name, names.samples_topic)
+    log.info("ingest for %s ready on %s", model.name, ", ".join(topics))
     runtime.settle()
     try:
         ingest.run(stop)

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 import paho.mqtt.client as paho
+import redis
 
 from streamlearn.contract.names import Names
 from streamlearn.learner.step import Trainer
 from streamlearn.learner.tensorboard import Rate, ScalarLog
 from streamlearn.learner.variants import Promoter, Promotion
 from streamlearn.learner.writes import LearnerWrites
+from streamlearn.store.pending import PendingStore, served_metric
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,11 @@ class Reporter:
         self.writes = writes
         self.sink = sink
         self.promoter = promoter
+        cfg = trainer.cfg
+        queue = writes.queue
+        self.pending = PendingStore(queue.redis, queue.names, cfg.labels)
+        self.served_metric = served_metric(cfg.task)
+        self.served: dict[str, float | int | None] | None = None  # as last read
 
     @property
     def active(self) -> bool:
@@ -67,8 +74,18 @@ class Reporter:
             **self.trainer.figures(),
             "variant": self.variant,
             **self.writes.status(),
+            "served": self.read_served(),
             "updated_at": time.time(),
         }
+
+    def read_served(self) -> dict[str, float | int | None] | None:
+        """The served score (`streamlearn.store.pending`): labels joined to the predictions
+        actors served. Redis unavailable: the last one read (the status must still go)."""
+        try:
+            self.served = self.pending.served(self.served_metric)
+        except redis.RedisError as exc:
+            log.debug("served score unavailable: %s", exc)
+        return self.served
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.observe.metrics` (Prometheus): names ending in `_total` are counters."""
@@ -90,6 +107,7 @@ class Reporter:
             "replay_buffer_bytes": t.replay.nbytes,
             "drifts_detected_total": t.drift.detected if t.drift else 0,
             **self.writes.metrics(),
+            **served_metrics(self.served, self.served_metric),
         }
 
     def report(self, promoted: Callable[[], None], compete: bool = True) -> None:
@@ -106,6 +124,21 @@ class Reporter:
                 return
         if self.sink:
             self.sink(status)
+
+
+def served_metrics(
+    served: dict[str, float | int | None] | None, metric: str
+) -> dict[str, float | int | None]:
+    """The served score as Prometheus figures, from the last status (no Redis at scrape)."""
+    served = served or {}
+    return {
+        "served_labels_total": served.get("labels"),
+        "served_unknown_labels_total": served.get("unknown"),
+        "served_loss": served.get("loss"),
+        f"served_{metric}": served.get(metric),
+        "served_label_delay_p50_seconds": served.get("delay_p50_s"),
+        "served_label_delay_p95_seconds": served.get("delay_p95_s"),
+    }
 
 
 class StatusPublisher:

@@ -276,6 +276,25 @@ def presence_lines(row: dict[str, Any]) -> list[str]:
     return [f"  learner: {learner}", f"  ingest: {ingest}"]
 
 
+def served_line(row: dict[str, Any]) -> list[str]:
+    """The served score's line of `streamlearn status`: labels joined to served predictions.
+
+    >>> served_line({"served": {"labels": 3, "loss": 0.5, "accuracy": 1.0, "unknown": 0,
+    ...     "delay_p50_s": 5.0, "delay_p95_s": 6.0}})
+    ['  served: 3 labels, loss 0.5000, accuracy 1.0000, delay p50 5.0 s p95 6.0 s, 0 unknown ids']
+    """
+    served = row.get("served")
+    if not isinstance(served, dict):
+        return []
+    metric = "accuracy" if "accuracy" in served else "mae"
+    p50, p95 = fmt_number(served.get("delay_p50_s"), 1), fmt_number(served.get("delay_p95_s"), 1)
+    return [
+        f"  served: {served.get('labels', 0)} labels, loss {fmt_number(served.get('loss'))}, "
+        f"{metric} {fmt_number(served.get(metric))}, delay p50 {p50} s p95 {p95} s, "
+        f"{served.get('unknown', 0)} unknown ids"
+    ]
+
+
 def actor_line(a: dict[str, Any]) -> str:
     """One actor of `streamlearn status`: version, weights age, rate, status age."""
     age, rps = fmt_number(a.get("weights_age_s"), 1), fmt_number(a.get("requests_per_s"), 1)

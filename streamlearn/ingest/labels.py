@@ -1,0 +1,214 @@
+"""Labels that come later: `{"id", "y"}` or `{"labels": [{"id", "y"}, ...]}` on
+`{prefix}/{model}/labels`, each joined by id to the prediction an actor kept for it
+(`streamlearn.store.pending`) into a training sample.
+
+A joined label becomes a sample (the kept features, the label, the request's id) that
+takes the samples' own exactly-once path (`streamlearn.ingest.writes`): a repeated label is
+a de-duplicated duplicate. Once Redis holds it, the prediction is tombstoned and scored
+(`PendingStore.join`), once, and only then is the label message acknowledged. Labels of a
+run of messages are read back in one round trip. A label for an id never kept (or
+expired) is a dead letter of kind `unknown_id`; one without an id or with a target the
+task refuses is a dead letter of its kind; the good labels of the same message still join.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamlearn.contract.payloads import PayloadParser
+from streamlearn.contract.records import Parsed, Rejection, Samples
+from streamlearn.errors import PayloadError
+from streamlearn.store.pending import Joined, Kept, PendingStore, decode
+
+# reasons of rejected labels one dead letter lists
+LISTED_REASONS = 5
+
+
+@dataclass
+class LabelMessage:
+    """A label message as parsed: its good labels (id, y) and its rejections."""
+
+    labels: list[tuple[str, float]]
+    rejections: list[Rejection]
+    joined: list[Joined] = field(default_factory=list)
+    unknown: int = 0
+
+
+class LabelJoiner:
+    """Parses label messages and joins them to kept predictions."""
+
+    def __init__(self, parser: PayloadParser, pending: PendingStore) -> None:
+        self.parser = parser
+        self.model = parser.model
+        self.pending = pending
+        # the parser's check of targets for the task (bad_target)
+        self._width = int(np.prod(self.model.sample_shape))
+        self._targets = getattr(parser, "check_targets", None) or parser._check_targets
+        self.duplicates = 0  # labels of predictions already joined (counted, not stored)
+        self.unknown = 0
+        self.joined = 0
+
+    def parse(self, raw: bytes) -> LabelMessage:
+        """The labels of one message; whatever is wrong with it is a rejection, never raised."""
+        try:
+            doc = _decode(raw, self.model.ingest.max_payload_bytes)
+            items = [doc] if "labels" not in doc else _items(doc)
+            limit = self.model.ingest.max_samples_per_message
+            if len(items) > limit:
+                raise PayloadError(
+                    f"{len(items)} labels exceed max_samples_per_message={limit}",
+                    "too_many_samples",
+                )
+        except PayloadError as exc:
+            return LabelMessage([], [Rejection(str(exc), raw, exc.kind)])
+        good: list[tuple[str, float]] = []
+        bad: list[tuple[int, PayloadError]] = []
+        rejected = 0
+        for i, item in enumerate(items):
+            try:
+                good.append(self._label(item))
+            except PayloadError as exc:
+                rejected += 1
+                if len(bad) < LISTED_REASONS:
+                    bad.append((i, exc))
+        if not rejected:
+            return LabelMessage(good, [])
+        where = "labels." if "labels" in doc else ""
+        listed = "; ".join(f"{where}{i}: {exc}".removeprefix("0: ") for i, exc in bad)
+        more = f"and {rejected - len(bad)} more; " if rejected > len(bad) else ""
+        reason = f"{listed} ({more}{rejected} of {len(items)} labels rejected)"
+        return LabelMessage(good, [Rejection(reason, raw, bad[0][1].kind)])
+
+    def _label(self, item: Any) -> tuple[str, float]:
+        if not isinstance(item, dict):
+            raise PayloadError("a label must be an object {id, y}", "wrong_type")
+        extra = sorted(set(item) - {"id", "y"})
+        if extra:
+            raise PayloadError(f"unknown fields {extra[:4]}", "unknown_field")
+        if "id" not in item or "y" not in item:
+            missing = "id" if "id" not in item else "y"
+            raise PayloadError(f"{missing}: field required", "missing_field")
+        rid, y = item["id"], item["y"]
+        if isinstance(rid, bool) or not isinstance(rid, str | int):
+            raise PayloadError(f"id must be a string or an integer, got {rid!r:.40}", "wrong_type")
+        rid = str(rid)
+        if not 1 <= len(rid) <= 256:
+            raise PayloadError("id must have 1 to 256 characters", "bad_string")
+        if isinstance(y, bool) or not isinstance(y, int | float):
+            raise PayloadError(f"y must be a number, got {y!r:.40}", "wrong_type")
+        try:
+            y = float(y)
+        except OverflowError:
+            y = math.inf
+        if not math.isfinite(y):
+            raise PayloadError("y must be finite", "non_finite")
+        return rid, float(self._targets([y])[0])
+
+    def join(self, messages: list[LabelMessage], raws: list[bytes]) -> list[Parsed]:
+        """Each label message as a parsed samples message: its labels joined to their kept
+        predictions (read in one round trip; a RedisError is the caller's to retry)."""
+        ids = list(dict.fromkeys(rid for m in messages for rid, _ in m.labels))
+        values = dict(zip(ids, self.pending.fetch(ids), strict=True))
+        now = time.time()
+        taken: set[str] = set()  # joined by an earlier label of this run
+        out = []
+        for m, raw in zip(messages, raws, strict=True):
+            xs, ys, sample_ids, unknown = [], [], [], []
+            m.joined, m.unknown = [], 0
+            for rid, y in m.labels:
+                value = values[rid]
+                kept = decode(value)
+                if (kept is None and value is None) or (kept and not self._fits(kept)):
+                    unknown.append(rid)  # never kept, expired, or kept for another shape
+                    continue
+                if kept is None or rid in taken:  # joined before: a duplicate
+                    self.duplicates += 1
+                    continue
+                taken.add(rid)
+                xs.append(kept.x)
+                ys.append(y)
+                sample_ids.append(rid)
+                loss, metric = score(self.model.task, kept.y, y)
+                m.joined.append(Joined(rid, loss, metric, max(0.0, now - kept.served_at)))
+            rejections = list(m.rejections)
+            if unknown:
+                m.unknown = len(unknown)
+                listed = ", ".join(repr(u)[:60] for u in unknown[:LISTED_REASONS])
+                more = f" and {len(unknown) - LISTED_REASONS} more" if len(unknown) > 5 else ""
+                reason = f"no prediction kept for id {listed}{more} (never served or expired)"
+                rejections.append(Rejection(reason, raw, "unknown_id"))  # type: ignore[arg-type]
+            samples = None
+            if xs:
+                x = np.stack(xs).reshape((len(xs), *self.model.sample_shape))
+                samples = Samples(x, np.asarray(ys, np.float32), tuple(sample_ids))
+            out.append(Parsed(samples, None, rejections))
+        return out
+
+    def _fits(self, kept: Kept) -> bool:
+        """Whether a kept prediction fits this model (it may predate a config change)."""
+        outputs = self.model.classes if self.model.task == "multiclass" else 1
+        return kept.x.size == self._width and kept.y.size == outputs
+
+    def settle(self, messages: list[LabelMessage]) -> None:
+        """Tombstone and score what `messages` joined (Redis holds their samples)."""
+        joined = [j for m in messages for j in m.joined]
+        unknown = sum(m.unknown for m in messages)
+        self.pending.join(joined, unknown)
+        self.joined += len(joined)
+        self.unknown += unknown
+
+
+def score(task: str, prediction: np.ndarray, y: float) -> tuple[float, float]:
+    """Loss and metric of one served prediction: log loss and accuracy at 0.5 (binary),
+    cross-entropy and argmax accuracy (multiclass), squared and absolute error
+    (regression). Probabilities are clipped to [1e-7, 1 - 1e-7] as Keras does.
+
+    >>> score("regression", np.array([2.0]), 0.5)
+    (2.25, 1.5)
+    >>> score("binary", np.array([0.8]), 1.0)[1]
+    1.0
+    """
+    eps = 1e-7
+    p = prediction.astype(np.float64)
+    if task == "binary":
+        q = min(max(float(p[0]), eps), 1 - eps)
+        loss = -(y * math.log(q) + (1 - y) * math.log(1 - q))
+        return loss, float((p[0] > 0.5) == (y > 0.5))
+    if task == "multiclass":
+        c = int(y)
+        loss = -math.log(min(max(float(p[c]), eps), 1 - eps))
+        return loss, float(int(np.argmax(p)) == c)
+    err = float(p[0]) - y
+    return err * err, abs(err)
+
+
+def _decode(raw: bytes, limit: int) -> dict[str, Any]:
+    if len(raw) > limit:
+        raise PayloadError(
+            f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}", "oversize"
+        )
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise PayloadError("invalid JSON: nested too deeply", "invalid_json") from None
+    except ValueError as exc:
+        raise PayloadError(f"invalid JSON: {exc}", "invalid_json") from None
+    if not isinstance(doc, dict):
+        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}", "wrong_type")
+    return doc
+
+
+def _items(doc: dict[str, Any]) -> list[Any]:
+    extra = sorted(set(doc) - {"labels"})
+    if extra:
+        raise PayloadError(f"unknown fields {extra[:4]}", "unknown_field")
+    items = doc["labels"]
+    if not isinstance(items, list) or not items:
+        raise PayloadError("labels must be a non-empty list of {id, y}", "wrong_type")
+    return items

@@ -1,0 +1,159 @@
+"""Predictions kept for the labels that come later, and the served score they make.
+
+An actor keeps each prediction it served for a request with an `id` under
+`pending:{id}` for `labels.ttl_s`: the request's features, the version, the prediction
+and the serve time, one binary value (`encode`). The sorted set `pending` (key -> expiry)
+bounds them to `labels.max_pending`: a keep trims the expired entries and, beyond the
+bound, the soonest to expire. Ingest reads them back when a label arrives
+(`streamlearn.ingest.labels`), and once a label has joined one into a sample it is
+overwritten by a one-byte tombstone that keeps its TTL, so a label repeated after the
+de-duplication window still finds it joined and adds nothing.
+
+The first join of each prediction adds to the served score, the hash `served`: `labels`
+(count), `loss_sum`, `metric_sum`, `unknown` (labels whose id was never kept or expired),
+and the list `served:delays` holds the newest `MAX_DELAYS` label delays (label arrival
+minus serve time, seconds) for their percentiles.
+
+Memory: a kept prediction is a value of `HEADER.size` (18) + 4 × (inputs + outputs) bytes,
+Redis's per-key overhead (~70 B with its TTL) and the key name (~20 B + the id), plus its
+index entry (~60 B + the key name): about 200 B + 2 × id + 4 × (inputs + outputs), e.g.
+~230 B for 4 inputs and one output, 230 MB at the default bound of 1,000,000. The delays
+list is at most `MAX_DELAYS` short strings (~20 kB); the served hash four fields.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import redis
+
+from streamlearn.config import LabelsConfig
+from streamlearn.contract.names import Names
+from streamlearn.store import lua
+
+# magic, inputs (floats of x), outputs (floats of the prediction), version, served at (unix s)
+HEADER = struct.Struct("<2sHHId")
+MAGIC = b"P1"
+JOINED = b"J"  # a prediction a label has joined: the tombstone
+MAX_DELAYS = 1000  # label delays kept for the percentiles
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A served prediction kept for its label: `x` and `y` flat float32 arrays."""
+
+    x: np.ndarray
+    y: np.ndarray
+    version: int
+    served_at: float
+
+
+def encode(x: np.ndarray, y: np.ndarray, version: int, served_at: float) -> bytes:
+    """One pending value: the header, then x and the prediction as float32.
+
+    >>> kept = decode(encode(np.array([1, 2], np.float32), np.array([0.5]), 3, 10.0))
+    >>> kept.x.tolist(), kept.y.tolist(), kept.version, kept.served_at
+    ([1.0, 2.0], [0.5], 3, 10.0)
+    """
+    xb = np.ascontiguousarray(x, np.float32).tobytes()
+    yb = np.ascontiguousarray(y, np.float32).tobytes()
+    return HEADER.pack(MAGIC, len(xb) // 4, len(yb) // 4, version, served_at) + xb + yb
+
+
+def decode(value: bytes | None) -> Kept | None:
+    """The kept prediction, or None for a missing, joined or unreadable value."""
+    if value is None or len(value) < HEADER.size:
+        return None
+    magic, nx, ny, version, served_at = HEADER.unpack_from(value)
+    if magic != MAGIC or len(value) != HEADER.size + 4 * (nx + ny):
+        return None
+    floats = np.frombuffer(value, np.float32, nx + ny, HEADER.size)
+    return Kept(floats[:nx], floats[nx:], version, served_at)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A label joined to a kept prediction: what it adds to the served score."""
+
+    id: str
+    loss: float
+    metric: float
+    delay_s: float
+
+
+class PendingStore:
+    """The kept predictions of one model and its served score (the only module that
+    knows their keys, values and scripts)."""
+
+    def __init__(self, client: redis.Redis, names: Names, cfg: LabelsConfig) -> None:
+        self.redis = client
+        self.names = names
+        self.cfg = cfg
+        self.delays_key = names.key("served:delays")
+
+    @cached_property
+    def _keep(self) -> redis.commands.core.Script:
+        return lua.load(self.redis, "pending_keep")
+
+    @cached_property
+    def _join(self) -> redis.commands.core.Script:
+        return lua.load(self.redis, "pending_join")
+
+    def keep(self, ids: list[str], values: list[bytes], now: float | None = None) -> int:
+        """Keep `values` (`encode`) under `ids`, in one call; returns how many older ones
+        the bound evicted."""
+        keys = [self.names.pending_key(i) for i in ids]
+        now = time.time() if now is None else now
+        args = [now, self.cfg.ttl_s, self.cfg.max_pending, *values]
+        return int(self._keep(keys=[self.names.pending_index_key, *keys], args=args))
+
+    def fetch(self, ids: list[str]) -> list[bytes | None]:
+        """The values kept under `ids` (None where none), in one round trip."""
+        if not ids:
+            return []
+        return self.redis.mget([self.names.pending_key(i) for i in ids])
+
+    def join(self, joined: list[Joined], unknown: int) -> int:
+        """Tombstone the joined predictions and score those not joined before, and count
+        `unknown` labels, in one call; returns how many were scored."""
+        if not joined and not unknown:
+            return 0
+        keys = [self.served_key, self.delays_key, *(self.names.pending_key(j.id) for j in joined)]
+        args: list[object] = [JOINED, unknown, MAX_DELAYS]
+        for j in joined:
+            args += [repr(j.loss), repr(j.metric), f"{j.delay_s:.3f}"]
+        return int(self._join(keys=keys, args=args))
+
+    @property
+    def served_key(self) -> str:
+        return self.names.served_key
+
+    def served(self, metric: str) -> dict[str, float | int | None] | None:
+        """The served score for a status: labels, mean loss, mean `metric`, delay p50/p95,
+        unknown ids; None before any label came."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.served_key)
+        pipe.lrange(self.delays_key, 0, MAX_DELAYS - 1)
+        fields, delays = pipe.execute()
+        if not fields:
+            return None
+        n = int(fields.get(b"labels", 0))
+        mean = (lambda f: float(fields.get(f, 0)) / n) if n else (lambda f: None)
+        d = np.array([float(v) for v in delays]) if delays else None
+        return {
+            "labels": n,
+            "loss": mean(b"loss_sum"),
+            metric: mean(b"metric_sum"),
+            "delay_p50_s": None if d is None else round(float(np.percentile(d, 50)), 3),
+            "delay_p95_s": None if d is None else round(float(np.percentile(d, 95)), 3),
+            "unknown": int(fields.get(b"unknown", 0)),
+        }
+
+
+def served_metric(task: str) -> str:
+    """The served score's metric: accuracy for classifiers, mean absolute error else."""
+    return "mae" if task == "regression" else "accuracy"
