@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -198,19 +199,22 @@ class LearnerWatch:
 # -- the figures -------------------------------------------------------------------------
 
 
-def report(task: str, y: np.ndarray, result: Replay, last: int) -> list[str]:
-    """The lines `evaluate` prints: prequential, last N, samples/s, freshness."""
+def report(task: str, y: np.ndarray, result: Replay, last: int, served: bool = False) -> list[str]:
+    """The lines `evaluate` prints: prequential (with labels that come later: served), last
+    N, samples/s, freshness."""
     scores = score(task, y, result.predicted)
     metric = "accuracy" if task in ("binary", "multiclass") else "MAE"
     n = len(y)
     window = scores[-last:]
+    how = "served" if served else "prequential"
     lines = [
-        f"prequential {metric}: {scores.mean():.4f} over {n:,} samples "
+        f"{how} {metric}: {scores.mean():.4f} over {n:,} samples "
         f"(each scored before it was learned; {result.answered:,} of {len(result.versions):,} "
         f"samples answered)",
         f"last {len(window):,} {metric}: {window.mean():.4f}",
         f"samples/s: {n / max(result.seconds, 1e-9):,.0f} ({n:,} samples in "
-        f"{result.seconds:.1f} s, request then publish, {result.messages:,} messages)",
+        f"{result.seconds:.1f} s, request then {'label' if served else 'publish'}, "
+        f"{result.messages:,} messages)",
     ]
     served = result.versions[result.versions >= 0]
     known = result.behind[result.behind >= 0]
@@ -263,7 +267,17 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", help="CSV (header with the target column) or NDJSON payloads")
     p.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")
     p.add_argument("--model")
-    p.add_argument("--target", default="y", help="the label's column or field (default y)")
+    p.add_argument(
+        "--target", help="the label's column or field (default: the model's target, else y)"
+    )
+    p.add_argument(
+        "--label-delay",
+        type=int,
+        metavar="N",
+        help="labels come later: each row is asked for with an id, its label published on "
+        "the labels topic N rows later (not with the features); prints the served score "
+        "from the replies and the service's own",
+    )
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per message")
     p.add_argument(
         "--rate",
@@ -293,36 +307,66 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rate must be >= 0 and --timeout > 0, got {args.rate}, {args.timeout}")
     if model.window is not None:
         raise ConfigError(f"evaluate replays flat samples; model {model.name} takes windows")
-    x, y = read_samples(args.file, args.target)
-    if x.shape[1] != model.inputs:
-        raise ConfigError(
-            f"{args.file}: {x.shape[1]} input columns, model {model.name} has inputs = "
-            f"{model.inputs}"
-        )
+    if args.label_delay is not None and args.label_delay < 0:
+        raise ConfigError(f"--label-delay must be >= 0, got {args.label_delay}")
+    target = args.target or (model.target if model.fields is not None else "y")
+    rows = _rows(args.file, model, target, args.label_delay is not None)
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)
+    y = rows[1]
     progress = ProgressBar(len(y))
     client = Client(settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=names.topic_prefix)
+    served: list[str] = []
     try:
         watch = LearnerWatch(client, names.status_topic)
-        result = replay(
-            client,
-            model.name,
-            model.task,
-            x,
-            y,
-            batch=args.batch,
-            rate=args.rate,
-            timeout_s=args.timeout,
-            newest=watch.newest,
-            progress=progress.update,
+        options = dict(
+            rate=args.rate, timeout_s=args.timeout, newest=watch.newest, progress=progress.update
         )
+        if isinstance(rows[0], np.ndarray) and args.label_delay is None:
+            result = replay(client, model.name, model.task, *rows, batch=args.batch, **options)
+        else:
+            from streamlearn.cli import labelled
+
+            result = labelled.replay_rows(
+                client,
+                model.name,
+                model.task,
+                *rows,
+                label_delay=args.label_delay,
+                batch=args.batch,
+                target=target,
+                **options,
+            )
+            if args.label_delay is not None:
+                served = labelled.served_lines(watch, len(y))
         watch.close()
     finally:
         client.close()
     progress.finish(len(y))
     print(f"evaluated {args.file} on model {model.name} ({names.topic_prefix}/{model.name})")
-    print("\n".join(report(model.task, y, result, args.last)))
+    if args.label_delay is not None:
+        print(
+            f"labels {args.label_delay} rows after their requests, on {names.labels_topic} "
+            "(joined to the served request by its id)"
+        )
+    print("\n".join(report(model.task, y, result, args.last, served=args.label_delay is not None)))
+    if served:
+        print("\n".join(served))
     if args.plot:
         plot(model.task, y, result, args.last, args.plot)
         print(f"plot: {args.plot}")
     return 0
+
+
+def _rows(path: str, model: Any, target: str, by_row: bool) -> tuple[Any, np.ndarray]:
+    """The file as requests and labels: named objects for a named model; positional rows
+    (as lists when each is asked for alone, by `--label-delay`) otherwise."""
+    if model.fields is not None:
+        from streamlearn.cli import labelled
+
+        return labelled.read_named(path, model, target)
+    x, y = read_samples(path, target)
+    if x.shape[1] != model.inputs:
+        raise ConfigError(
+            f"{path}: {x.shape[1]} input columns, model {model.name} has inputs = {model.inputs}"
+        )
+    return (x.tolist(), y) if by_row else (x, y)

@@ -15,7 +15,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamlearn.config.defaults import DEMO_TOML, config_path
@@ -27,10 +27,14 @@ MQTT_URL_ENV = "STREAMLEARN_MQTT_URL"
 
 @dataclass(frozen=True)
 class LightModel:
-    """A model as the client tools see it: its name, and its inputs per sample."""
+    """A model as the client tools see it: its name, its inputs per sample, and with named
+    inputs their names, the label's field and the fields that carry strings."""
 
     name: str
     inputs: int
+    fields: tuple[str, ...] | None = None
+    target: str = "y"
+    categorical: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def model(config: str | None, name: str | None) -> LightModel:
@@ -47,11 +51,21 @@ def model(config: str | None, name: str | None) -> LightModel:
     name = name or next(iter(models))
     if name not in models:
         raise ConfigError(f"no model {name!r} in the config; known: {list(models)}")
-    inputs = models[name].get("inputs")
+    table = models[name]
+    inputs = table.get("inputs")
     width = len(inputs) if isinstance(inputs, list) else inputs
     if not isinstance(width, int) or width < 1:
         raise ConfigError(f"models.{name}.inputs: a count or a list of names, got {inputs!r}")
-    return LightModel(name, width)
+    if not isinstance(inputs, list):
+        return LightModel(name, width)
+    if not all(isinstance(n, str) and n for n in inputs):
+        raise ConfigError(f"models.{name}.inputs: names are non-empty strings, got {inputs!r}")
+    target = table.get("target", "y")
+    categorical = table.get("categorical", {})
+    if not isinstance(target, str) or not isinstance(categorical, dict):
+        raise ConfigError(f"models.{name}: target is a name and categorical a table")
+    values = {str(k): tuple(map(str, v)) for k, v in categorical.items() if isinstance(v, list)}
+    return LightModel(name, width, tuple(inputs), target, values)
 
 
 def which_stack() -> str:
@@ -80,16 +94,44 @@ def csv_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], flo
             yield x, y
 
 
-def file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
-    """(samples, payload) per message for `publish FILE`: NDJSON lines as they are, CSV
-    rows `batch` to a columnar message."""
-    with open(path, newline="") as f:
+def file_payloads(
+    path: str, batch: int, model: LightModel | None = None
+) -> Iterator[tuple[int, bytes]]:
+    """(samples, payload) per message for `publish FILE`: NDJSON lines as they are; CSV rows
+    `batch` to a message, as named objects (`{"samples": [..]}`) when the model names its
+    inputs, else columnar."""
+    try:
         if path.endswith((".ndjson", ".jsonl")):
-            for line in f:
-                if line.strip():
+            yield from _ndjson_payloads(path)
+        elif model is not None and model.fields is not None:
+            yield from _named_payloads(path, batch, model)
+        else:
+            yield from _columnar_payloads(path, batch)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except csv.Error as exc:
+        raise ConfigError(f"{path}: not a CSV file ({exc})") from None
+
+
+def _ndjson_payloads(path: str) -> Iterator[tuple[int, bytes]]:
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
                     doc = json.loads(line)
+                except ValueError as exc:
+                    raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
+                if not isinstance(doc, dict):
+                    raise ConfigError(f"{path}:{number}: not a JSON object")
+                if isinstance(doc.get("samples"), list):
+                    yield len(doc["samples"]), line.encode()
+                else:
                     yield len(doc["y"]) if isinstance(doc.get("y"), list) else 1, line.encode()
-            return
+
+
+def _columnar_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
     xs: list[list[float]] = []
     ys: list[float] = []
     for x, y in csv_samples(path):
@@ -100,6 +142,92 @@ def file_payloads(path: str, batch: int) -> Iterator[tuple[int, bytes]]:
             xs, ys = [], []
     if ys:
         yield len(ys), json.dumps({"x": xs, "y": ys}).encode()
+
+
+def _named_payloads(path: str, batch: int, model: LightModel) -> Iterator[tuple[int, bytes]]:
+    docs: list[dict] = []
+    for doc in csv_objects(path, model):
+        docs.append(doc)
+        if len(docs) == batch:
+            yield len(docs), json.dumps(docs[0] if batch == 1 else {"samples": docs}).encode()
+            docs = []
+    if docs:
+        yield len(docs), json.dumps(docs[0] if batch == 1 else {"samples": docs}).encode()
+
+
+def csv_objects(path: str, model: LightModel, label: bool = True) -> Iterator[dict]:
+    """A named sample per row of a CSV file: the model's fields (dotted names nested:
+    `ENERGY.Power` -> `{"ENERGY": {"Power": ..}}`) and, with `label`, its target; numbers
+    as numbers, a categorical field's text as it is, an empty cell left out."""
+    fields = model.fields or ()
+    wanted = [*fields, model.target] if label else list(fields)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = csv.reader(f)
+        header = next(rows, None) or []
+        missing = [name for name in wanted if name not in header]
+        if missing:
+            raise ConfigError(
+                f"{path}: model {model.name} reads columns {missing} the header lacks "
+                f"(the header: {header})"
+            )
+        at = {name: header.index(name) for name in wanted}
+        for row in rows:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ConfigError(
+                    f"{path}:{rows.line_num}: {len(row)} values, the header names {len(header)}"
+                )
+            doc: dict = {}
+            for name in wanted:
+                cell = row[at[name]].strip()
+                if cell == "" and name != model.target:
+                    continue  # missing: the model's max_missing judges it
+                value = cell if name in model.categorical else _number(cell)
+                if value is None:
+                    raise ConfigError(
+                        f"{path}:{rows.line_num}: column {name!r} is not a number, got {cell!r}"
+                    )
+                put(doc, name, value)
+            yield doc
+
+
+def named_default(model: LightModel) -> dict:
+    """A request of the model's named fields: 0 for a number, a categorical's first value."""
+    doc: dict = {}
+    for name in model.fields or ():
+        values = model.categorical.get(name)
+        put(doc, name, values[0] if values else 0.0)
+    return doc
+
+
+def _number(cell: str) -> int | float | None:
+    """The cell as JSON's number: an integer stays one; None when it is not a finite number.
+
+    >>> [_number("3"), _number("2.5"), _number("nan"), _number("open")]
+    [3, 2.5, None, None]
+    """
+    try:
+        return int(cell)
+    except ValueError:
+        pass
+    try:
+        value = float(cell)
+    except ValueError:
+        return None
+    return value if value - value == 0 else None
+
+
+def put(doc: dict, name: str, value: object) -> None:
+    """Set a dotted name in nested objects.
+
+    >>> doc = {}; put(doc, "ENERGY.Power", 5); put(doc, "ENERGY.Voltage", 230); doc
+    {'ENERGY': {'Power': 5, 'Voltage': 230}}
+    """
+    *parents, leaf = name.split(".")
+    for part in parents:
+        doc = doc.setdefault(part, {})
+    doc[leaf] = value
 
 
 class ProgressBar:

@@ -129,7 +129,11 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_parser(role, help=f"run one {role} process (see `streamlearn {role} --help`)")
 
     pub = command("publish", "stream samples from a CSV/NDJSON file or the demo", _publish)
-    pub.add_argument("file", nargs="?", help="CSV (header with y column) or NDJSON payloads")
+    pub.add_argument(
+        "file",
+        nargs="?",
+        help="CSV (header with the label column; named inputs: a column per field) or NDJSON",
+    )
     pub.add_argument("--model")
     pub.add_argument("--demo", action="store_true", help="a learnable synthetic stream")
     pub.add_argument("--count", type=int, default=None, help="samples to send (demo: forever)")
@@ -138,7 +142,13 @@ def _parser() -> argparse.ArgumentParser:
 
     pred = command("predict", "send one prediction request and print the reply", _predict)
     pred.add_argument("--model")
-    pred.add_argument("x", nargs="?", help="JSON list, e.g. '[0.1, 0.2, ...]' (default: a demo x)")
+    pred.add_argument(
+        "x",
+        nargs="?",
+        help="""JSON list, e.g. '[0.1, 0.2, ...]', or named fields '{"temperature": 88.0, ...}' """
+        "(default: a demo x)",
+    )
+    pred.add_argument("--id", help="the request's id: a label published later joins it")
     pred.add_argument("--key", help="a device key: x is its newest observation (windowed models)")
     pred.add_argument("--seq", type=float, help="with --key: the observation's sequence number")
     pred.add_argument("--timeout", type=float, default=10.0)
@@ -257,7 +267,7 @@ def _publish(args: argparse.Namespace) -> int:
     payloads = (
         _demo_payloads(model, args.batch)
         if args.demo
-        else light.file_payloads(args.file, args.batch)
+        else light.file_payloads(args.file, args.batch, model)
     )
     total = args.count if args.demo else _count_samples(args.file)
     if args.count is not None and total is not None:
@@ -330,19 +340,13 @@ def _predict(args: argparse.Namespace) -> int:
     if args.key is not None and not args.x:
         raise ConfigError("--key needs x, the device's newest observation")
     model, client = _target(args)
-    if args.x:
-        x = json.loads(args.x)
-    elif isinstance(model, light.LightModel):  # the base install: no demo stream (numpy)
-        x = [0.0] * model.inputs
-    else:
-        from streamlearn.stack.demo import DemoStream
-
-        x = DemoStream(model).sample(1).x[0].tolist()
-    body: dict = {"x": x}
-    if args.key is not None:
-        body["key"] = args.key
-    if args.seq is not None:
-        body["seq"] = args.seq
+    x = _request_x(args.x, model)
+    body: dict = dict(x) if isinstance(x, dict) else {"x": x}
+    if isinstance(x, dict) and args.key is not None:
+        raise ConfigError("--key goes with a positional x, not named fields")
+    for flag in ("key", "seq", "id"):
+        if getattr(args, flag) is not None:
+            body[flag] = getattr(args, flag)
     with client:
         try:
             reply = client.request(model.name, body, timeout=args.timeout)
@@ -352,6 +356,25 @@ def _predict(args: argparse.Namespace) -> int:
             ) from None
     print(json.dumps(reply))
     return 0 if "error" not in reply else 1
+
+
+def _request_x(given: str | None, model: ModelConfig | light.LightModel) -> object:
+    """x from the command line (a JSON list, or an object of named fields), else a demo x."""
+    if given:
+        try:
+            x = json.loads(given)
+        except ValueError as exc:
+            raise ConfigError(f"x: not JSON ({exc}), got {given!r}") from None
+        if not isinstance(x, list | dict):
+            raise ConfigError(f"x: a JSON list or an object of named fields, got {given!r}")
+        return x
+    if model.fields is not None:
+        return light.named_default(model)
+    if isinstance(model, light.LightModel):  # the base install: no demo stream (numpy)
+        return [0.0] * model.inputs
+    from streamlearn.stack.demo import DemoStream
+
+    return DemoStream(model).sample(1).x[0].tolist()
 
 
 if __name__ == "__main__":

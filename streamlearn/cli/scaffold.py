@@ -1,36 +1,41 @@
 """`streamlearn init FILE.csv`: a `streamlearn.toml` for a CSV file, every setting spelled out.
 
-The shape of the model (inputs, task, classes) is read from the data; every other setting is
-written with its default and a comment taken from the pydantic field it sets, so the file
-never goes out of date with the config and a user reads what they may change right where
-they change it. The target is the column `publish` reads labels from: `y` when the file has
-one, else the last column.
+The shape of the model is read from the data (`streamlearn.cli.columns`): the columns' names
+as named inputs (`inputs = ["temperature", ...]`, `target`, text columns of few values as
+`categorical`), or `inputs = N` when a name cannot be a field's; the task and classes from
+the label column. Every other setting is written with its default and a comment taken from
+the pydantic field it sets, so the file never goes out of date with the config and a user
+reads what they may change right where they change it.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import shlex
 import textwrap
 import tomllib
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from streamlearn.cli.columns import TARGET, Inferred, infer
 from streamlearn.config import DEFAULT_CONFIG, ModelConfig, parse_config
 from streamlearn.errors import ConfigError
 
-TARGET = "y"  # the column `streamlearn publish FILE.csv` takes as the label
-MAX_CLASSES = 50  # integer labels 0..N-1 with N up to this are classes; more: regression
-_NESTED = ("ingest", "learner", "actor", "promotion")
+_NESTED = ("ingest", "learner", "actor", "promotion", "labels")
+_NAMED_ONLY = ("target", "strict_fields", "max_missing", "categorical")
 _LATER = (*_NESTED, "variants")  # not plain keys of the model's table
+# Kinds an annotation does not say plainly.
+_KINDS = {
+    ModelConfig.model_fields["inputs"]: "int >= 1, or a list of field names",
+    ModelConfig.model_fields["target"]: "a field name",
+    ModelConfig.model_fields["categorical"]: "{field = [values, ...], ...}",
+}
 # Fields whose pydantic definition carries no description.
 _NOTES = {
     "task": "what the model predicts",
@@ -55,99 +60,6 @@ _EXAMPLES = {
 }
 
 
-@dataclass(frozen=True)
-class Inferred:
-    """What the data says about the model."""
-
-    features: list[str]
-    target: str
-    rows: int
-    task: str
-    classes: int | None
-    reason: str
-
-
-def infer(path: Path, target: str | None = None, task: str | None = None) -> Inferred:
-    """Read the CSV once: every feature must be numeric; the target's values pick the task.
-
-    Integer labels exactly {0, 1} are binary; integer labels 0..N-1 with 3 <= N <= 50 are
-    multiclass with N classes (ingest accepts nothing else for either); anything else is
-    regression. Memory stays bounded: at most `MAX_CLASSES` + 1 distinct labels are kept.
-    """
-    try:
-        f = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    with f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if not header or not any(h.strip() for h in header):
-            raise ConfigError(f"{path}: no header row (the first line names the columns)")
-        if len(set(header)) != len(header):
-            raise ConfigError(f"{path}: duplicate column names in the header: {header}")
-        target = target or (TARGET if TARGET in header else header[-1])
-        if target not in header:
-            raise ConfigError(f"--target {target!r}: no such column; the columns: {header}")
-        if len(header) < 2:
-            raise ConfigError(f"{path}: only the target column {target!r}, no feature columns")
-        labels: set[float] = set()
-        integral = True
-        rows = 0
-        try:
-            for line, row in enumerate(reader, start=2):
-                if not row:
-                    continue
-                if len(row) != len(header):
-                    raise ConfigError(
-                        f"{path}:{line}: {len(row)} values, the header names {len(header)}"
-                    )
-                for name, cell in zip(header, row, strict=True):
-                    value = _number(cell, path, line, name, name == target)
-                    if name == target and integral:
-                        integral = value.is_integer() and value >= 0
-                        if len(labels) <= MAX_CLASSES:
-                            labels.add(value)
-                rows += 1
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
-    if rows == 0:
-        raise ConfigError(f"{path}: no data rows under the header")
-    features = [h for h in header if h != target]
-    inferred_task, classes, reason = _task(labels, integral)
-    if task is not None and task != inferred_task:
-        if task != "regression":  # ingest takes nothing else as labels of a classifier
-            raise ConfigError(
-                f"--task {task}: the values of {target!r} are not labels of one ({reason}); "
-                f"binary needs 0/1, multiclass class indices 0..N-1 with N <= {MAX_CLASSES}"
-            )
-        inferred_task, classes, reason = task, None, f"--task {task} ({reason})"
-    return Inferred(features, target, rows, inferred_task, classes, reason)
-
-
-def _number(cell: str, path: Path, line: int, column: str, is_target: bool) -> float:
-    try:
-        value = float(cell)
-    except ValueError:
-        role = "target" if is_target else "feature"
-        raise ConfigError(
-            f"{path}:{line}: {role} column {column!r} is not numeric, got {cell!r} "
-            f"(every column must be a number; encode or drop {column!r})"
-        ) from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{path}:{line}: column {column!r} is not finite, got {cell!r}")
-    return value
-
-
-def _task(labels: set[float], integral: bool) -> tuple[str, int | None, str]:
-    if integral and labels <= {0.0, 1.0}:
-        return "binary", None, "target values are 0 and 1"
-    top = int(max(labels)) + 1 if labels else 0
-    if integral and len(labels) <= MAX_CLASSES and top <= MAX_CLASSES:
-        return "multiclass", top, f"target values are class indices in 0..{top - 1}"
-    why = "not all integers >= 0" if not integral else f"more than {MAX_CLASSES} classes"
-    return "regression", None, f"target values are numbers, {why}"
-
-
 def model_name(path: Path) -> str:
     """The file's stem made a valid model name: `my data.csv` -> `my_data`."""
     name = re.sub(r"[^A-Za-z0-9_\-]+", "_", path.stem).strip("_")[:64]
@@ -156,22 +68,41 @@ def model_name(path: Path) -> str:
 
 def render(name: str, data: Inferred, source: str) -> str:
     """The TOML text: inferred fields, then every default with its comment."""
-    model = ModelConfig(name=name, inputs=len(data.features), task=data.task, classes=data.classes)
+    model = data.model(name)
+    if data.named:
+        about = [
+            *_wrap(
+                f"inputs named after the columns: a sample is an object of these fields and "
+                f"the label {data.target!r}, e.g. {_example(data)}",
+                "# ",
+            )
+        ]
+    else:
+        about = [
+            *_wrap(f"features, in the order x lists them: {', '.join(data.features)}", "# "),
+            *_wrap(f"positional inputs (x is a list): {data.positional}", "# "),
+        ]
     out = [
         f"# streamlearn.toml written by `streamlearn init {source}`.",
         f"# {data.rows} rows; target column {data.target!r}: {data.reason}.",
-        *_wrap(f"features, in the order x lists them: {', '.join(data.features)}", "# "),
+        *about,
         "# Every setting below is at its default unless marked inferred; change any of them.",
         "# Unset settings are shown commented out with an example value.",
         "",
         f"[models.{name}]",
     ]
-    inferred = {"inputs", "task", "classes"}
+    inferred = {"inputs", "task", "classes", "target", "categorical"}
     for key, field in ModelConfig.model_fields.items():
-        if key == "name" or key in _LATER:
+        if key in ("name", "fields", "sources") or key in _LATER:
             continue
         note = "inferred from the data" if key in inferred else None
-        out += _setting(key, field, getattr(model, key), note)
+        if key == "inputs" and data.named:
+            out += _setting(key, field, list(data.features), "inferred: the columns' names")
+        elif key in _NAMED_ONLY and not data.named:
+            lines = _setting(key, field, getattr(model, key), "with named inputs only")
+            out += [*lines[:-1], f"# {lines[-1]}"]
+        else:
+            out += _setting(key, field, getattr(model, key), note)
     for section in _NESTED:
         policy = getattr(model, section)
         out += ["", f"# {_doc(type(policy))}", f"[models.{name}.{section}]"]
@@ -184,8 +115,23 @@ def render(name: str, data: Inferred, source: str) -> str:
         "# hidden = [256, 256]",
         "# learning_rate = 0.003",
         "",
+        f"# {ModelConfig.model_fields['sources'].description}; e.g.:",
+        f"# [[models.{name}.sources]]",
+        '# topic = "tele/+/SENSOR"',
+        '# key = "topic:1"',
+        "",
     ]
     return "\n".join(out)
+
+
+def _example(data: Inferred) -> str:
+    """A sample as a device would send it, with the first few fields."""
+    shown = [
+        f'"{n}": "{data.categorical[n][0]}"' if n in data.categorical else f'"{n}": ...'
+        for n in data.features[:3]
+    ]
+    more = ", ..." if len(data.features) > 3 else ""
+    return "{" + ", ".join(shown) + more + f', "{data.target}": ...' + "}"
 
 
 def _setting(key: str, field: FieldInfo, value: Any, note: str | None = None) -> list[str]:
@@ -203,6 +149,8 @@ def _setting(key: str, field: FieldInfo, value: Any, note: str | None = None) ->
 
 def _kind(field: FieldInfo) -> str:
     """The field's type and bounds, read from its annotation: `int, >= 1`."""
+    if field in _KINDS:
+        return _KINDS[field]
     args = typing.get_args(field.annotation)
     literals = [a for a in args if isinstance(a, str)]
     if typing.get_origin(field.annotation) is typing.Literal:
@@ -228,7 +176,19 @@ def _toml(value: Any) -> str:
         return json.dumps(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{_key(k)} = {_toml(v)}" for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
     raise TypeError(f"no TOML form for {value!r}")
+
+
+def _key(name: str) -> str:
+    """A TOML key: bare when it may be, else quoted (a dotted field name is one key).
+
+    >>> _key("machine_type"), _key("ENERGY.Power")
+    ('machine_type', '"ENERGY.Power"')
+    """
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
 
 
 def _wrap(text: str, prefix: str) -> list[str]:
@@ -249,20 +209,27 @@ def write(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9_\-]{1,64}", name):
         raise ConfigError(f"--name must be 1-64 of A-Z a-z 0-9 _ -, got {name!r}")
     data = infer(path, args.target, args.task)
+    try:
+        expected = data.model(name)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: its columns make no valid model: {problems}") from None
     text = render(name, data, path.name)
     # The file must mean exactly the defaults plus what was inferred: check before writing.
-    expected = ModelConfig(
-        name=name, inputs=len(data.features), task=data.task, classes=data.classes
-    )
     if parse_config(tomllib.loads(text), str(output)).model(name) != expected:
         raise AssertionError("streamlearn init wrote a config that differs from the defaults")
     output.write_text(text, encoding="utf-8")
+    kinds = f", {len(data.categorical)} categorical" if data.categorical else ""
     print(
-        f"wrote {output}: model {name!r}, {len(data.features)} inputs, task {data.task}"
+        f"wrote {output}: model {name!r}, {len(data.features)} inputs{kinds}, task {data.task}"
         + (f" with {data.classes} classes" if data.classes else "")
         + f" ({data.reason}; target column {data.target!r}, {data.rows} rows)"
     )
-    if data.target != TARGET:
+    if data.named:
+        print(f"inputs named after the columns: {', '.join(data.features)}")
+    else:
+        print(f"note: positional inputs (inputs = {len(data.features)}): {data.positional}")
+    if not data.named and data.target != TARGET:
         print(
             f"note: `streamlearn publish {path.name}` reads the label from a column named "
             f"{TARGET!r}: rename column {data.target!r} to {TARGET!r} in the file"
@@ -281,10 +248,13 @@ def add_command(sub: Any) -> None:
     p = sub.add_parser(
         "init",
         help="write a streamlearn.toml for a CSV file",
-        description="Write a streamlearn.toml for FILE.csv: inputs, task and classes from the "
-        "data, every other setting at its default with a comment.",
+        description="Write a streamlearn.toml for FILE.csv: named inputs from the header, "
+        "categorical columns, task and classes from the data, every other setting at its "
+        "default with a comment.",
     )
-    p.add_argument("file", help="CSV with a header row; numeric columns only")
+    p.add_argument(
+        "file", help="CSV with a header row: numeric columns, or text of few values (categorical)"
+    )
     p.add_argument("--target", help=f"the label column (default: {TARGET!r}, else the last)")
     p.add_argument("--task", choices=["regression", "binary", "multiclass"], help="override")
     p.add_argument("--name", help="the model's name (default: from the file name)")

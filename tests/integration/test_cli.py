@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 
-from tests.conftest import ROOT, eventually, role_env
+from streamlearn.cli import light
+from tests.conftest import ROOT, eventually, plain_paho, role_env
 
 TOML = """
 [models.c]
@@ -60,3 +62,98 @@ def test_publish_status_predict(start_role, settings, tmp_path):
     assert reply.returncode == 0, reply.stderr
     body = json.loads(reply.stdout)
     assert body["version"] > 0 and isinstance(body["y"], float)
+
+
+NAMED_TOML = """
+[models.press]
+inputs = ["temperature", "machine_type", "ENERGY.Power"]
+target = "failed"
+categorical = {machine_type = ["press", "lathe", "mill"]}
+task = "binary"
+"""
+
+
+def wire(settings, model: str, leaves: tuple[str, ...]) -> tuple[object, list]:
+    """A plain subscriber to a model's topics: (client, [(leaf, document), ...])."""
+    seen: list = []
+    sub = plain_paho(settings)
+    sub.on_message = lambda _c, _u, m: seen.append((m.topic.split("/")[2], json.loads(m.payload)))
+    for leaf in leaves:
+        sub.subscribe(f"{settings.topic_prefix}/{model}/{leaf}", qos=1)
+    time.sleep(0.5)
+    return sub, seen
+
+
+def test_publish_and_predict_send_named_objects_for_a_named_model(settings, tmp_path):
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(NAMED_TOML)
+    csv = tmp_path / "press.csv"
+    csv.write_text(
+        "failed,machine_type,temperature,ENERGY.Power,note\n"
+        "0,press,70.5,100,a\n1,lathe,88,,b\n0,mill,71.25,95.5,c\n"
+    )
+    sub, seen = wire(settings, "press", ("samples", "predict/#"))
+    try:
+        single = streamlearn(settings, config, "publish", str(csv))
+        assert single.returncode == 0, single.stderr
+        assert "published 3 samples in 3 messages" in single.stdout
+        batched = streamlearn(settings, config, "publish", str(csv), "--batch", "2")
+        assert batched.returncode == 0, batched.stderr
+        asked = streamlearn(
+            settings,
+            config,
+            "predict",
+            '{"temperature": 90, "machine_type": "mill"}',
+            "--id",
+            "r-1",
+            "--timeout",
+            "0.3",
+        )
+        assert asked.returncode == 1 and "no reply within 0.3 s" in asked.stderr
+        eventually(lambda: len(seen) == 6, 10, "3 + 2 sample messages and a request")
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+    rows = [
+        {"temperature": 70.5, "machine_type": "press", "ENERGY": {"Power": 100}, "failed": 0},
+        {"temperature": 88, "machine_type": "lathe", "failed": 1},  # an empty cell: left out
+        {"temperature": 71.25, "machine_type": "mill", "ENERGY": {"Power": 95.5}, "failed": 0},
+    ]
+    assert [doc for _, doc in seen[:3]] == rows  # a column the model does not read: not sent
+    assert [doc for _, doc in seen[3:5]] == [{"samples": rows[:2]}, {"samples": rows[2:]}]
+    assert seen[5] == ("predict", {"temperature": 90, "machine_type": "mill", "id": "r-1"})
+
+
+def test_publish_says_what_is_wrong_with_a_file_in_one_line(settings, tmp_path):
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(NAMED_TOML)
+    bad = tmp_path / "bad.csv"
+    for content, said in (
+        (b"failed,machine_type,temperature,ENERGY.Power\n0,press,\xff\xfe,1\n", "not UTF-8"),
+        (b"failed,temperature\n0,1\n", "reads columns ['machine_type', 'ENERGY.Power']"),
+        (b"failed,machine_type,temperature,ENERGY.Power\n0,press,hot,1\n", "'temperature' is not"),
+        (b"failed,machine_type,temperature,ENERGY.Power\n0,press,1\n", "3 values, the header"),
+    ):
+        bad.write_bytes(content)
+        done = streamlearn(settings, config, "publish", str(bad))
+        assert done.returncode == 2, (content, done.stdout)
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_base_install_reads_named_inputs_with_the_standard_library(tmp_path):
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(NAMED_TOML)
+    csv = tmp_path / "press.csv"
+    csv.write_text("temperature,machine_type,ENERGY.Power,failed\n70,press,100,0\n")
+    model = light.model(str(config), None)
+    assert model.fields == ("temperature", "machine_type", "ENERGY.Power")
+    assert model.target == "failed"
+    assert model.categorical == {"machine_type": ("press", "lathe", "mill")}
+    assert [json.loads(p) for _, p in light.file_payloads(str(csv), 1, model)] == [
+        {"temperature": 70, "machine_type": "press", "ENERGY": {"Power": 100}, "failed": 0}
+    ]
+    assert light.named_default(model) == {
+        "temperature": 0.0,
+        "machine_type": "press",
+        "ENERGY": {"Power": 0.0},
+    }

@@ -3,15 +3,17 @@ in-process test-then-train loop gives on the same file, within TOLERANCE."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from streamlearn.cli import evaluate
-from tests.conftest import ROOT, role_env
+from tests.conftest import ROOT, eventually, plain_paho, role_env
 
 # Through the service the first message is asked for before any weights exist (no answer:
 # wrong), and each reply comes from a model a few messages behind; over 3,000 samples of
@@ -95,3 +97,67 @@ def test_evaluate_through_the_service_matches_in_process(
     assert "versions behind the newest the learner reported" in lines["freshness"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"{SAMPLES:,}/{SAMPLES:,}" in done.stderr  # the progress bar reached the end
+
+
+NAMED_TOML = '[models.named]\ninputs = ["a", "b", "c", "d"]\ntarget = "label"\ntask = "binary"\n'
+
+
+def test_label_delay_sends_each_label_on_its_own_rows_after_its_request(
+    settings: object, tmp_path: Path
+) -> None:
+    """No service: what goes on the wire, in order, read by a plain subscriber."""
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(NAMED_TOML)
+    data = separable_csv(tmp_path / "five.csv", 5)
+    seen: list[tuple[str, dict]] = []
+    sub = plain_paho(settings)
+    sub.on_message = lambda _c, _u, m: seen.append((m.topic.split("/")[2], json.loads(m.payload)))
+    for leaf in ("labels", "samples", "predict/#"):
+        sub.subscribe(f"{settings.topic_prefix}/named/{leaf}", qos=1)
+    time.sleep(0.5)
+    argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data), "--config", str(config)]
+    argv += ["--label-delay", "2", "--rate", "0", "--timeout", "0.2"]
+    try:
+        done = subprocess.run(
+            argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        eventually(lambda: len(seen) == 5 + 3 + 1, 10, "5 requests, 3 labels, 1 of 2 labels")
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+    kinds = [kind for kind, _ in seen]
+    assert kinds == ["predict"] * 3 + ["labels", "predict"] * 2 + ["labels"] * 2, kinds
+    requests = [doc for kind, doc in seen if kind == "predict"]
+    rows = [line.split(",") for line in data.read_text().splitlines()[1:]]
+    for request, row in zip(requests, rows, strict=True):
+        assert set(request) == {"a", "b", "c", "d", "id"}  # the features, never the label
+        assert request["a"] == float(row[0]) and request["d"] == float(row[4])
+    labels = [doc for kind, doc in seen if kind == "labels"]
+    joined = [*labels[:3], *labels[3]["labels"]]
+    assert [label["id"] for label in joined] == [r["id"] for r in requests]
+    assert [label["y"] for label in joined] == [int(row[2]) for row in rows]
+    assert "served accuracy: 0.0000 over 5 samples" in done.stdout  # nothing answered
+    assert "labels 2 rows after their requests" in done.stdout
+    assert "service's served score" in done.stdout
+
+
+def test_label_delay_through_the_service_learns_from_labels_that_come_later(
+    settings: object, start_role: object, tmp_path: Path
+) -> None:
+    for role in ("ingest", "learner", "actor"):
+        start_role(role, NAMED_TOML)
+    data = separable_csv(tmp_path / "stream.csv", 2000)
+    argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data)]
+    argv += ["--config", str(tmp_path / "streamlearn.toml"), "--label-delay", "20"]
+    argv += ["--rate", "300", "--last", "500"]
+    done = subprocess.run(
+        argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":")[0]: line for line in done.stdout.splitlines() if ":" in line}
+    assert "over 2,000 samples" in lines["served accuracy"]
+    assert float(lines["last 500 accuracy"].split()[3]) > 0.85, lines  # it learned from them
+    served = lines["service's served score"]
+    assert "labels joined" in served, served

@@ -42,15 +42,16 @@ def init(*args: str, cwd: Path, env: dict | None = None) -> subprocess.Completed
 
 
 @pytest.mark.parametrize(
-    ("loader", "inputs", "task", "classes"),
+    ("loader", "inputs", "task", "classes", "named"),
     [
-        (datasets.load_breast_cancer, 30, "binary", None),
-        (datasets.load_wine, 13, "multiclass", 3),
-        (datasets.load_diabetes, 10, "regression", None),
+        # "mean radius": no field name (whitespace), so x stays positional
+        (datasets.load_breast_cancer, 30, "binary", None, False),
+        (datasets.load_wine, 13, "multiclass", 3, True),
+        (datasets.load_diabetes, 10, "regression", None, True),
     ],
 )
 def test_init_infers_the_model_and_spells_out_every_default(
-    tmp_path, loader, inputs, task, classes
+    tmp_path, loader, inputs, task, classes, named
 ):
     csv = sklearn_csv(tmp_path, loader, "my data")
     done = init(str(csv), cwd=tmp_path)
@@ -60,7 +61,15 @@ def test_init_infers_the_model_and_spells_out_every_default(
     config = load_config(tmp_path / "streamlearn.toml")
     model = config.model("my_data")  # the name comes from the file, made valid
     assert (model.inputs, model.task, model.classes) == (inputs, task, classes)
-    assert model == ModelConfig(name="my_data", inputs=inputs, task=task, classes=classes)
+    header = csv.read_text().splitlines()[0].split(",")[:-1]
+    if named:
+        assert model.fields == tuple(header) and model.target == "y"
+        assert model == ModelConfig(
+            name="my_data", inputs=header, target="y", task=task, classes=classes
+        )
+    else:
+        assert "cannot be a field name: it has whitespace" in done.stdout
+        assert model == ModelConfig(name="my_data", inputs=inputs, task=task, classes=classes)
 
     lines = (tmp_path / "streamlearn.toml").read_text().splitlines()
     sections = {
@@ -69,13 +78,16 @@ def test_init_infers_the_model_and_spells_out_every_default(
         "[models.my_data.learner]": type(model.learner),
         "[models.my_data.actor]": type(model.actor),
         "[models.my_data.promotion]": type(model.promotion),
+        "[models.my_data.labels]": type(model.labels),
     }
     for header, cls in sections.items():
         start = lines.index(header)
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), None)
         block = lines[start + 1 : end]
         for field in cls.model_fields:
-            if field in ("name", "ingest", "learner", "actor", "promotion", "variants"):
+            if field in ("name", "ingest", "learner", "actor", "promotion", "variants", "labels"):
+                continue
+            if field in ("fields", "sources"):  # written as `inputs = [..]`, a table array
                 continue
             at = [
                 i
@@ -85,21 +97,24 @@ def test_init_infers_the_model_and_spells_out_every_default(
             assert at, f"{header} lacks {field}"
             assert block[at[0] - 1].startswith("# "), f"{field} has no comment"
     assert any(line.startswith("# [models.my_data.variants.") for line in lines)
+    assert "# [[models.my_data.sources]]" in lines
 
 
 def test_init_refuses_to_overwrite_and_names_a_bad_column(tmp_path):
     csv = tmp_path / "plant.csv"
-    csv.write_text("temp,valve,load\n20.5,open,3.1\n")
+    csv.write_text("temp,valve,load\n20.5,open,3.1\n21.0,1,2.9\n")  # text among numbers
     bad = init(str(csv), cwd=tmp_path)
     assert bad.returncode == 2
     assert "'valve' is not numeric" in bad.stderr and "open" in bad.stderr
+    assert "Traceback" not in bad.stderr
     assert not (tmp_path / "streamlearn.toml").exists()
 
     csv.write_text("temp,valve,load\n20.5,1,3.1\n21.0,0,2.9\n")
     first = init(str(csv), "--name", "boiler", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "target column 'load'" in first.stdout  # no y column: the last one
-    assert "rename column 'load' to 'y'" in first.stdout  # what publish reads
+    model = load_config(tmp_path / "streamlearn.toml").model("boiler")
+    assert (model.fields, model.target) == (("temp", "valve"), "load")  # publish reads it
     written = (tmp_path / "streamlearn.toml").read_text()
 
     csv.write_text("temp,y\n1,0\n2,1\n")
@@ -110,7 +125,46 @@ def test_init_refuses_to_overwrite_and_names_a_bad_column(tmp_path):
     forced = init(str(csv), "--force", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
     model = load_config(tmp_path / "streamlearn.toml").model(None)
-    assert (model.name, model.inputs, model.task) == ("plant", 1, "binary")
+    assert (model.name, model.inputs, model.fields, model.task) == ("plant", 1, ("temp",), "binary")
+
+
+def test_init_names_the_inputs_and_finds_categorical_columns(tmp_path):
+    csv = tmp_path / "press.csv"
+    rows = ["temperature,machine_type,ENERGY.Power,failed"]
+    rows += [f"{70 + i},{('press', 'lathe', 'mill')[i % 3]},{100 + i},{i % 2}" for i in range(9)]
+    rows.append("80,lathe,,1")  # an empty cell: a missing field, not an error
+    csv.write_text("\n".join(rows) + "\n")
+    done = init(str(csv), "--target", "failed", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "3 inputs, 1 categorical, task binary" in done.stdout
+    text = (tmp_path / "streamlearn.toml").read_text()
+    assert 'inputs = ["temperature", "machine_type", "ENERGY.Power"]' in text
+    assert 'target = "failed"' in text
+    assert 'categorical = {machine_type = ["press", "lathe", "mill"]}' in text
+    model = load_config(tmp_path / "streamlearn.toml").model("press")
+    assert model.fields == ("temperature", "machine_type", "ENERGY.Power")
+    assert model.categorical == {"machine_type": ("press", "lathe", "mill")}
+    assert model.target == "failed" and model.task == "binary"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"temp,ma\x01chine,y\n1,2,0\n", "has a control character"),
+        (b"temp,y\n1,\xff\xfe\n", "not UTF-8 text"),
+        (b"temp,kind,y\n" + b"".join(b"1,k%d,0\n" % i for i in range(40)), "distinct values"),
+        (b"mean temp,kind,y\n1,a,0\n", "positional inputs are numbers"),
+        (b"temp,y\n1,0,7\n", "3 values, the header names 2"),
+    ],
+)
+def test_init_says_what_is_wrong_with_a_file_in_one_line(tmp_path, content, said):
+    csv = tmp_path / "bad.csv"
+    csv.write_bytes(content)
+    done = init(str(csv), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "streamlearn.toml").exists()
 
 
 def test_init_config_runs_and_learns_the_file(start_role, settings, redis, tmp_path):
