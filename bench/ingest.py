@@ -20,6 +20,10 @@ No learner runs, so back-pressure is set out of the way (max_backlog_samples).
 Beside them, in this process: ingest's parse of single-sample messages against
 `json.loads` of the same payloads (best of several passes each, interleaved), so that a
 slower parse shows even where the end-to-end ratios have room to hide it.
+
+Last, `labels`: 100-label messages on the labels topic through a real ingest process, each
+label joined to a prediction kept beforehand as an actor keeps it (`streamlearn.store.pending`),
+appended and scored: labels/s from the first to the last stream entry they made.
 """
 
 from __future__ import annotations
@@ -288,6 +292,93 @@ def row(
     }
 
 
+# -- labels joined to kept predictions (`streamlearn.ingest.labels`) ------------------------
+
+
+def label_payloads(tag: str, publisher: int, count: int) -> list[bytes]:
+    """`count` messages of 100 labels for the predictions `keep_predictions` kept."""
+    return [
+        json.dumps(
+            {"labels": [{"id": f"{tag}-{publisher}-{i}-{j}", "y": j % 2} for j in range(100)]}
+        ).encode()
+        for i in range(count)
+    ]
+
+
+def keep_predictions(store: redis.Redis, tag: str, publishers: int, count: int) -> None:
+    """The served predictions the labels join, kept as an actor keeps them."""
+    from streamlearn.config import LabelsConfig
+    from streamlearn.store.pending import PendingStore, encode
+
+    pending = PendingStore(store, Names(tag, "bench"), LabelsConfig())
+    value = encode(np.zeros(INPUTS, np.float32), np.array([0.5], np.float32), 1, time.time())
+    ids = [
+        f"{tag}-{k}-{i}-{j}" for k in range(publishers) for i in range(count) for j in range(100)
+    ]
+    for start in range(0, len(ids), 5000):
+        chunk = ids[start : start + 5000]
+        pending.keep(chunk, [value] * len(chunk))
+
+
+def publish_labels(port: int, topic: str, data: list[bytes], out: mp.Queue) -> None:
+    """One labelling process: QoS 1 as fast as the broker acknowledges."""
+    client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+    client.max_inflight_messages_set(1000)
+    client.max_queued_messages_set(0)
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    for info in [client.publish(topic, p, qos=1) for p in data]:
+        info.wait_for_publish(120)
+    out.put(True)
+    client.disconnect()
+    client.loop_stop()
+
+
+def run_labels(mqtt_port: int, store: redis.Redis, messages: int, pubs: int, workdir: Path) -> dict:
+    """100-label messages through a real ingest process, each label joined to a kept
+    prediction: labels/s from the first to the last stream entry they made."""
+    tag = "labels"
+    names = Names(tag, "bench")
+    each = messages // pubs
+    keep_predictions(store, tag, pubs, each)
+    port = store.connection_pool.connection_kwargs["port"]
+    worker = IngestProcess(mqtt_port, port, tag, workdir).start()
+    out: mp.Queue = mp.Queue()
+    procs = [
+        mp.Process(
+            target=publish_labels,
+            args=(mqtt_port, names.labels_topic, label_payloads(tag, k, each), out),
+        )
+        for k in range(pubs)
+    ]
+    for p in procs:
+        p.start()
+    labels = each * pubs * 100
+    deadline = time.monotonic() + 300
+    while int(store.get(names.ingest_count_key) or 0) < labels:
+        if time.monotonic() > deadline or worker.proc.poll() is not None:
+            raise SystemExit("ingest did not join the labels:\n" + "".join(worker.lines[-30:]))
+        time.sleep(0.02)
+    cpu = worker.cpu_s() - worker.cpu_at_start
+    worker.stop()
+    for p in procs:
+        p.join()
+    key = names.samples_key
+    first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
+    seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
+    joined = int(store.hget(names.served_key, "labels") or 0)
+    return {
+        "mode": "labels",
+        "subscriber": "ingest process (label join)",
+        "samples/msg": 100,
+        "messages": each * pubs,
+        "seconds": seconds,
+        "labels/s": labels / seconds,
+        "labels scored": joined,
+        "cpu us/msg": cpu / (each * pubs) * 1e6,
+    }
+
+
 def parse_cost(passes: int = 7, count: int = 3000) -> dict:
     """Ingest's parse of single-sample messages against `json.loads` of the same payloads:
     the best of `passes` interleaved passes each, in microseconds per message."""
@@ -319,12 +410,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--publishers", type=int, default=3, help="publishing processes")
     parser.add_argument("--rounds", type=int, default=5, help="raw/ingest pairs per live case")
     parser.add_argument("--backlog-rounds", type=int, default=3, help="pairs of the capacity case")
+    parser.add_argument("--labels", type=int, default=1_500, help="100-label messages")
     parser.add_argument(
         "--quick", action="store_true", help="CI smoke: one short pair a case, half of each goal"
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.batched, args.rounds, args.backlog_rounds = 9000, 900, 1, 1
+        args.labels = 450
     load = os.getloadavg()
     cases = [("live", 1, args.messages, args.rounds), ("live", 100, args.batched, args.rounds)]
     cases.append(("backlog", 1, args.messages, args.backlog_rounds))
@@ -351,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"ingest {ours['msgs/s']:,.0f} msgs/s",
                     flush=True,
                 )
+        joining = run_labels(broker.port, store, args.labels, args.publishers, Path(tmp))
+        rows.append(joining)
+        print(f"labels 100/msg: {joining['labels/s']:,.0f} labels/s", flush=True)
     single = statistics.median(o["vs raw"] for o in ratios[("live", 1)])
     batched = statistics.median(o["samples/s"] for o in ratios[("live", 100)])
     capacity = statistics.median(o["vs raw"] for o in ratios[("backlog", 1)])
@@ -372,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
         f"parse of a single-sample message <= 1.4x json.loads of it ({slower:.2f}x)": goal(
             1 / slower, 1 / 1.4, q
         ),
+        f"labels, 100/message: one ingest process joins >= 20,000 labels/s "
+        f"({joining['labels/s']:,.0f})": goal(joining["labels/s"], 20_000, q),
     }
     report(
         "ingest",
@@ -384,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
             "live_100_samples_per_s": batched,
             "backlog_vs_raw": capacity,
             "parse_vs_json_loads": slower,
+            "labels_per_s": joining["labels/s"],
         },
         publishers=args.publishers,
         loadavg_before=load,

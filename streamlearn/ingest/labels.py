@@ -70,13 +70,29 @@ class LabelJoiner:
         good: list[tuple[str, float]] = []
         bad: list[tuple[int, PayloadError]] = []
         rejected = 0
+        at: list[int] = []  # each good label's index in the message
         for i, item in enumerate(items):
             try:
                 good.append(self._label(item))
+                at.append(i)
             except PayloadError as exc:
                 rejected += 1
                 if len(bad) < LISTED_REASONS:
                     bad.append((i, exc))
+        try:  # the task's targets, all at once; one by one only to find which are bad
+            self._targets([y for _, y in good])
+        except PayloadError:
+            kept = []
+            for i, (rid, y) in zip(at, good, strict=True):
+                try:
+                    self._targets([y])
+                    kept.append((rid, y))
+                except PayloadError as exc:
+                    rejected += 1
+                    if len(bad) < LISTED_REASONS:
+                        bad.append((i, exc))
+            good = kept
+            bad.sort(key=lambda b: b[0])
         if not rejected:
             return LabelMessage(good, [])
         where = "labels." if "labels" in doc else ""
@@ -108,7 +124,7 @@ class LabelJoiner:
             y = math.inf
         if not math.isfinite(y):
             raise PayloadError("y must be finite", "non_finite")
-        return rid, float(self._targets([y])[0])
+        return rid, y
 
     def join(self, messages: list[LabelMessage], raws: list[bytes]) -> list[Parsed]:
         """Each label message as a parsed samples message: its labels joined to their kept
@@ -119,8 +135,8 @@ class LabelJoiner:
         taken: set[str] = set()  # joined by an earlier label of this run
         out = []
         for m, raw in zip(messages, raws, strict=True):
-            xs, ys, sample_ids, unknown = [], [], [], []
-            m.joined, m.unknown = [], 0
+            found: list[Kept] = []
+            ys, sample_ids, unknown = [], [], []
             for rid, y in m.labels:
                 value = values[rid]
                 kept = decode(value)
@@ -131,22 +147,31 @@ class LabelJoiner:
                     self.duplicates += 1
                     continue
                 taken.add(rid)
-                xs.append(kept.x)
+                found.append(kept)
                 ys.append(y)
                 sample_ids.append(rid)
-                loss, metric = score(self.model.task, kept.y, y)
-                m.joined.append(Joined(rid, loss, metric, max(0.0, now - kept.served_at)))
             rejections = list(m.rejections)
+            m.unknown = len(unknown)
             if unknown:
-                m.unknown = len(unknown)
                 listed = ", ".join(repr(u)[:60] for u in unknown[:LISTED_REASONS])
                 more = f" and {len(unknown) - LISTED_REASONS} more" if len(unknown) > 5 else ""
                 reason = f"no prediction kept for id {listed}{more} (never served or expired)"
                 rejections.append(Rejection(reason, raw, "unknown_id"))  # type: ignore[arg-type]
+            m.joined = []
             samples = None
-            if xs:
-                x = np.stack(xs).reshape((len(xs), *self.model.sample_shape))
-                samples = Samples(x, np.asarray(ys, np.float32), tuple(sample_ids))
+            if found:
+                y = np.asarray(ys, np.float32)
+                x = np.stack([k.x for k in found]).reshape((len(found), *self.model.sample_shape))
+                samples = Samples(x, y, tuple(sample_ids))
+                predictions = np.stack([k.y for k in found])
+                loss, metric = score(self.model.task, predictions, np.asarray(ys, np.float64))
+                delay = np.maximum(0.0, now - np.array([k.served_at for k in found]))
+                m.joined = [
+                    Joined(*j)
+                    for j in zip(
+                        sample_ids, loss.tolist(), metric.tolist(), delay.tolist(), strict=True
+                    )
+                ]
             out.append(Parsed(samples, None, rejections))
         return out
 
@@ -164,28 +189,31 @@ class LabelJoiner:
         self.unknown += unknown
 
 
-def score(task: str, prediction: np.ndarray, y: float) -> tuple[float, float]:
-    """Loss and metric of one served prediction: log loss and accuracy at 0.5 (binary),
-    cross-entropy and argmax accuracy (multiclass), squared and absolute error
-    (regression). Probabilities are clipped to [1e-7, 1 - 1e-7] as Keras does.
+def score(task: str, predictions: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Loss and metric of served predictions (n, outputs) against their labels (n,): log
+    loss and accuracy at 0.5 (binary), cross-entropy and argmax accuracy (multiclass),
+    squared and absolute error (regression). Probabilities are clipped to [1e-7, 1 - 1e-7]
+    as Keras does.
 
-    >>> score("regression", np.array([2.0]), 0.5)
-    (2.25, 1.5)
-    >>> score("binary", np.array([0.8]), 1.0)[1]
-    1.0
+    >>> loss, metric = score("regression", np.array([[2.0]]), np.array([0.5]))
+    >>> loss.tolist(), metric.tolist()
+    ([2.25], [1.5])
+    >>> score("binary", np.array([[0.8], [0.3]]), np.array([1.0, 1.0]))[1].tolist()
+    [1.0, 0.0]
     """
     eps = 1e-7
-    p = prediction.astype(np.float64)
+    p = predictions.astype(np.float64)
     if task == "binary":
-        q = min(max(float(p[0]), eps), 1 - eps)
-        loss = -(y * math.log(q) + (1 - y) * math.log(1 - q))
-        return loss, float((p[0] > 0.5) == (y > 0.5))
+        q = np.clip(p[:, 0], eps, 1 - eps)
+        loss = -(y * np.log(q) + (1 - y) * np.log(1 - q))
+        return loss, ((p[:, 0] > 0.5) == (y > 0.5)).astype(np.float64)
     if task == "multiclass":
-        c = int(y)
-        loss = -math.log(min(max(float(p[c]), eps), 1 - eps))
-        return loss, float(int(np.argmax(p)) == c)
-    err = float(p[0]) - y
-    return err * err, abs(err)
+        c = y.astype(np.int64)
+        picked = p[np.arange(len(c)), c]
+        loss = -np.log(np.clip(picked, eps, 1 - eps))
+        return loss, (np.argmax(p, axis=1) == c).astype(np.float64)
+    err = p[:, 0] - y
+    return err * err, np.abs(err)
 
 
 def _decode(raw: bytes, limit: int) -> dict[str, Any]:
