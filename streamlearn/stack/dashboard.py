@@ -46,6 +46,7 @@ _KEYS = (
     "champion",
     "latest_version",
     "pinned_version",
+    "served",  # the served score: labels joined to served predictions (`store.pending`)
 )
 # Each variant's figures, as its learner last wrote them in the model's variants hash.
 _VARIANT_KEYS = ("updated_at", "version", "samples_seen", "online_loss", "online_metric", "metric")

@@ -113,7 +113,8 @@ function section(model) {
   box = document.createElement("div");
   box.className = "model";
   box.id = "model-" + model;
-  box.innerHTML = `<h2>${model} <span class="age"></span></h2><div class="figures"></div><div class="charts"></div>`;
+  box.innerHTML = `<h2><span class="name"></span> <span class="age"></span></h2><div class="figures"></div><div class="charts"></div>`;
+  box.querySelector(".name").textContent = model;
   const charts = box.querySelector(".charts");
   CHARTS.forEach((c, i) => {
     const chart = document.createElement("div");
@@ -137,9 +138,12 @@ function draw(svg, legend, points, chart) {
   const lines = chart.lines(points).filter(l => l.values.length);
   const all = lines.flatMap(l => l.values.map(([, v]) => v));
   const unit = chart.unit(points);
-  legend.innerHTML = lines.map((l, i) =>
-    `<span><i style="background:${PALETTE[i % PALETTE.length]}"></i>${l.name} ` +
-    `<b>${fmt(l.values[l.values.length - 1][1])}</b></span>`).join("");
+  legend.replaceChildren(...lines.map((l, i) => {
+    const span = document.createElement("span"), swatch = document.createElement("i");
+    swatch.style.background = PALETTE[i % PALETTE.length];
+    span.append(swatch, String(l.name) + " ", bold(fmt(l.values[l.values.length - 1][1])));
+    return span;
+  }));
   svg.appendChild(el("text", { x: 4, y: 11, class: "unit" }, unit));
   svg.appendChild(el("line", { x1: x0, y1: y0, x2: x0, y2: y1, class: "axis" }));
   svg.appendChild(el("line", { x1: x0, y1: y1, x2: x1, y2: y1, class: "axis" }));
@@ -189,16 +193,47 @@ function ageText(p) {
   return `${state ? "learner " + state + " · " : ""}last status ${Math.round(p.status_age_s)} s ago`;
 }
 
+// The figures line, built with textContent only: every string here comes from a status.
+function figure(label, value, attrs) {
+  const span = document.createElement("span");
+  for (const [k, v] of Object.entries(attrs || {})) span.setAttribute(k, v);
+  const b = document.createElement("b");
+  b.textContent = value;
+  span.append(label + " ", b);
+  return span;
+}
+
 function figures(p) {
-  return `<span>version <b>${fmt(p.version)}</b></span><span>step <b>${fmt(p.step)}</b></span>` +
-    `<span>samples <b>${fmt(p.samples_seen)}</b></span><span>loss <b>${fmt(p.online_loss)}</b></span>` +
-    `<span>${p.metric || "metric"} <b>${fmt(p.online_metric)}</b></span>` +
-    `<span>queue <b>${fmt(p.queue_length)}</b></span><span>dead letters <b>${fmt(p.deadletters)}</b></span>` +
-    `<span>actors <b>${fmt(p.actors)}</b></span>` +
-    (p.champion ? `<span>champion <b>${p.champion}</b></span>` : "") +
-    (p.pinned_version ? `<span class="pinned" data-pinned="${p.pinned_version}">` +
-      `pinned: actors serve version <b>${fmt(p.pinned_version)}</b> ` +
-      `(latest ${fmt(p.latest_version)})</span>` : "");
+  const out = [
+    figure("version", fmt(p.version)), figure("step", fmt(p.step)),
+    figure("samples", fmt(p.samples_seen)), figure("loss", fmt(p.online_loss)),
+    figure(String(p.metric || "metric"), fmt(p.online_metric)),
+    figure("queue", fmt(p.queue_length)), figure("dead letters", fmt(p.deadletters)),
+    figure("actors", fmt(p.actors)),
+  ];
+  if (p.champion) out.push(figure("champion", String(p.champion)));
+  const s = p.served;
+  if (s && typeof s === "object") {
+    const metric = "accuracy" in s ? "accuracy" : "mae";
+    const served = figure("served: labels", fmt(s.labels), { class: "served" });
+    served.append(" loss ", bold(fmt(s.loss)), ` ${metric} `, bold(fmt(s[metric])),
+      " delay p50 ", bold(fmt(s.delay_p50_s) + " s"), " p95 ", bold(fmt(s.delay_p95_s) + " s"),
+      " unknown ids ", bold(fmt(s.unknown)));
+    out.push(served);
+  }
+  if (p.pinned_version) {
+    const pin = figure("pinned: actors serve version", fmt(p.pinned_version),
+      { class: "pinned", "data-pinned": String(p.pinned_version) });
+    pin.append(` (latest ${fmt(p.latest_version)})`);
+    out.push(pin);
+  }
+  return out;
+}
+
+function bold(text) {
+  const b = document.createElement("b");
+  b.textContent = text;
+  return b;
 }
 
 async function refresh() {
@@ -212,7 +247,7 @@ async function refresh() {
       age.textContent = ageText(p);
       age.dataset.age = typeof p.status_age_s === "number" ? String(p.status_age_s) : "";
       age.className = "age " + (p.learner_state || "");
-      box.querySelector(".figures").innerHTML = figures(p);
+      box.querySelector(".figures").replaceChildren(...figures(p));
       box.querySelectorAll("svg[data-chart]").forEach(svg => {
         total += draw(svg, svg.previousElementSibling, points, CHARTS[+svg.dataset.chart]);
       });
