@@ -276,7 +276,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="labels come later: each row is asked for with an id, its label published on "
         "the labels topic N rows later (not with the features); prints the served score "
-        "from the replies and the service's own",
+        "from the replies and the service's own. The actor keeps a request just after its "
+        "reply: at a high --rate a small N may send a label before (counted unknown)",
     )
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per message")
     p.add_argument(
@@ -307,8 +308,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rate must be >= 0 and --timeout > 0, got {args.rate}, {args.timeout}")
     if model.window is not None:
         raise ConfigError(f"evaluate replays flat samples; model {model.name} takes windows")
-    if args.label_delay is not None and args.label_delay < 0:
-        raise ConfigError(f"--label-delay must be >= 0, got {args.label_delay}")
+    if args.label_delay is not None and args.label_delay < 1:
+        raise ConfigError(
+            f"--label-delay must be >= 1 (a label comes after its request was served), "
+            f"got {args.label_delay}"
+        )
     target = args.target or (model.target if model.fields is not None else "y")
     rows = _rows(args.file, model, target, args.label_delay is not None)
     names = Names(model.name, settings.topic_prefix, settings.key_prefix)

@@ -140,6 +140,9 @@ def test_label_delay_sends_each_label_on_its_own_rows_after_its_request(
     assert "served accuracy: 0.0000 over 5 samples" in done.stdout  # nothing answered
     assert "labels 2 rows after their requests" in done.stdout
     assert "service's served score" in done.stdout
+    argv[argv.index("--label-delay") + 1] = "0"
+    refused = subprocess.run(argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--label-delay must be >= 1" in refused.stderr
 
 
 def test_label_delay_through_the_service_learns_from_labels_that_come_later(

@@ -1,0 +1,151 @@
+"""The examples of devices' own topics (examples/tasmota.toml, examples/zigbee2mqtt.toml):
+each loads, and what such devices publish, as they publish it, is read into the x the
+model expects; through a running service, a Zigbee2MQTT-like sensor's readings are learned
+from their source topic, and a label that comes later joins the request it answers."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+
+from streamlearn import Client, Prediction, PredictionError
+from streamlearn.config import ModelConfig, load_config
+from streamlearn.contract.names import Names
+from streamlearn.contract.payloads import PayloadParser
+from tests.conftest import ROOT, eventually, plain_paho, retained
+
+EXAMPLES = ROOT / "examples"
+
+
+def example(name: str) -> ModelConfig:
+    return load_config(EXAMPLES / name).model(None)
+
+
+# -- what the devices publish, as they publish it -----------------------------------------
+
+
+def tasmota_sensor(power: float, voltage: float, current: float, factor: float) -> bytes:
+    """A Tasmota plug's tele/<device>/SENSOR message (firmware 13.x, energy monitoring)."""
+    return json.dumps(
+        {
+            "Time": "2026-11-25T04:00:00",
+            "ENERGY": {
+                "TotalStartTime": "2026-01-01T00:00:00",
+                "Total": 12.345,
+                "Yesterday": 0.512,
+                "Today": 0.201,
+                "Period": 1,
+                "Power": power,
+                "ApparentPower": round(voltage * current),
+                "ReactivePower": 49,
+                "Factor": factor,
+                "Voltage": voltage,
+                "Current": current,
+            },
+        }
+    ).encode()
+
+
+def zigbee_state(temperature: float, humidity: float, battery: int, **more: object) -> bytes:
+    """A Zigbee2MQTT device's zigbee2mqtt/<friendly name> message (a temperature sensor)."""
+    doc = {
+        "battery": battery,
+        "humidity": humidity,
+        "linkquality": 132,
+        "temperature": temperature,
+        "voltage": 3000,
+    }
+    return json.dumps({**doc, **more}).encode()
+
+
+# -- the configs and their payloads ---------------------------------------------------------
+
+
+def test_the_examples_load_with_their_devices_topics():
+    plug = example("tasmota.toml")
+    assert plug.fields == ("ENERGY.Power", "ENERGY.Voltage", "ENERGY.Current")
+    assert plug.target == "ENERGY.Factor" and plug.task == "regression"
+    assert [(s.topic, s.key_level) for s in plug.sources] == [("tele/+/SENSOR", 1)]
+    room = example("zigbee2mqtt.toml")
+    assert room.fields == ("temperature", "humidity", "battery")
+    assert room.target == "occupied" and room.task == "binary"
+    assert [s.topic for s in room.sources] == ["zigbee2mqtt/+"]
+
+
+def test_a_tasmota_plugs_telemetry_parses_into_x():
+    parsed = PayloadParser(example("tasmota.toml")).parse_message(
+        tasmota_sensor(85, 231, 0.424, 0.87), key="plug-1"
+    )
+    assert parsed.rejections == [], parsed.rejections
+    assert parsed.samples is not None
+    np.testing.assert_allclose(parsed.samples.x, [[85, 231, 0.424]], rtol=1e-6)
+    np.testing.assert_allclose(parsed.samples.y, [0.87], rtol=1e-6)
+
+
+def test_a_zigbee2mqtt_sensors_state_parses_into_x_and_a_request_keeps_its_id():
+    parser = PayloadParser(example("zigbee2mqtt.toml"))
+    parsed = parser.parse_message(zigbee_state(21.4, 48.5, 97, occupied=1))
+    assert parsed.rejections == [], parsed.rejections
+    np.testing.assert_allclose(parsed.samples.x, [[21.4, 48.5, 97]], rtol=1e-6)
+    assert parsed.samples.y.tolist() == [1.0]
+    request = parser.parse_request(
+        {"temperature": 21.4, "humidity": 48.5, "battery": 97, "id": "kitchen-0915"}
+    )
+    np.testing.assert_allclose(request.x, [[21.4, 48.5, 97]], rtol=1e-6)
+    assert request.id == "kitchen-0915"
+
+
+def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_later(
+    start_role, settings, redis
+):
+    toml = (EXAMPLES / "zigbee2mqtt.toml").read_text()
+    for role in ("ingest", "learner", "actor"):
+        start_role(role, toml)
+    names = Names("room", settings.topic_prefix, settings.key_prefix)
+    rng = random.Random(4)
+    device = plain_paho(settings)
+    try:  # occupied rooms are warm and humid
+        for i in range(300):
+            occupied = i % 2
+            t = 19 + 4 * occupied + rng.uniform(-1, 1)
+            h = 40 + 15 * occupied + rng.uniform(-3, 3)
+            raw = zigbee_state(round(t, 1), round(h, 1), 97, occupied=occupied)
+            device.publish(f"zigbee2mqtt/room-{i % 3}", raw, qos=1).wait_for_publish(10)
+    finally:
+        device.loop_stop()
+        device.disconnect()
+
+    def seen() -> int:
+        status = retained(settings, names.status_topic)
+        return status["samples_seen"] if status else 0
+
+    eventually(lambda: seen() >= 300, 90, "the learner trained on the sensors' own messages")
+
+    with Client(settings.mqtt, topic_prefix=settings.topic_prefix) as client:
+        reading = {"temperature": 23.2, "humidity": 56.0, "battery": 97}
+        tries = iter(range(1000))
+
+        def answered() -> tuple[str, Prediction] | None:
+            id = f"kitchen-{next(tries)}"
+            try:
+                return id, client.predict("room", reading, id=id, timeout=5)
+            except PredictionError:
+                return None  # no weights yet
+
+        id, served = eventually(answered, 30, "a served prediction")
+        assert served.model == "room" and 0.0 <= served.y <= 1.0
+        # The actor keeps a request's features just after its reply (never delaying one):
+        # a label is "later" once they are kept.
+        eventually(lambda: redis.exists(names.pending_key(id)), 10, "the request kept")
+        client.label("room", id, 1)  # later, when the answer is known
+
+    def joined() -> dict | None:
+        status = retained(settings, names.status_topic) or {}
+        figures = status.get("served") or {}
+        return figures if figures.get("labels", 0) + (figures.get("unknown") or 0) >= 1 else None
+
+    figures = eventually(joined, 30, "the label joined to the served request")
+    assert figures["labels"] == 1 and figures.get("unknown", 0) == 0, figures
+    eventually(lambda: seen() >= 301, 30, "the joined label learned as a sample")
