@@ -47,9 +47,8 @@ class LabelJoiner:
         self.parser = parser
         self.model = parser.model
         self.pending = pending
-        # the parser's check of targets for the task (bad_target)
         self._width = int(np.prod(self.model.sample_shape))
-        self._targets = getattr(parser, "check_targets", None) or parser._check_targets
+        self._targets = parser.check_targets  # for the task (bad_target)
         self.duplicates = 0  # labels of predictions already joined (counted, not stored)
         self.unknown = 0
         self.joined = 0
@@ -156,7 +155,7 @@ class LabelJoiner:
                 listed = ", ".join(repr(u)[:60] for u in unknown[:LISTED_REASONS])
                 more = f" and {len(unknown) - LISTED_REASONS} more" if len(unknown) > 5 else ""
                 reason = f"no prediction kept for id {listed}{more} (never served or expired)"
-                rejections.append(Rejection(reason, raw, "unknown_id"))  # type: ignore[arg-type]
+                rejections.append(Rejection(reason, raw, "unknown_id"))
             m.joined = []
             samples = None
             if found:
@@ -180,13 +179,15 @@ class LabelJoiner:
         outputs = self.model.classes if self.model.task == "multiclass" else 1
         return kept.x.size == self._width and kept.y.size == outputs
 
-    def settle(self, messages: list[LabelMessage]) -> None:
-        """Tombstone and score what `messages` joined (Redis holds their samples)."""
+    def settle(self, messages: list[LabelMessage]) -> int:
+        """Tombstone and score what `messages` joined (Redis holds their samples); returns
+        how many were scored (not joined before)."""
         joined = [j for m in messages for j in m.joined]
         unknown = sum(m.unknown for m in messages)
-        self.pending.join(joined, unknown)
+        scored = self.pending.join(joined, unknown)
         self.joined += len(joined)
         self.unknown += unknown
+        return scored
 
 
 def score(task: str, predictions: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

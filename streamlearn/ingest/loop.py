@@ -28,7 +28,6 @@ dead-lettered and acknowledged.
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import math
 import threading
@@ -87,8 +86,6 @@ class Ingest:
         self.labels_topic = stream.names.labels_topic
         self.sources = model.sources
         self.labels = LabelJoiner(parser, PendingStore(stream.redis, stream.names, model.labels))
-        # the device key of a source topic, where the parser takes one
-        self._keyed = "key" in inspect.signature(parser.parse_message).parameters
         parts = stream.parts if isinstance(stream, PartitionedStream) else [stream]
         lanes: list[WindowStore | None] = [windows] * len(parts)
         if windows is None and model.window is not None:
@@ -127,6 +124,10 @@ class Ingest:
             "late_observations_total": c.late_observations,
             "short_window_observations_total": c.short_windows,
             "evicted_windows_total": c.evicted_windows,
+            "extra_fields_total": c.fields.extra,
+            "missing_inputs_total": dict(c.fields.missing),
+            "unseen_categories_total": dict(c.fields.unseen),
+            "unlabeled_samples_total": c.fields.unlabeled,
             "labels_joined_total": self.labels.joined,
             "labels_unknown_total": self.labels.unknown,
             "labels_duplicate_total": self.labels.duplicates,
@@ -228,6 +229,8 @@ class Ingest:
         for m, ok in zip(messages, whole, strict=True):
             if ok:
                 self.counters.count_rejections(m.parsed.rejections)
+                if m.parsed.fields:  # named payloads: fields ignored, inputs missing, ...
+                    self.counters.fields.add(m.parsed.fields)
         if not stored:
             log.warning(
                 "stopping: %d messages left unacknowledged for redelivery", len(batch) - len(done)
@@ -278,8 +281,6 @@ class Ingest:
                 f'(source {source.topic!r}, key = "topic:{level}")'
             )
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
-        if not self._keyed:  # a parser that takes no key yet
-            return self.parser.parse_message(d.payload)
         return self.parser.parse_message(d.payload, key=levels[level], at=time.time())
 
     def _settle(
@@ -290,7 +291,7 @@ class Ingest:
         held = [m for i, m in labels if whole[i]]
         if not held:
             return True
-        return self.writer.retry(lambda: self.labels.settle(held) or True, stop) is not None
+        return self.writer.retry(lambda: self.labels.settle(held), stop) is not None
 
     def _measure_due(self, adding: int) -> bool:
         """Measure the backlog with this write? Every `poll_s`, or sooner when what was

@@ -41,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         model.name,
         ingest.metrics,
         settings.metrics_port,
-        {"deadletters_total": "reason"},
+        {
+            "deadletters_total": "reason",
+            "missing_inputs_total": "field",
+            "unseen_categories_total": "field",
+        },
         health=health,
     )
     if port is not None:

@@ -35,6 +35,7 @@ from redis.exceptions import (
 
 from streamlearn.config import IngestConfig
 from streamlearn.contract.payloads import Parsed, Rejection
+from streamlearn.contract.records import FieldCounts
 from streamlearn.ingest.inbox import Delivery
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.windows import WindowStore
@@ -86,6 +87,7 @@ class IngestCounters:
     late_observations: int = 0  # older than everything their key keeps
     short_windows: int = 0  # had a target, but fewer than `window` observations known
     evicted_windows: int = 0  # windows of idle devices deleted to keep max_devices
+    fields: FieldCounts = field(default_factory=FieldCounts)  # of named payloads
 
     def count_rejections(self, rejections: list[Rejection]) -> None:
         self.rejected += len(rejections)

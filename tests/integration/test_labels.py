@@ -85,3 +85,56 @@ def test_labels_join_served_predictions_once_and_score_them(
     assert math.isclose(got["loss"], loss, abs_tol=1e-4)
     assert got["accuracy"] == accuracy
     assert 5 <= got["delay_p50_s"] <= got["delay_p95_s"] <= arrived - served + 5 + 1
+
+
+HOSTILE = [
+    b"",
+    b"[]",
+    b'{"labels": []}',
+    b'{"labels": {}}',
+    b'{"labels": [{"id": "k1", "y": 1}], "more": 1}',
+    b'{"id": "k1"}',
+    b'{"y": 1}',
+    b'{"id": true, "y": 1}',
+    b'{"id": "k1", "y": 1e400}',
+    b'{"id": "k1", "y": "1"}',
+    b'{"id": "", "y": 1}',
+    b'{"id": "k1", "y": 1, "z": 2}',
+    b'{"labels": ' + b"[" * 100_000 + b"}",
+    b'{"id": "k1", "y": ' + b"9" * 5000 + b"}",
+    b"\xff\xfe",
+]
+
+
+def test_hostile_label_messages_cost_a_dead_letter_each_and_good_labels_still_join(redis, settings):
+    """In process, as paho's thread hands messages over: each hostile message is one dead
+    letter, a mixed one joins its good labels, and the worker goes on."""
+    from paho.mqtt.client import MQTTMessage
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    from streamlearn.config import ModelConfig
+    from streamlearn.contract.payloads import PayloadParser
+    from streamlearn.ingest.loop import Ingest
+    from streamlearn.mqtt import BufferedClient
+    from streamlearn.store.pending import PendingStore, encode
+    from streamlearn.store.stream import SampleStream
+
+    cfg = ModelConfig(name="h", inputs=2, task="binary")
+    names = Names("h", settings.topic_prefix, settings.key_prefix)
+    value = encode(np.array([1, 2], np.float32), np.array([0.9], np.float32), 1, time.time())
+    PendingStore(redis, names, cfg.labels).keep(["k1", "k2"], [value, value])
+    ingest = Ingest(PayloadParser(cfg), SampleStream.of(redis, names, cfg), cfg.ingest)
+    mixed = {"labels": [{"id": "k1", "y": 1}, {"id": "k2", "y": 3}, {"y": 0}, 7]}
+    batch = [*HOSTILE, json.dumps(mixed).encode(), b'{"id": "k1", "y": 1}']
+    device = BufferedClient(CallbackAPIVersion.VERSION2)  # never connected: acks go nowhere
+    for mid, raw in enumerate(batch, 1):
+        msg = MQTTMessage(mid, names.labels_topic.encode())
+        msg.payload, msg.qos = raw, 1
+        ingest.on_message(device, None, msg)
+    assert ingest.run(max_messages=len(batch)) == len(batch)
+    letters = [f for _, f in redis.xrange(names.deadletter_key)]
+    assert len(letters) == len(HOSTILE) + 1
+    assert b"3 of 4 labels rejected" in letters[-1][b"reason"]
+    assert int(redis.get(names.ingest_count_key)) == 1, "k1 once: the repeat is a duplicate"
+    assert int(redis.hget(names.served_key, "labels")) == 1
+    assert ingest.metrics()["labels_duplicate_total"] == 1

@@ -1,5 +1,5 @@
-"""Samples on the devices' own topics (`[[sources]]`): judged like the samples topic,
-stored once, learned; a topic too short for its device key is a dead letter."""
+"""Samples on the devices' own topics (`[[sources]]`), named or positional: judged like the
+samples topic, stored once, learned; a topic too short for its device key is a dead letter."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from tests.conftest import eventually, plain_paho, retained
 
 TOML = """
 [models.s]
-inputs = 3
+inputs = ["t", "v", "r"]
+target = "failed"
 task = "binary"
 
 [[models.s.sources]]
@@ -33,8 +34,9 @@ def test_samples_on_a_source_topic_are_learned(start_role, redis, settings):
     start_role("learner", TOML)
     device = plain_paho(settings)
     try:
-        for i in range(40):
-            body = {"x": [i, i / 2, -i], "y": i % 2, "id": f"s{i}"}
+        for i in range(40):  # as the devices send them: named, or positional
+            named = {"t": i, "v": i / 2, "r": -i, "failed": i % 2, "id": f"s{i}"}
+            body = named if i % 2 else {"x": [i, i / 2, -i], "y": i % 2, "id": f"s{i}"}
             topic = f"plant/d{i % 4}/telemetry"
             device.publish(topic, json.dumps(body), qos=1).wait_for_publish(10)
         # a repeat is a duplicate, a short topic a dead letter: both acknowledged
