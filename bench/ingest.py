@@ -11,7 +11,10 @@ processes (`live`); a rate is messages over the time from the first to the last 
 received (raw) or appended to the stream (ingest). While a subscriber keeps up, both sides
 run at the publishers' rate (reported beside them) and their ratio says only that ingest
 keeps up; `backlog`, where the subscriber drains what the broker queued while it was
-away, with no publisher beside it, measures capacity, and its ratio is checked too.
+away, with no publisher beside it, measures capacity, and its ratio is checked too. Each
+backlog round is followed by one of named objects (4 named inputs, 6 fields the model
+does not use, as a device sends them) on a model with named inputs: its rate against the
+positional round's.
 
 Everything shares the machine's cores, and other work on it moves both sides alike, so a
 ratio is taken between the rounds of one pair and the median over pairs is reported.
@@ -49,6 +52,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from bench._labels import run_labels
 from bench._report import exit_status, goal, report
 from streamlearn.config import parse_config
 from streamlearn.contract.names import Names
@@ -67,10 +71,22 @@ max_backlog_samples = 100_000_000
 """
 
 
-def payloads(publisher: int, count: int, per_message: int) -> list[bytes]:
-    """Distinct samples with ids; floats at full precision, as devices send them."""
+NAMED = ["temperature", "vibration", "rpm", "load"]
+# What such a device sends besides: read, ignored and counted by ingest
+EXTRA = {"rssi": -61, "battery": 97, "linkquality": 132, "voltage": 3.01, "fw": "1.2.3"}
+
+
+def payloads(publisher: int, count: int, per_message: int, named: bool = False) -> list[bytes]:
+    """Distinct samples with ids; floats at full precision, as devices send them. `named`:
+    a device's object of 4 named inputs, its label, its id and 6 fields more."""
     rng = np.random.default_rng(publisher)
     out = []
+    if named:
+        for i in range(count):
+            values = dict(zip(NAMED, rng.standard_normal(len(NAMED)).tolist(), strict=True))
+            doc = {**values, **EXTRA, "uptime": i, "y": int(rng.integers(0, 2))}
+            out.append(json.dumps({**doc, "id": f"p{publisher}-{i}"}).encode())
+        return out
     for i in range(count):
         x = rng.standard_normal((per_message, INPUTS)).tolist()
         y = rng.integers(0, 2, per_message).tolist()
@@ -83,11 +99,17 @@ def payloads(publisher: int, count: int, per_message: int) -> list[bytes]:
 
 
 def publish(
-    port: int, topic: str, publisher: int, count: int, per_message: int, out: mp.Queue
+    port: int,
+    topic: str,
+    publisher: int,
+    count: int,
+    per_message: int,
+    out: mp.Queue,
+    named: bool = False,
 ) -> None:
     """One device process: QoS 1 as fast as the broker acknowledges; puts (first publish,
     last PUBACK) on `out`, in `time.perf_counter()` (the same clock in every process)."""
-    data = payloads(publisher, count, per_message)
+    data = payloads(publisher, count, per_message, named)
     client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
     client.max_inflight_messages_set(1000)
     client.max_queued_messages_set(0)
@@ -107,13 +129,15 @@ def expected(messages: int, publishers: int) -> int:
     return messages // publishers * publishers
 
 
-def publishers(port: int, topic: str, messages: int, count: int, per_message: int) -> float:
+def publishers(
+    port: int, topic: str, messages: int, count: int, per_message: int, named: bool = False
+) -> float:
     """Publish `messages` from `count` processes; returns their rate (messages/s), from
     the first publish to the last PUBACK: what a subscriber that keeps up can show."""
     out: mp.Queue = mp.Queue()
     each = messages // count
     procs = [
-        mp.Process(target=publish, args=(port, topic, k, each, per_message, out))
+        mp.Process(target=publish, args=(port, topic, k, each, per_message, out, named))
         for k in range(count)
     ]
     for p in procs:
@@ -170,9 +194,11 @@ def raw_subscriber(
 class IngestProcess:
     """`python -m workers.ingest` on the bench's servers, with its CPU time read from /proc."""
 
-    def __init__(self, mqtt_port: int, redis_port: int, model: str, workdir: Path) -> None:
+    def __init__(
+        self, mqtt_port: int, redis_port: int, model: str, workdir: Path, named: bool = False
+    ) -> None:
         config = workdir / f"{model}.toml"
-        config.write_text(TOML.format(model=model, inputs=INPUTS))
+        config.write_text(TOML.format(model=model, inputs=json.dumps(NAMED) if named else INPUTS))
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
         env |= {
             "STREAMLEARN_MQTT_URL": f"mqtt://127.0.0.1:{mqtt_port}",
@@ -241,17 +267,18 @@ def run_ingest(
     per: int,
     mode: str,
     workdir: Path,
+    named: bool = False,
 ) -> dict:
     names = Names(tag, "bench")
     port = store.connection_pool.connection_kwargs["port"]
-    worker = IngestProcess(mqtt_port, port, tag, workdir).start()
+    worker = IngestProcess(mqtt_port, port, tag, workdir, named).start()
     if mode == "backlog":  # its session queues at the broker while it is away
         worker.stop()
-        published = publishers(mqtt_port, names.samples_topic, messages, pubs, per)
+        published = publishers(mqtt_port, names.samples_topic, messages, pubs, per, named)
         worker.start()
     redis_cpu = redis_cpu_s(store)
     if mode == "live":
-        published = publishers(mqtt_port, names.samples_topic, messages, pubs, per)
+        published = publishers(mqtt_port, names.samples_topic, messages, pubs, per, named)
     deadline = time.monotonic() + 300
     while int(store.get(names.ingest_count_key) or 0) < expected(messages, pubs) * per:
         if time.monotonic() > deadline or worker.proc.poll() is not None:
@@ -264,7 +291,8 @@ def run_ingest(
     first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
     seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
     messages = int(store.get(names.ingest_count_key)) // per  # an entry holds a run of them
-    return row(mode, "ingest process", per, messages, seconds, cpu, redis_cpu, published)
+    who = "ingest process, named fields" if named else "ingest process"
+    return row(mode, who, per, messages, seconds, cpu, redis_cpu, published)
 
 
 def row(
@@ -289,93 +317,6 @@ def row(
         "samples/s": messages * per / seconds,
         "cpu us/msg": cpu / messages * 1e6,
         "redis cpu us/msg": None if redis_cpu is None else redis_cpu / messages * 1e6,
-    }
-
-
-# -- labels joined to kept predictions (`streamlearn.ingest.labels`) ------------------------
-
-
-def label_payloads(tag: str, publisher: int, count: int) -> list[bytes]:
-    """`count` messages of 100 labels for the predictions `keep_predictions` kept."""
-    return [
-        json.dumps(
-            {"labels": [{"id": f"{tag}-{publisher}-{i}-{j}", "y": j % 2} for j in range(100)]}
-        ).encode()
-        for i in range(count)
-    ]
-
-
-def keep_predictions(store: redis.Redis, tag: str, publishers: int, count: int) -> None:
-    """The served predictions the labels join, kept as an actor keeps them."""
-    from streamlearn.config import LabelsConfig
-    from streamlearn.store.pending import PendingStore, encode
-
-    pending = PendingStore(store, Names(tag, "bench"), LabelsConfig())
-    value = encode(np.zeros(INPUTS, np.float32), np.array([0.5], np.float32), 1, time.time())
-    ids = [
-        f"{tag}-{k}-{i}-{j}" for k in range(publishers) for i in range(count) for j in range(100)
-    ]
-    for start in range(0, len(ids), 5000):
-        chunk = ids[start : start + 5000]
-        pending.keep(chunk, [value] * len(chunk))
-
-
-def publish_labels(port: int, topic: str, data: list[bytes], out: mp.Queue) -> None:
-    """One labelling process: QoS 1 as fast as the broker acknowledges."""
-    client = paho.Client(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
-    client.max_inflight_messages_set(1000)
-    client.max_queued_messages_set(0)
-    client.connect("127.0.0.1", port)
-    client.loop_start()
-    for info in [client.publish(topic, p, qos=1) for p in data]:
-        info.wait_for_publish(120)
-    out.put(True)
-    client.disconnect()
-    client.loop_stop()
-
-
-def run_labels(mqtt_port: int, store: redis.Redis, messages: int, pubs: int, workdir: Path) -> dict:
-    """100-label messages through a real ingest process, each label joined to a kept
-    prediction: labels/s from the first to the last stream entry they made."""
-    tag = "labels"
-    names = Names(tag, "bench")
-    each = messages // pubs
-    keep_predictions(store, tag, pubs, each)
-    port = store.connection_pool.connection_kwargs["port"]
-    worker = IngestProcess(mqtt_port, port, tag, workdir).start()
-    out: mp.Queue = mp.Queue()
-    procs = [
-        mp.Process(
-            target=publish_labels,
-            args=(mqtt_port, names.labels_topic, label_payloads(tag, k, each), out),
-        )
-        for k in range(pubs)
-    ]
-    for p in procs:
-        p.start()
-    labels = each * pubs * 100
-    deadline = time.monotonic() + 300
-    while int(store.get(names.ingest_count_key) or 0) < labels:
-        if time.monotonic() > deadline or worker.proc.poll() is not None:
-            raise SystemExit("ingest did not join the labels:\n" + "".join(worker.lines[-30:]))
-        time.sleep(0.02)
-    cpu = worker.cpu_s() - worker.cpu_at_start
-    worker.stop()
-    for p in procs:
-        p.join()
-    key = names.samples_key
-    first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
-    seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
-    joined = int(store.hget(names.served_key, "labels") or 0)
-    return {
-        "mode": "labels",
-        "subscriber": "ingest process (label join)",
-        "samples/msg": 100,
-        "messages": each * pubs,
-        "seconds": seconds,
-        "labels/s": labels / seconds,
-        "labels scored": joined,
-        "cpu us/msg": cpu / (each * pubs) * 1e6,
     }
 
 
@@ -439,12 +380,27 @@ def main(argv: list[str] | None = None) -> int:
                 ours["vs raw"] = ours["msgs/s"] / raw["msgs/s"]
                 ratios.setdefault((mode, per), []).append(ours)
                 rows += [raw | {"round": r}, ours | {"round": r}]
+                if mode == "backlog":  # named fields, against this positional round
+                    args_ = (broker.port, store, f"named{tag}", messages, args.publishers, 1)
+                    named = run_ingest(*args_, mode, Path(tmp), named=True)
+                    named["vs positional"] = named["msgs/s"] / ours["msgs/s"]
+                    ratios.setdefault(("named", 1), []).append(named)
+                    rows.append(named | {"round": r})
+                    print(f"named backlog round {r}: {named['msgs/s']:,.0f} msgs/s", flush=True)
                 print(
                     f"{mode} {per}/msg round {r}: raw {raw['msgs/s']:,.0f} msgs/s, "
                     f"ingest {ours['msgs/s']:,.0f} msgs/s",
                     flush=True,
                 )
-        joining = run_labels(broker.port, store, args.labels, args.publishers, Path(tmp))
+        joining = run_labels(
+            broker.port,
+            store,
+            args.labels,
+            args.publishers,
+            Path(tmp),
+            lambda tag: IngestProcess(broker.port, server.port, tag, Path(tmp)),
+            INPUTS,
+        )
         rows.append(joining)
         print(f"labels 100/msg: {joining['labels/s']:,.0f} labels/s", flush=True)
     single = statistics.median(o["vs raw"] for o in ratios[("live", 1)])
@@ -453,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     # Keeping up: ingest's live rate against the rate its publishers managed at the time.
     kept = statistics.median(o["msgs/s"] / o["published msgs/s"] for o in ratios[("live", 1)])
     slower = parsing["vs json.loads"]
+    named = statistics.median(o["vs positional"] for o in ratios[("named", 1)])
     q = args.quick
     checks = {
         f"live single-sample messages: ingest >= 95% of the raw subscriber's rate "
@@ -468,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         f"parse of a single-sample message <= 1.4x json.loads of it ({slower:.2f}x)": goal(
             1 / slower, 1 / 1.4, q
         ),
+        f"named fields (4 inputs, 6 fields more), backlog: ingest >= 0.8x its rate of "
+        f"positional single-sample messages (median of pairs {named:.2f}x)": goal(named, 0.8, q),
         f"labels, 100/message: one ingest process joins >= 20,000 labels/s "
         f"({joining['labels/s']:,.0f})": goal(joining["labels/s"], 20_000, q),
     }
@@ -482,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             "live_100_samples_per_s": batched,
             "backlog_vs_raw": capacity,
             "parse_vs_json_loads": slower,
+            "named_vs_positional": named,
             "labels_per_s": joining["labels/s"],
         },
         publishers=args.publishers,
