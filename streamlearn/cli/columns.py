@@ -78,7 +78,7 @@ def infer(path: Path, target: str | None = None, task: str | None = None) -> Inf
     `MAX_CATEGORY_VALUES` + 1 values of a text column, are kept.
     """
     try:
-        f = path.open(newline="", encoding="utf-8")
+        f = path.open(newline="", encoding="utf-8-sig")  # a BOM (Excel) is not a name
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     try:
@@ -109,7 +109,7 @@ def infer(path: Path, target: str | None = None, task: str | None = None) -> Inf
                             if len(labels) <= MAX_CLASSES:
                                 labels.add(value)
                     else:
-                        _read_cell(columns[name], cell, path, line)
+                        _read_cell(columns[name], cell, f"{path}:{line}: column {name!r}", line)
                 rows += 1
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
@@ -145,7 +145,7 @@ def _header(path: Path, header: list[str] | None) -> list[str]:
     return header
 
 
-def _read_cell(column: _Column, cell: str, path: Path, line: int) -> None:
+def _read_cell(column: _Column, cell: str, where: str, line: int) -> None:
     text = cell.strip()
     if not text:
         column.empty += 1
@@ -159,7 +159,7 @@ def _read_cell(column: _Column, cell: str, path: Path, line: int) -> None:
             column.texts.setdefault(text, None)
         return
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{path}:{line}: a cell is not finite, got {cell!r}")
+        raise ConfigError(f"{where} is not finite, got {cell!r}")
     column.numbers += 1
 
 

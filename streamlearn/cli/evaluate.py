@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from streamlearn.cli.light import ProgressBar, csv_samples
+from streamlearn.cli.light import ProgressBar, csv_samples, unreadable
 from streamlearn.errors import ConfigError, StreamlearnError
 
 MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
@@ -37,22 +37,29 @@ DEFAULT_LAST = 1000
 def ndjson_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], float]]:
     """(x, y) per sample of an NDJSON file of sample payloads: `{"x": row, "y": v}` or the
     columnar `{"x": [row, ...], "y": [v, ...]}`, the label under `target`."""
-    with open(path) as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                doc = json.loads(line)
-                xs, ys = doc["x"], doc[target]
-                if not isinstance(ys, list):
-                    xs, ys = [xs], [ys]
-                pairs = [([float(v) for v in x], float(y)) for x, y in zip(xs, ys, strict=True)]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(
-                    f"{path}:{number}: not a labelled sample payload with x and {target!r} "
-                    f"({type(exc).__name__}: {exc})"
-                ) from None
-            yield from pairs
+    with open(path, encoding="utf-8") as f:
+        try:
+            yield from _ndjson_lines(path, f, target)
+        except UnicodeDecodeError as exc:
+            raise unreadable(path, exc) from None
+
+
+def _ndjson_lines(path: str, f: Any, target: str) -> Iterator[tuple[list[float], float]]:
+    for number, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+            xs, ys = doc["x"], doc[target]
+            if not isinstance(ys, list):
+                xs, ys = [xs], [ys]
+            pairs = [([float(v) for v in x], float(y)) for x, y in zip(xs, ys, strict=True)]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"{path}:{number}: not a labelled sample payload with x and {target!r} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+        yield from pairs
 
 
 def read_samples(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from streamlearn.cli.evaluate import MAX_SAMPLES, Replay, decide
-from streamlearn.cli.light import LightModel, csv_objects, put
+from streamlearn.cli.light import LightModel, csv_objects, put, unreadable
 from streamlearn.errors import ConfigError
 
 SERVED_WAIT_S = 5.0  # how long `evaluate` waits for the status to count its last labels
@@ -66,7 +66,7 @@ def _named_docs(path: str, model: Any, target: str) -> Iterator[tuple[int, dict]
                         raise ConfigError(f"{path}:{number}: not a named sample: {one!r}"[:300])
                     yield number, one
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise unreadable(path, exc) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
 

@@ -78,20 +78,34 @@ def which_stack() -> str:
 
 def csv_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], float]]:
     """(x, y) per row of a CSV file with a header: y is the `target` column, x the others
-    in file order. A cell that is not a number is a ConfigError naming its line."""
-    with open(path, newline="") as f:
-        rows = csv.DictReader(f)
-        if rows.fieldnames is None or target not in rows.fieldnames:
-            raise ConfigError(f"{path}: no {target!r} column in the header {rows.fieldnames}")
-        for row in rows:
-            try:
-                y = float(row.pop(target))
-                x = [float(v) for v in row.values()]
-            except (TypeError, ValueError):
-                raise ConfigError(
-                    f"{path}:{rows.line_num}: every cell must be a number, got {row!r}"
-                ) from None
-            yield x, y
+    in file order. A cell that is not a number, or a file that is not UTF-8 CSV text, is a
+    ConfigError naming its line."""
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        try:
+            yield from _csv_rows(path, csv.DictReader(f), target)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            raise unreadable(path, exc) from None
+
+
+def unreadable(path: str, exc: Exception) -> ConfigError:
+    """A file that is not UTF-8 text, or not CSV, said in one line."""
+    if isinstance(exc, UnicodeDecodeError):
+        return ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})")
+    return ConfigError(f"{path}: not a CSV file ({exc})")
+
+
+def _csv_rows(path: str, rows: csv.DictReader, target: str) -> Iterator[tuple[list[float], float]]:
+    if rows.fieldnames is None or target not in rows.fieldnames:
+        raise ConfigError(f"{path}: no {target!r} column in the header {rows.fieldnames}")
+    for row in rows:
+        try:
+            y = float(row.pop(target))
+            x = [float(v) for v in row.values()]
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{path}:{rows.line_num}: every cell must be a number, got {row!r}"
+            ) from None
+        yield x, y
 
 
 def file_payloads(
@@ -107,12 +121,10 @@ def file_payloads(
             yield from _named_payloads(path, batch, model)
         else:
             yield from _columnar_payloads(path, batch)
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise unreadable(path, exc) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except csv.Error as exc:
-        raise ConfigError(f"{path}: not a CSV file ({exc})") from None
 
 
 def _ndjson_payloads(path: str) -> Iterator[tuple[int, bytes]]:
@@ -161,7 +173,7 @@ def csv_objects(path: str, model: LightModel, label: bool = True) -> Iterator[di
     as numbers, a categorical field's text as it is, an empty cell left out."""
     fields = model.fields or ()
     wanted = [*fields, model.target] if label else list(fields)
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM (Excel) is not a name
         rows = csv.reader(f)
         header = next(rows, None) or []
         missing = [name for name in wanted if name not in header]

@@ -64,6 +64,14 @@ def test_reads_the_target_column_and_rejects_bad_cells(tmp_path: Path) -> None:
     nd.write_text('{"x": [1, 2], "y": 0}\n{"x": [[3, 4], [5, 6]], "y": [1, 0]}\n')
     x, y = evaluate.read_samples(str(nd))
     assert x.tolist() == [[1, 2], [3, 4], [5, 6]] and y.tolist() == [0, 1, 0]
+    bad_utf8 = (("bad.csv", b"a,y\n1,\xff\n"), ("bad.ndjson", b'{"x": [1], "y": \xff}\n'))
+    for name, content in bad_utf8:
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(evaluate.ConfigError, match=f"{name}: not UTF-8 text"):
+            evaluate.read_samples(str(tmp_path / name))
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes("y,a\n1,2\n".encode("utf-8-sig"))  # as Excel saves it
+    assert evaluate.read_samples(str(bom))[1].tolist() == [1.0]
 
 
 def test_evaluate_through_the_service_matches_in_process(
@@ -164,3 +172,24 @@ def test_label_delay_through_the_service_learns_from_labels_that_come_later(
     assert float(lines["last 500 accuracy"].split()[3]) > 0.85, lines  # it learned from them
     served = lines["service's served score"]
     assert "labels joined" in served, served
+
+
+def test_a_named_model_is_evaluated_with_named_objects(
+    settings: object, start_role: object, tmp_path: Path
+) -> None:
+    """Without --label-delay: each message's rows asked for as objects of their fields, then
+    published with their labels as `{"samples": [..]}`."""
+    for role in ("ingest", "learner", "actor"):
+        start_role(role, NAMED_TOML)
+    data = separable_csv(tmp_path / "stream.csv", 1200)
+    argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data)]
+    argv += ["--config", str(tmp_path / "streamlearn.toml"), "--rate", "300", "--last", "400"]
+    done = subprocess.run(
+        argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":")[0]: line for line in done.stdout.splitlines() if ":" in line}
+    assert "over 1,200 samples" in lines["prequential accuracy"]
+    assert float(lines["last 400 accuracy"].split()[3]) > 0.85, lines
+    assert f"{1200 // evaluate.DEFAULT_BATCH} messages" in lines["samples/s"]

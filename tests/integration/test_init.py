@@ -133,7 +133,7 @@ def test_init_names_the_inputs_and_finds_categorical_columns(tmp_path):
     rows = ["temperature,machine_type,ENERGY.Power,failed"]
     rows += [f"{70 + i},{('press', 'lathe', 'mill')[i % 3]},{100 + i},{i % 2}" for i in range(9)]
     rows.append("80,lathe,,1")  # an empty cell: a missing field, not an error
-    csv.write_text("\n".join(rows) + "\n")
+    csv.write_bytes(("\n".join(rows) + "\n").encode("utf-8-sig"))  # as Excel saves it
     done = init(str(csv), "--target", "failed", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "3 inputs, 1 categorical, task binary" in done.stdout
