@@ -1,7 +1,9 @@
 """Served predictions kept for the labels that come later (`streamlearn.store.pending`).
 
-After a batch's replies are sent, each request with an `id` keeps its features, the
-version, its prediction and the serve time, all of the batch's in one Redis call. A
+Before a batch's replies are sent, each request with an `id` keeps its features, the
+version, its prediction and the serve time, all of the batch's in one Redis call (a
+round trip, ~0.1-0.3 ms, added to the replies of a batch holding an id; none otherwise):
+a client that sends its label the moment the reply arrives finds the prediction kept. A
 failure there costs the labels of that batch (counted, logged), never a reply.
 
 Only single-sample requests without a key: a batched request's one id names no single

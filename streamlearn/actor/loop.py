@@ -204,6 +204,8 @@ class Actor:
         self.batches += 1
         rows = (y if self.cfg.task == "multiclass" else y[:, 0]).tolist()
         version, name, variant, row = self.version, self.cfg.name, self.variant, 0
+        # Kept before the replies go: a label sent the moment its reply arrives finds it.
+        self.keeper.keep(batch, y, version)  # no Redis call unless a request has an id
         for p in batch:
             n = len(p.x)
             out = rows[row : row + n] if p.batched else rows[row]
@@ -217,7 +219,6 @@ class Actor:
                 self.observe_latency(done - p.arrived)
         if self.observe_batch is not None:
             self.observe_batch(len(x))
-        self.keeper.keep(batch, y, version)  # after the replies: never delays one
 
     def _complete_windows(self, batch: list[Pending]) -> list[Pending]:
         """Give key-only requests their windows: the key's newest `window - 1` stored
