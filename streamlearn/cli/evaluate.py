@@ -283,8 +283,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="labels come later: each row is asked for with an id, its label published on "
         "the labels topic N rows later (not with the features); prints the served score "
-        "from the replies and the service's own. The actor keeps a request just after its "
-        "reply: at a high --rate a small N may send a label before (counted unknown)",
+        "from the replies and the service's own",
     )
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="rows per message")
     p.add_argument(
