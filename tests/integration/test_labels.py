@@ -8,10 +8,14 @@ import json
 import math
 import random
 import time
+import tomllib
 
 import numpy as np
 
+from streamlearn.cli.status import format_status
+from streamlearn.config import parse_config
 from streamlearn.contract.names import Names
+from streamlearn.observe.monitor import read_status
 from tests.conftest import eventually, plain_paho, published, retained
 
 TOML = """
@@ -85,6 +89,8 @@ def test_labels_join_served_predictions_once_and_score_them(
     assert math.isclose(got["loss"], loss, abs_tol=1e-4)
     assert got["accuracy"] == accuracy
     assert 5 <= got["delay_p50_s"] <= got["delay_p95_s"] <= arrived - served + 5 + 1
+    table = format_status(read_status(parse_config(tomllib.loads(TOML)), settings))
+    assert f"served: {N} labels, loss {got['loss']:.4f}, accuracy {accuracy:.4f}" in table
 
 
 HOSTILE = [
