@@ -35,6 +35,7 @@ import redis
 from streamlearn.config import LabelsConfig
 from streamlearn.contract.names import Names
 from streamlearn.store import lua
+from streamlearn.store.redis_client import evalsha
 
 # magic, inputs (floats of x), outputs (floats of the prediction), version, served at (unix s)
 HEADER = struct.Struct("<2sHHId")
@@ -140,8 +141,12 @@ class PendingStore:
             args: list[object] = [JOINED, unknown if start == 0 else 0, MAX_DELAYS]
             for j in chunk:
                 args += [repr(j.loss), repr(j.metric), f"{j.delay_s:.3f}"]
-            self._join(keys=keys, args=args, client=pipe)
-        return sum(int(n) for n in pipe.execute())
+            evalsha(pipe, self._join.sha, keys, *args)
+        try:
+            return sum(int(n) for n in pipe.execute())
+        except redis.exceptions.NoScriptError:  # a restarted Redis lost it: none ran
+            self.redis.script_load(self._join.script)
+            return self.join(joined, unknown)
 
     @property
     def served_key(self) -> str:
