@@ -24,7 +24,10 @@
 #            and the appended-samples counter under sl:*:ingest:*, and the backlog it reads
 #            (XINFO, XPENDING, XRANGE) for back-pressure; the per-device windows of keyed
 #            observations under sl:*:window:* (sorted sets, through its Lua script).
-#            No read of weights, no consumer group.
+#            Labels that come later: MGET of the kept predictions sl:*:pending:*, and the
+#            join's Lua script (tombstones, the served score: HINCRBY/HINCRBYFLOAT of
+#            sl:*:served, LPUSH/LTRIM of sl:*:served:delays); the named payloads' field
+#            counts (HINCRBY of sl:*:fields). No read of weights, no consumer group.
 #   learner  consumes sl:*:samples in its group (XREADGROUP, XACK, XAUTOCLAIM/XCLAIM,
 #            XPENDING, XTRIM, XGROUP CREATE; reads and acks through Lua scripts, so
 #            EVALSHA too), XADDs dead letters, SET/GET/DEL of
@@ -32,10 +35,15 @@
 #            so `streamlearn status` works with its credentials. With variants: their
 #            weights (sl:*:variant:*:weights*, matched by sl:*:weights*) and version lists
 #            (RPUSH/LPOP/LLEN/LRANGE), the pin (`streamlearn pin`/`unpin`: GETDEL), the champion pointer and last promotion (GET/SET), the
-#            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA).
+#            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA);
+#            read-only: the served score (sl:*:served*) and the field counts (sl:*:fields)
+#            it puts in the model's status.
 #   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights; read-only
 #            ZREVRANGEBYSCORE of sl:*:window:* (the stored steps of key-only requests), through
 #            its read-only Lua script (EVALSHA_RO, SCRIPT LOAD; it runs with the actor's rights).
+#            Read-write only sl:*:pending* (each served prediction of a request with an id,
+#            kept for its label, and the index that bounds them; a Lua script: SET EX,
+#            ZADD, ZREMRANGEBYSCORE/ZREMRANGEBYRANK, UNLINK).
 # Every user may PING, HELLO and CLIENT SETNAME (what redis-py sends on connect). CLIENT
 # SETINFO is left out (it exists only from Redis 7.2): redis-py ignores its refusal.
 # The `sl` key prefix is STREAMLEARN_KEY_PREFIX: change the patterns if you change it.
@@ -74,9 +82,9 @@ tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
-    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* ~sl:*:window:* -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +mget +set +del +unlink +exists +multi +exec +discard +publish +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos +time +evalsha +eval +script|load"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* &sl:*:weights -@all $conn +get +hget +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load"
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* ~sl:*:window:* ~sl:*:pending* ~sl:*:served* ~sl:*:fields -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +mget +set +del +unlink +exists +multi +exec +discard +publish +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos +time +evalsha +eval +script|load"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

@@ -162,3 +162,14 @@ class Names:
     def served_key(self) -> str:
         """Hash: the served score, sums over the labels joined to served predictions."""
         return self.key("served")
+
+    @property
+    def served_delays_key(self) -> str:
+        """List: the newest label delays (seconds), for the served score's percentiles."""
+        return self.key("served:delays")
+
+    @property
+    def fields_key(self) -> str:
+        """Hash: what named payloads held besides their inputs, summed over every ingest
+        process (`streamlearn.ingest.writes.FieldTotals`)."""
+        return self.key("fields")

@@ -96,7 +96,7 @@ class PendingStore:
         self.redis = client
         self.names = names
         self.cfg = cfg
-        self.delays_key = names.key("served:delays")
+        self.delays_key = names.served_delays_key
 
     @cached_property
     def _keep(self) -> redis.commands.core.Script:

@@ -24,11 +24,13 @@ import redis as redis_lib
 import yaml
 
 from streamlearn import mqtt
-from streamlearn.config import Settings, load_config
+from streamlearn.config import LabelsConfig, Settings, load_config
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError, WeightsError
 from streamlearn.observe.monitor import StatusMonitor
+from streamlearn.store import pending
+from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, eventually, role_env
@@ -278,6 +280,15 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     with pytest.raises(WeightsError, match=r"no version 7 in Redis; versions kept: \[1\]"):
         operator.pin(7)
     assert operator.unpin() == 1 and WeightsStore(actor, names).pinned_version() is None
+    # labels that come later: the actor keeps, ingest reads and joins, the learner reports
+    labels = LabelsConfig()
+    value = pending.encode(np.ones(2, np.float32), np.array([0.5], np.float32), 1, 0.0)
+    PendingStore(actor, names, labels).keep(["r1"], [value])
+    joiner = PendingStore(ingest, names, labels)
+    assert joiner.fetch(["r1", "r2"]) == [value, None]
+    assert joiner.join([pending.Joined("r1", 0.25, 1.0, 0.5)], unknown=1) == 1
+    served = PendingStore(learner, names, labels).served("mae")
+    assert served is not None and (served["labels"], served["unknown"]) == (1, 1)
 
     denied = [
         (ingest, ["HSET", names.blobs_key, "2", "x"]),
@@ -288,6 +299,9 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
         (actor, ["PUBLISH", names.weights_channel, "99"]),
         (learner, ["SET", "other", "x"]),
         (learner, ["XGROUP", "DESTROY", names.samples_key, "learners"]),
+        (learner, ["HINCRBY", names.served_key, "labels", "1"]),
+        (actor, ["HINCRBY", names.served_key, "labels", "1"]),
+        (actor, ["GET", names.samples_key]),
     ]
     for client in (ingest, learner, actor):
         denied += [
@@ -344,12 +358,15 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         correlation = uuid.uuid4().bytes
         sensor.client.publish(
             names.topic("predict/dev-1"),
-            json.dumps({"x": [0.2, 1.0]}),
+            json.dumps({"x": [0.2, 1.0], "id": "lp-1"}),
             qos=1,
             properties=mqtt.request_properties(names.topic("replies/dev-1/r"), correlation),
         )
         sensor.wait_for(names.topic("replies/dev-1/r"), 15)
         reply = json.loads(sensor.got[0].payload)
+        # its label, later, from the same device: ingest joins it to what the actor kept
+        label = json.dumps({"id": "lp-1", "y": 0.7}).encode()
+        assert sensor.publish(names.labels_topic, label) == 0
         sensor.close()
         assert sensor.got[0].properties.CorrelationData == correlation
         assert reply.get("version", 0) > 0, (reply, [p.output[-2000:] for p in procs])
@@ -368,6 +385,8 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
             eventually(lambda r=role: monitor.present("s", r), 15, f"the {role}'s presence")
             assert monitor.present("s", role)[0]["role"] == role
         eventually(lambda: monitor.learner("s").get("version", 0) > 0, 15, "the learner's status")
+        joined = lambda: (monitor.learner("s").get("served") or {}).get("labels") == 1  # noqa: E731
+        eventually(joined, 30, "the label joined and scored, in the learner's status")
         procs[0].stop(kill=True)
         eventually(lambda: not monitor.present("s", "learner"), 30, "the killed learner's will")
         assert monitor.present("s", "ingest") and monitor.learner("s").get("version", 0) > 0
