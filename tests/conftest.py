@@ -208,6 +208,12 @@ def plain_paho(settings: Settings, protocol: int = paho.MQTTv311) -> paho.Client
     return client
 
 
+def trained(settings: Settings, names: Names) -> int:
+    """Samples the model's learner has trained on, as its retained status says (0: none)."""
+    status = retained(settings, names.status_topic)
+    return status["samples_seen"] if status else 0
+
+
 def eventually(check: Callable[[], T], timeout_s: float = 30, what: str = "condition") -> T:
     """Poll `check` until it returns something truthy, and return that."""
     deadline = time.monotonic() + timeout_s

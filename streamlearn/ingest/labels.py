@@ -13,7 +13,6 @@ task refuses is a dead letter of its kind; the good labels of the same message s
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ import numpy as np
 
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import Parsed, Rejection, Samples
+from streamlearn.contract.schemas import decode as decode_json
 from streamlearn.errors import PayloadError
 from streamlearn.store.pending import Joined, Kept, PendingStore, decode
 
@@ -56,7 +56,7 @@ class LabelJoiner:
     def parse(self, raw: bytes) -> LabelMessage:
         """The labels of one message; whatever is wrong with it is a rejection, never raised."""
         try:
-            doc = _decode(raw, self.model.ingest.max_payload_bytes)
+            doc = decode_json(raw, self.model.ingest.max_payload_bytes)
             items = [doc] if "labels" not in doc else _items(doc)
             limit = self.model.ingest.max_samples_per_message
             if len(items) > limit:
@@ -215,22 +215,6 @@ def score(task: str, predictions: np.ndarray, y: np.ndarray) -> tuple[np.ndarray
         return loss, (np.argmax(p, axis=1) == c).astype(np.float64)
     err = p[:, 0] - y
     return err * err, np.abs(err)
-
-
-def _decode(raw: bytes, limit: int) -> dict[str, Any]:
-    if len(raw) > limit:
-        raise PayloadError(
-            f"payload of {len(raw)} bytes exceeds max_payload_bytes={limit}", "oversize"
-        )
-    try:
-        doc = json.loads(raw)
-    except RecursionError:
-        raise PayloadError("invalid JSON: nested too deeply", "invalid_json") from None
-    except ValueError as exc:
-        raise PayloadError(f"invalid JSON: {exc}", "invalid_json") from None
-    if not isinstance(doc, dict):
-        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}", "wrong_type")
-    return doc
 
 
 def _items(doc: dict[str, Any]) -> list[Any]:

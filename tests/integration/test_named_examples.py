@@ -14,7 +14,7 @@ from streamlearn import Client, Prediction, PredictionError
 from streamlearn.config import ModelConfig, load_config
 from streamlearn.contract.names import Names
 from streamlearn.contract.payloads import PayloadParser
-from tests.conftest import ROOT, eventually, plain_paho, retained
+from tests.conftest import ROOT, eventually, plain_paho, retained, trained
 
 EXAMPLES = ROOT / "examples"
 
@@ -117,11 +117,11 @@ def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_late
         device.loop_stop()
         device.disconnect()
 
-    def seen() -> int:
-        status = retained(settings, names.status_topic)
-        return status["samples_seen"] if status else 0
-
-    eventually(lambda: seen() >= 300, 90, "the learner trained on the sensors' own messages")
+    eventually(
+        lambda: trained(settings, names) >= 300,
+        90,
+        "the learner trained on the sensors' own messages",
+    )
 
     with Client(settings.mqtt, topic_prefix=settings.topic_prefix) as client:
         reading = {"temperature": 23.2, "humidity": 56.0, "battery": 97}
@@ -147,4 +147,4 @@ def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_late
 
     figures = eventually(joined, 30, "the label joined to the served request")
     assert figures["labels"] == 1 and figures.get("unknown", 0) == 0, figures
-    eventually(lambda: seen() >= 301, 30, "the joined label learned as a sample")
+    eventually(lambda: trained(settings, names) >= 301, 30, "the joined label learned")

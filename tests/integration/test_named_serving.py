@@ -10,7 +10,7 @@ import random
 
 from streamlearn import Client, PredictionError
 from streamlearn.contract.names import Names
-from tests.conftest import eventually, plain_paho, retained
+from tests.conftest import eventually, plain_paho, trained
 
 TOML = """
 [models.press]
@@ -52,11 +52,9 @@ def test_a_categorical_input_decides_the_served_prediction(start_role, settings)
         device.loop_stop()
         device.disconnect()
 
-    def seen() -> int:
-        status = retained(settings, names.status_topic)
-        return status["samples_seen"] if status else 0
-
-    eventually(lambda: seen() >= sent, 120, "the learner trained on every named sample")
+    eventually(
+        lambda: trained(settings, names) >= sent, 120, "the learner trained on every named sample"
+    )
 
     with Client(settings.mqtt, topic_prefix=settings.topic_prefix) as client:
 
