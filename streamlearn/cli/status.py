@@ -54,10 +54,29 @@ def format_status(rows: list[dict]) -> str:
         )
         lines += presence_lines(r)
         lines += served_line(r)
+        lines += _fields_line(r)
         lines += versions.pin_lines(r)
         lines += _variant_lines(r)
         lines += [actor_line(a) for a in r.get("actors", [])]
     return "\n".join(lines + broker_lines(rows))
+
+
+def _fields_line(row: dict) -> list[str]:
+    """What named payloads held besides their inputs, over every ingest process.
+
+    >>> _fields_line({"fields": {"extra": 6000, "unlabeled": 12, "unseen": {"kind": 2},
+    ...     "missing": {"rpm": 3, "vibration": 40}}})
+    ['  fields: 6,000 extra ignored, 12 unlabeled; missing vibration 40, rpm 3; unseen kind 2']
+    """
+    fields = row.get("fields")
+    if not isinstance(fields, dict):
+        return []
+    parts = [f"{fields.get('extra', 0):,} extra ignored, {fields.get('unlabeled', 0):,} unlabeled"]
+    for kind in ("missing", "unseen"):
+        counts = sorted((fields.get(kind) or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        if counts:
+            parts.append(f"{kind} " + ", ".join(f"{name} {n:,}" for name, n in counts))
+    return ["  fields: " + "; ".join(parts)]
 
 
 def _variant_lines(row: dict) -> list[str]:

@@ -34,20 +34,23 @@ import threading
 import time
 from collections.abc import Callable
 
+import redis
 from paho.mqtt.client import topic_matches_sub
 
 from streamlearn.config import IngestConfig
 from streamlearn.contract.payloads import PayloadParser
-from streamlearn.contract.records import Parsed, Rejection
+from streamlearn.contract.records import FieldCounts, Parsed, Rejection
 from streamlearn.ingest.inbox import Delivery, IngestInbox
 from streamlearn.ingest.labels import LabelJoiner, LabelMessage
-from streamlearn.ingest.writes import IngestCounters, RunMessage, RunWriter
+from streamlearn.ingest.writes import FieldTotals, IngestCounters, RunMessage, RunWriter
 from streamlearn.store.partitions import PartitionedStream, settle_layout, split
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.windows import WindowStore
 
 log = logging.getLogger(__name__)
+
+FIELDS_LOG_EVERY_S = 10.0  # a failing write of the field counts: one warning per this
 
 
 class Ingest:
@@ -86,6 +89,9 @@ class Ingest:
         self.labels_topic = stream.names.labels_topic
         self.sources = model.sources
         self.labels = LabelJoiner(parser, PendingStore(stream.redis, stream.names, model.labels))
+        self.field_totals = FieldTotals(stream.redis, stream.names)
+        self._unwritten = FieldCounts()  # counted, not yet in the `fields` hash
+        self._fields_logged_at = -math.inf
         parts = stream.parts if isinstance(stream, PartitionedStream) else [stream]
         lanes: list[WindowStore | None] = [windows] * len(parts)
         if windows is None and model.window is not None:
@@ -226,16 +232,36 @@ class Ingest:
         done = [delivery for delivery, ok in zip(batch, whole, strict=True) if ok]
         self.inbox.acknowledge(done)
         self.counters.messages += len(done)
+        run = FieldCounts()
         for m, ok in zip(messages, whole, strict=True):
             if ok:
                 self.counters.count_rejections(m.parsed.rejections)
                 if m.parsed.fields:  # named payloads: fields ignored, inputs missing, ...
-                    self.counters.fields.add(m.parsed.fields)
+                    run.add(m.parsed.fields)
+        if run:
+            self.counters.fields.add(run)
+            self._write_fields(run)
         if not stored:
             log.warning(
                 "stopping: %d messages left unacknowledged for redelivery", len(batch) - len(done)
             )
         return stored
+
+    def _write_fields(self, run: FieldCounts) -> None:
+        """Add a run's field counts to the model's totals in Redis (the status's `fields`).
+        Redis failing, they wait for the next run's write and ingest goes on: the samples
+        are stored and acknowledged already, and a figure is not worth stalling them."""
+        self._unwritten.add(run)
+        try:
+            self.field_totals.add(self._unwritten)
+        except redis.RedisError as exc:
+            self.counters.redis_errors += 1
+            now = self.clock()
+            if now - self._fields_logged_at >= FIELDS_LOG_EVERY_S:
+                self._fields_logged_at = now
+                log.warning("field counts not written to redis (%s): kept for the next run", exc)
+            return
+        self._unwritten = FieldCounts()
 
     def _parse(
         self, batch: list[Delivery], stop: threading.Event

@@ -23,6 +23,7 @@ import paho.mqtt.client as paho
 import redis
 
 from streamlearn.contract.names import Names
+from streamlearn.ingest.writes import FieldTotals
 from streamlearn.learner.step import Trainer
 from streamlearn.learner.tensorboard import Rate, ScalarLog
 from streamlearn.learner.variants import Promoter, Promotion
@@ -60,6 +61,8 @@ class Reporter:
         self.pending = PendingStore(queue.redis, queue.names, cfg.labels)
         self.served_metric = served_metric(cfg.task)
         self.served: dict[str, float | int | None] | None = None  # as last read
+        self.field_totals = FieldTotals(queue.redis, queue.names)
+        self.fields: dict[str, Any] | None = None  # as last read
 
     @property
     def active(self) -> bool:
@@ -67,6 +70,7 @@ class Reporter:
         return self.sink is not None or self.promoter is not None
 
     def status(self) -> dict[str, object]:
+        fields = self.read_fields()
         return {
             "model": self.model,
             "version": self.trainer.state.version,
@@ -75,6 +79,7 @@ class Reporter:
             "variant": self.variant,
             **self.writes.status(),
             "served": self.read_served(),
+            **({"fields": fields} if fields else {}),
             "updated_at": time.time(),
         }
 
@@ -86,6 +91,15 @@ class Reporter:
         except redis.RedisError as exc:
             log.debug("served score unavailable: %s", exc)
         return self.served
+
+    def read_fields(self) -> dict[str, Any] | None:
+        """What named payloads held besides their inputs, counted by every ingest process
+        (`FieldTotals`); None before any was counted. Redis unavailable: the last read."""
+        try:
+            self.fields = self.field_totals.read()
+        except redis.RedisError as exc:
+            log.debug("field counts unavailable: %s", exc)
+        return self.fields
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.observe.metrics` (Prometheus): names ending in `_total` are counters."""

@@ -55,3 +55,59 @@ def test_samples_on_a_source_topic_are_learned(start_role, redis, settings):
         "the learner trained on the source's samples",
     )
     assert status["samples_seen"] == 40
+
+
+NAMED_TOML = """
+[models.m]
+inputs = ["temperature", "vibration", "rpm", "machine_type"]
+target = "failed"
+task = "binary"
+categorical = { machine_type = ["press", "lathe"] }
+
+[[models.m.sources]]
+topic = "plant/+/telemetry"
+"""
+
+
+def test_field_counts_of_every_ingest_process_reach_the_status(start_role, redis, settings):
+    names = Names("m", settings.topic_prefix, settings.key_prefix)
+    start_role("ingest", NAMED_TOML, instance="0")  # two processes: the totals are summed
+    start_role("ingest", NAMED_TOML, instance="1")
+    start_role("learner", NAMED_TOML)
+    device = plain_paho(settings)
+    try:
+        for i in range(30):  # two fields the model does not use in each
+            body = {"temperature": 20 + i, "vibration": i / 10, "rpm": 1500, "failed": i % 2}
+            body |= {"machine_type": "mill" if i % 6 == 0 else "press", "id": f"m{i}"}
+            body |= {"rssi": -60, "fw": "1.2"}
+            if i % 5 == 0:
+                del body["vibration"]  # missing: i = 0, 5, ..., 25
+            elif i % 5 == 1:
+                body["vibration"] = None  # null: i = 1, 6, ..., 26
+            device.publish(f"plant/d{i % 3}/telemetry", json.dumps(body), qos=1)
+        # telemetry without a label: not a sample, one field the model does not use
+        body = {"temperature": 20, "vibration": 0.1, "rpm": 1500, "machine_type": "lathe"}
+        body["rssi"] = -60
+        for _ in range(4):
+            device.publish("plant/d9/telemetry", json.dumps(body), qos=1).wait_for_publish(10)
+    finally:
+        device.disconnect()
+    want = {
+        "extra": 30 * 2 + 4,
+        "unlabeled": 4,
+        "missing": {"vibration": 12},
+        "unseen": {"machine_type": 5},  # "mill": i = 0, 6, 12, 18, 24
+    }
+    status = eventually(
+        lambda: (
+            (s := retained(settings, names.status_topic))
+            and s.get("fields") == want
+            and s["samples_seen"] >= 30
+            and s
+        ),
+        60,
+        "the field counts and the samples in the learner's status",
+    )
+    assert stored(redis, names) == 30
+    assert status["samples_seen"] == 30
+    assert redis.xlen(names.deadletter_key) == 0
