@@ -14,14 +14,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streamlearn.client.client import AsyncClient, Client, Prediction, PredictionError
+    from streamlearn.client.aio import AsyncClient
+    from streamlearn.client.client import Client, Prediction, PredictionError
 
 __all__ = ["AsyncClient", "Client", "Prediction", "PredictionError"]
 
 
 def __getattr__(name: str) -> object:
     if name in __all__:
-        from streamlearn.client import client
+        import streamlearn.client
 
-        return getattr(client, name)
+        return getattr(streamlearn.client, name)
     raise AttributeError(f"module 'streamlearn' has no attribute {name!r}")

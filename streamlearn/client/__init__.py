@@ -12,7 +12,7 @@ __getattr__ = exports(
     __name__,
     {
         "Client": "client",
-        "AsyncClient": "client",
+        "AsyncClient": "aio",
         "Prediction": "pending",
         "PredictionError": "pending",
         "ConnectionClosedError": "pending",
