@@ -22,7 +22,7 @@ import redis as redis_lib
 
 import streamlearn
 from streamlearn.client import client as client_module
-from streamlearn.client.client import ConnectionClosedError
+from streamlearn.client import ConnectionClosedError
 from streamlearn.config import Settings
 from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.names import Names
