@@ -298,8 +298,8 @@ class Ingest:
             reason = f"topic {d.topic!r} is not one this model reads"
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
         level = source.key_level
-        if level is None:
-            return self.parser.parse_message(d.payload)
+        if level is None:  # a window model's step then names its key itself
+            return self.parser.parse_message(d.payload, at=time.time())
         levels = d.topic.split("/")
         if level >= len(levels) or not levels[level]:
             reason = (
