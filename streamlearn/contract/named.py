@@ -59,12 +59,16 @@ class NamedFields:
         self.model = model
         self.names = list(model.fields)
         self.target = model.target.split(".")
-        self.readers: list[Callable[[Any], float | None]] = []
+        # per input: its name, its key (flat) or path (dotted), its categorical reader
+        self.plan: list[tuple[str, str | list[str], Callable[[Any], float | None] | None]] = []
         for name in self.names:
             values = model.categorical.get(name)
-            self.readers.append(self._number if values is None else _category(values))
+            path = name.split(".")
+            key = path[0] if len(path) == 1 else path
+            self.plan.append((name, key, None if values is None else _category(name, values)))
         self.paths = [name.split(".") for name in self.names]
         self.tops = {p[0] for p in self.paths} | {self.target[0]}
+        self.known = {own: frozenset(self.tops | own) for own in (SAMPLE_FIELDS, REQUEST_FIELDS)}
         self.max_missing = math.floor(model.max_missing * len(self.names) + 1e-9)
         self.field_limit = max(MIN_FIELD_LIMIT, 4 * len(self.names))
 
@@ -81,31 +85,36 @@ class NamedFields:
         """One object's inputs as a row (NaN: missing; categorical: the value's index) and
         its target's JSON value (None: absent); `own` are the payload's other fields."""
         self.check_size(doc)
-        extra = [k for k in doc if k not in self.tops and k not in own]
+        known = self.known.get(own) or frozenset(self.tops | own)
+        extra = len(doc) - len(known & doc.keys())
         if extra:
             if self.model.strict_fields:
-                shown = ", ".join(repr(k[:40]) for k in extra[:3])
+                unused = [k for k in doc if k not in known]
+                shown = ", ".join(repr(k[:40]) for k in unused[:3])
                 raise PayloadError(
                     f"fields the model does not use: {shown} (strict_fields)", "unknown_field"
                 )
-            counts.extra += len(extra)
+            counts.extra += extra
         x: list[float] = []
         missing: list[str] = []
         unseen: list[str] = []
-        for name, path, read in zip(self.names, self.paths, self.readers, strict=True):
-            value = doc.get(path[0]) if len(path) == 1 else _dig(doc, path)
+        for name, key, category in self.plan:
+            value = doc.get(key) if type(key) is str else _dig(doc, key)
             if value is None:
                 missing.append(name)
                 x.append(math.nan)
-                continue
-            try:
-                number = read(value)
-            except PayloadError as exc:
-                raise PayloadError(f"{name}: {exc}", exc.kind) from None
-            if number is None:
-                unseen.append(name)
-                number = -1.0
-            x.append(number)
+            elif category is None:
+                kind = type(value)
+                if (kind is float or kind is int) and -_F32_MAX <= value <= _F32_MAX:
+                    x.append(float(value))
+                else:
+                    raise _not_a_number(name, value)
+            else:
+                number = category(value)
+                if number is None:
+                    unseen.append(name)
+                    number = -1.0
+                x.append(number)
         if len(missing) > self.max_missing:
             raise PayloadError(
                 f"{len(missing)} of {len(self.names)} inputs missing, at most "
@@ -118,13 +127,6 @@ class NamedFields:
             )
         y = doc.get(self.target[0]) if len(self.target) == 1 else _dig(doc, self.target)
         return x, y
-
-    def _number(self, value: Any) -> float:
-        if type(value) is float or type(value) is int:
-            if -_F32_MAX <= value <= _F32_MAX:
-                return float(value)
-            raise PayloadError(f"value {value!r} out of float32 range", "non_finite")
-        raise PayloadError(f"a number expected, got {_shown(value)}", "wrong_type")
 
     def columns(self, doc: dict[str, Any]) -> list[dict[str, Any]] | None:
         """A columnar object (the target a list) as one object per row; None if not one."""
@@ -150,6 +152,12 @@ class NamedFields:
         return rows
 
 
+def _not_a_number(name: str, value: Any) -> PayloadError:
+    if type(value) is float or type(value) is int:
+        return PayloadError(f"{name}: value {value!r} out of float32 range", "non_finite")
+    return PayloadError(f"{name}: a number expected, got {_shown(value)}", "wrong_type")
+
+
 def _dig(doc: Any, path: list[str]) -> Any:
     for part in path:
         if type(doc) is not dict:
@@ -160,17 +168,18 @@ def _dig(doc: Any, path: list[str]) -> Any:
     return doc
 
 
-def _category(values: tuple[str, ...]) -> Callable[[Any], float | None]:
+def _category(name: str, values: tuple[str, ...]) -> Callable[[Any], float | None]:
     index = {v: float(i) for i, v in enumerate(values)}
 
     def read(value: Any) -> float | None:
         if type(value) is not str:
             raise PayloadError(
-                f"a string (one of its values) expected, got {_shown(value)}", "wrong_type"
+                f"{name}: a string (one of its values) expected, got {_shown(value)}",
+                "wrong_type",
             )
         if len(value) > MAX_CATEGORY_CHARS:
             raise PayloadError(
-                f"a value of {len(value)} characters, at most {MAX_CATEGORY_CHARS}",
+                f"{name}: a value of {len(value)} characters, at most {MAX_CATEGORY_CHARS}",
                 "bad_string",
             )
         return index.get(value)

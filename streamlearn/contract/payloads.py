@@ -130,6 +130,11 @@ class PayloadParser:
                 named.fields.target[0],
             )
         rows = named.rows(doc)
+        if rows[0] is doc:  # one object: the common message
+            item = named.item(doc, counts, key, at)
+            if isinstance(item, Observations):
+                return Parsed(None, item, [], counts)
+            return Parsed(item, None, [], counts)
         self._check_count(len(rows))
         items = [named.item(row, counts, key, at) for row in rows]
         return Parsed(
