@@ -162,16 +162,21 @@ def test_label_delay_through_the_service_learns_from_labels_that_come_later(
     argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data)]
     argv += ["--config", str(tmp_path / "streamlearn.toml"), "--label-delay", "20"]
     argv += ["--rate", "300", "--last", "500"]
+    lines = evaluated(argv, settings)
+    assert "over 2,000 samples" in lines["served accuracy"]
+    assert float(lines["last 500 accuracy"].split()[3]) > 0.85, lines  # it learned from them
+    served = lines["service's served score"]
+    assert "labels joined" in served, served
+
+
+def evaluated(argv: list[str], settings: object) -> dict[str, str]:
+    """Run `streamlearn evaluate`; its printed lines by what comes before their colon."""
     done = subprocess.run(
         argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True, timeout=180
     )
     print(done.stdout)
     assert done.returncode == 0, done.stderr
-    lines = {line.split(":")[0]: line for line in done.stdout.splitlines() if ":" in line}
-    assert "over 2,000 samples" in lines["served accuracy"]
-    assert float(lines["last 500 accuracy"].split()[3]) > 0.85, lines  # it learned from them
-    served = lines["service's served score"]
-    assert "labels joined" in served, served
+    return {line.split(":")[0]: line for line in done.stdout.splitlines() if ":" in line}
 
 
 def test_a_named_model_is_evaluated_with_named_objects(
@@ -184,12 +189,7 @@ def test_a_named_model_is_evaluated_with_named_objects(
     data = separable_csv(tmp_path / "stream.csv", 1200)
     argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data)]
     argv += ["--config", str(tmp_path / "streamlearn.toml"), "--rate", "300", "--last", "400"]
-    done = subprocess.run(
-        argv, env=role_env(settings), cwd=ROOT, capture_output=True, text=True, timeout=180
-    )
-    print(done.stdout)
-    assert done.returncode == 0, done.stderr
-    lines = {line.split(":")[0]: line for line in done.stdout.splitlines() if ":" in line}
+    lines = evaluated(argv, settings)
     assert "over 1,200 samples" in lines["prequential accuracy"]
     assert float(lines["last 400 accuracy"].split()[3]) > 0.85, lines
     assert f"{1200 // evaluate.DEFAULT_BATCH} messages" in lines["samples/s"]
