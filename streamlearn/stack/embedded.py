@@ -2,12 +2,18 @@
 
 Used by `streamlearn up` when no broker or Redis is configured, and by the test fixtures.
 The children die with their parent (PR_SET_PDEATHSIG on Linux), so none is left behind.
+Both listen on 127.0.0.1 only. Given a password, a server refuses whoever lacks it, and
+the password reaches it through a file readable by its owner only, never its command line
+(which any local user can read in `ps`).
 """
 
 from __future__ import annotations
 
+import base64
 import ctypes
+import hashlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -103,20 +109,41 @@ class ServerProcess:
         self.stop()
 
 
-def _workdir(workdir: str | os.PathLike[str] | None, name: str) -> Path:
+def _workdir(workdir: str | os.PathLike[str] | None, name: str, private: bool = False) -> Path:
+    """The server's directory; `private`: its owner's only (0700), since its files hold
+    every message and sample and, with credentials, the password files."""
     path = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=f"streamlearn-{name}-"))
     path.mkdir(parents=True, exist_ok=True)
+    if private:
+        path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write `text` to `path` readable by its owner only (0600), replacing an older file."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)  # an older file may have had a wider mode
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
     return path
 
 
 def redis_server(
-    port: int | None = None, workdir: str | os.PathLike[str] | None = None, *extra: str
+    port: int | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    *extra: str,
+    password: str | None = None,
 ) -> ServerProcess:
-    """A local redis-server (no persistence unless `extra` asks for it)."""
+    """A local redis-server (no persistence unless `extra` asks for it). With `password`,
+    every connection must AUTH first (else NOAUTH); it is set in a 0600 config file."""
     port = port or free_port()
-    wd = _workdir(workdir, "redis")
+    wd = _workdir(workdir, "redis", private=password is not None)
+    conf = []
+    if password is not None:  # a config file must come first on redis-server's command line
+        conf = [str(write_private(wd / "auth.conf", f"requirepass {password}\n"))]
     argv = [
         "redis-server",
+        *conf,
         "--port",
         str(port),
         "--bind",
@@ -154,15 +181,40 @@ def mosquitto(
     port: int | None = None,
     workdir: str | os.PathLike[str] | None = None,
     persistence: bool = False,
+    *,
+    autosave_s: int = 1,
+    username: str | None = None,
+    password: str | None = None,
 ) -> ServerProcess:
-    """A local mosquitto whose queues hold QoS 1 messages at our rates instead of dropping."""
+    """A local mosquitto whose queues hold QoS 1 messages at our rates instead of dropping.
+
+    With `persistence` it saves its sessions, queues and retained messages every
+    `autosave_s` seconds (and when stopped), so a SIGKILL loses at most that much. With
+    `username` and `password` it refuses anonymous clients ("not authorized").
+    """
     port = port or free_port()
-    wd = _workdir(workdir, "mosquitto")
-    conf = wd / "mosquitto.conf"
-    conf.write_text(
-        MOSQUITTO_CONF.format(port=port, workdir=wd, persistence="true" if persistence else "false")
+    wd = _workdir(workdir, "mosquitto", private=password is not None)
+    text = MOSQUITTO_CONF.format(
+        port=port, workdir=wd, persistence="true" if persistence else "false"
     )
+    if persistence:
+        text += f"autosave_interval {autosave_s}\n"
+    if username is not None and password is not None:
+        passwd = write_private(wd / "passwd", password_entry(username, password))
+        auth = f"allow_anonymous false\npassword_file {passwd}"
+        text = text.replace("allow_anonymous true", auth)
+    conf = wd / "mosquitto.conf"
+    conf.write_text(text)
     return ServerProcess("mosquitto", ["mosquitto", "-c", str(conf)], port, wd)
+
+
+def password_entry(username: str, password: str, iterations: int = 101) -> str:
+    """A line of a mosquitto password file, as `mosquitto_passwd` writes it: `$7$` is
+    PBKDF2-SHA512 with `iterations` rounds and a 12-byte salt, both base64."""
+    salt = secrets.token_bytes(12)
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, iterations)
+    b64 = base64.b64encode
+    return f"{username}:$7${iterations}${b64(salt).decode()}${b64(digest).decode()}\n"
 
 
 class WatchedProcess:
