@@ -11,7 +11,6 @@ reads what they may change right where they change it.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import textwrap
@@ -25,7 +24,7 @@ from pydantic.fields import FieldInfo
 
 from streamlearn.cli.columns import TARGET, Inferred, infer
 from streamlearn.config import DEFAULT_CONFIG, ModelConfig, parse_config
-from streamlearn.errors import ConfigError
+from streamlearn.errors import ConfigError, StreamlearnError
 
 _NESTED = ("ingest", "learner", "actor", "promotion", "labels")
 _NAMED_ONLY = ("target", "strict_fields", "max_missing", "categorical")
@@ -83,8 +82,8 @@ def render(name: str, data: Inferred, source: str) -> str:
             *_wrap(f"positional inputs (x is a list): {data.positional}", "# "),
         ]
     out = [
-        f"# streamlearn.toml written by `streamlearn init {source}`.",
-        f"# {data.rows} rows; target column {data.target!r}: {data.reason}.",
+        f"# streamlearn.toml written by `streamlearn init {_printable(source)}`.",
+        f"# {data.rows} rows; target column {_printable(repr(data.target))}: {data.reason}.",
         *about,
         "# Every setting below is at its default unless marked inferred; change any of them.",
         "# Unset settings are shown commented out with an example value.",
@@ -173,7 +172,7 @@ def _toml(value: Any) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -188,11 +187,38 @@ def _key(name: str) -> str:
     >>> _key("machine_type"), _key("ENERGY.Power")
     ('machine_type', '"ENERGY.Power"')
     """
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _string(name)
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped (JSON's
+    escapes are not TOML's: JSON writes a character beyond U+FFFF as two surrogates).
+
+    >>> print(_string('a "b"\\n\\x1b'))
+    "a \\"b\\"\\n\\u001b"
+    """
+    body = re.sub(r'["\\\x00-\x1f\x7f]', lambda m: _ESCAPES.get(m[0], f"\\u{ord(m[0]):04x}"), text)
+    return f'"{body}"'
+
+
+def _printable(text: str) -> str:
+    """Text fit for a TOML comment, one line: control characters (a newline would end the
+    comment and start TOML) and lone surrogates (an undecodable file name) escaped.
+
+    >>> _printable('x.csv\\n[models.evil]')
+    'x.csv\\\\n[models.evil]'
+    """
+    return re.sub(
+        r"[\x00-\x1f\x7f\ud800-\udfff]", lambda m: m[0].encode("unicode_escape").decode(), text
+    )
 
 
 def _wrap(text: str, prefix: str) -> list[str]:
-    return textwrap.wrap(text, 96, initial_indent=prefix, subsequent_indent=prefix) or [prefix]
+    lines = textwrap.wrap(_printable(text), 96, initial_indent=prefix, subsequent_indent=prefix)
+    return lines or [prefix]
 
 
 def _doc(cls: type[BaseModel]) -> str:
@@ -215,9 +241,7 @@ def write(args: argparse.Namespace) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{path}: its columns make no valid model: {problems}") from None
     text = render(name, data, path.name)
-    # The file must mean exactly the defaults plus what was inferred: check before writing.
-    if parse_config(tomllib.loads(text), str(output)).model(name) != expected:
-        raise AssertionError("streamlearn init wrote a config that differs from the defaults")
+    _check(text, name, expected, output)
     output.write_text(text, encoding="utf-8")
     kinds = f", {len(data.categorical)} categorical" if data.categorical else ""
     print(
@@ -241,6 +265,21 @@ def write(args: argparse.Namespace) -> int:
         f"next: streamlearn up{config}   then: streamlearn publish {shlex.quote(str(path))}{config}"
     )
     return 0
+
+
+def _check(text: str, name: str, expected: ModelConfig, output: Path) -> None:
+    """The text must mean exactly one model, the defaults plus what was inferred: checked
+    before anything is written (a file name or a cell is never TOML of its own)."""
+    try:
+        doc = tomllib.loads(text)
+        same = parse_config(doc, str(output)).model(name) == expected
+    except (tomllib.TOMLDecodeError, ConfigError) as exc:
+        same, doc = False, {"error": str(exc)}
+    if not same or list(doc) != ["models"] or list(doc["models"]) != [name]:
+        raise StreamlearnError(
+            f"init: not writing {output}: the text would not mean exactly model {name!r} "
+            f"({doc.get('error', 'other tables')}); please report this"
+        )
 
 
 def add_command(sub: Any) -> None:
