@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -33,6 +34,7 @@ from streamlearn.stack.runlog import QUIET_ENV, Board, ChildLog
 log = logging.getLogger(__name__)
 
 DEFAULT_DASHBOARD_PORT = 8321
+MQTT_USER = "streamlearn"  # the one account of up's broker; its password is made per run
 
 
 @dataclass
@@ -125,23 +127,36 @@ class Stack:
                 signal.signal(sig, handler)
 
     def _start_servers(self) -> None:
+        """The servers no URL names, each with a password made for this run: a local user
+        who cannot read the run file (0600) can neither connect to the broker nor to Redis.
+        The URLs that carry the passwords reach the children through their environment.
+
+        With a data dir they keep what they hold across a restart: Redis appends every
+        write to its AOF (fsync every second), the broker saves its sessions and queues
+        every second, so a hard stop loses about the last second. Without one nothing is
+        kept: every sample not yet learned and every published version go when `up` stops.
+        """
         data = self.data_dir
         if not self.settings.mqtt_url:
+            password = secrets.token_hex(24)
             broker = embedded.mosquitto(
                 workdir=os.path.join(data, "mosquitto") if data else self.run_dir / "mosquitto",
                 persistence=bool(data),
+                username=MQTT_USER,
+                password=password,
             ).start()
             self.servers.append(broker)
-            self.env["STREAMLEARN_MQTT_URL"] = f"mqtt://127.0.0.1:{broker.port}"
+            url = f"mqtt://{MQTT_USER}:{password}@127.0.0.1:{broker.port}"
+            self.env["STREAMLEARN_MQTT_URL"] = url
         if not self.settings.redis_url:
-            extra = ("--appendonly", "yes") if data else ()
+            password = secrets.token_hex(24)
+            extra = ("--appendonly", "yes", "--appendfsync", "everysec") if data else ()
             workdir = os.path.join(data, "redis") if data else self.run_dir / "redis"
-            store = embedded.redis_server(None, workdir, *extra).start()
+            store = embedded.redis_server(None, workdir, *extra, password=password).start()
             self.servers.append(store)
-            self.env["STREAMLEARN_REDIS_URL"] = f"redis://127.0.0.1:{store.port}/0"
-        self.board.say(
-            f"broker {self.env['STREAMLEARN_MQTT_URL']}  redis {self.env['STREAMLEARN_REDIS_URL']}"
-        )
+            self.env["STREAMLEARN_REDIS_URL"] = f"redis://:{password}@127.0.0.1:{store.port}/0"
+        mqtt_url, redis_url = self.env["STREAMLEARN_MQTT_URL"], self.env["STREAMLEARN_REDIS_URL"]
+        self.board.say(f"broker {runfile.redact(mqtt_url)}  redis {runfile.redact(redis_url)}")
 
     def _record(self) -> runfile.StackRecord:
         """Write the run file: where this stack listens, for the client tools."""

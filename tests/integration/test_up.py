@@ -18,6 +18,7 @@ import redis as redis_lib
 
 from streamlearn.config import Settings
 from streamlearn.contract.names import Names
+from streamlearn.stack import runfile
 from streamlearn.stack.runlog import Board, ChildLog, new_run_dir
 from tests.conftest import ROOT, Client, RoleProcess, eventually
 
@@ -62,13 +63,29 @@ def free_run(count: int) -> int:
     raise AssertionError("no run of free ports")
 
 
-def start_up(tmp_path: Path, *flags: str) -> RoleProcess:
-    """`streamlearn up --demo ...` as a user runs it, its run directories under tmp_path."""
+def user_env(tmp_path: Path) -> dict[str, str]:
+    """A shell of the user's with no STREAMLEARN_ URL: the tools find `up` by its run file
+    (under tmp_path), and `up`'s run directories go under tmp_path too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMLEARN_")}
     env["PYTHONPATH"] = str(ROOT)
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    argv = [sys.executable, "-m", "streamlearn", "up", "--demo", "--demo-rate", "300"]
-    return RoleProcess([*argv, *flags], env)
+    env[runfile.FILE_ENV] = str(tmp_path / "stack.json")
+    return env
+
+
+def start_up(tmp_path: Path, *flags: str, demo: bool = True) -> RoleProcess:
+    """`streamlearn up --demo ...` as a user runs it (see `user_env`)."""
+    argv = [sys.executable, "-m", "streamlearn", "up"]
+    if demo:
+        argv += ["--demo", "--demo-rate", "300"]
+    return RoleProcess([*argv, *flags], user_env(tmp_path))
+
+
+def recorded(tmp_path: Path) -> Settings:
+    """The URLs, with their passwords, that `up` recorded in its run file."""
+    record = runfile.live(tmp_path / "stack.json")
+    assert record is not None, "up recorded its stack"
+    return Settings(mqtt_url=record.mqtt_url, redis_url=record.redis_url)
 
 
 def run_dir_of(up: RoleProcess) -> Path:
@@ -94,9 +111,7 @@ def test_up_runs_the_demo_stack_and_ctrl_c_stops_everything(tmp_path: Path):
         run_dir = run_dir_of(up)
         assert run_dir.is_relative_to(tmp_path / "state" / "streamlearn" / "runs")
         up.wait_for("Ctrl-C stops everything", 60)
-        urls = re.search(r"broker (\S+)\s+redis (\S+)", up.output)
-        assert urls, up.output
-        settings = Settings(mqtt_url=urls[1], redis_url=urls[2])
+        settings = recorded(tmp_path)
         store = redis_lib.Redis.from_url(settings.redis)
         latest = Names("demo").latest_key
         eventually(lambda: int(store.get(latest) or 0) > 0, 90, "a first version")

@@ -1,0 +1,282 @@
+"""`streamlearn up` keeps out whoever does not belong: its broker and its Redis ask for
+passwords made for this run, which only its run file (0600) and its children's environment
+hold; every port it opens is on loopback; its own tools still find and use it.
+
+With `--data-dir` it keeps what it acknowledged: its Redis appends to an AOF fsynced every
+second, its broker saves sessions and queues every second, so samples acknowledged before a
+hard stop are learned after a restart with the same data dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import paho.mqtt.client as paho
+import pytest
+import redis as redis_lib
+
+import streamlearn
+from streamlearn.contract.names import Names
+from streamlearn.stack import embedded
+from tests.conftest import RoleProcess, eventually, published
+from tests.integration.test_up import recorded, run_dir_of, start_up, stop, user_env
+
+LOOPBACK = {"127.0.0.1", "::1"}
+
+
+def process_tree(pid: int) -> set[int]:
+    """`pid` and every process under it."""
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass  # it has just exited
+    return found
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, int, int]]:
+    """(address, port, pid) of every TCP socket in LISTEN state that `pids` hold."""
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = pid
+        except OSError:
+            pass
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_addr, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_addr)  # host-order 32-bit words
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append((socket.inet_ntop(family, raw), int(hex_port, 16), inodes[fields[9]]))
+    return found
+
+
+def connack(port: int, credentials: tuple[str, str] | None = None) -> str:
+    """The reason in the broker's CONNACK to a plain paho client."""
+    got: list[str] = []
+    done = threading.Event()
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+    if credentials:
+        client.username_pw_set(*credentials)
+
+    def on_connect(_c: object, _u: object, _f: object, reason: object, _p: object) -> None:
+        got.append(str(reason))
+        done.set()
+
+    client.on_connect = on_connect
+    client.connect("127.0.0.1", port)
+    client.loop_start()
+    try:
+        assert done.wait(10), "no CONNACK"
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return got[0]
+
+
+def redis_says(port: int, *command: str) -> bytes:
+    """Redis's raw reply to `command`, sent by someone who knows only the port."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        args = "".join(f"${len(a)}\r\n{a}\r\n" for a in command)
+        sock.sendall(f"*{len(command)}\r\n{args}".encode())
+        return sock.recv(4096)
+
+
+def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A `streamlearn` command in another shell of the user's (no URLs exported)."""
+    argv = [sys.executable, "-m", "streamlearn", *args]
+    env = user_env(tmp_path)
+    return subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def port_of(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
+
+
+def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypatch):
+    up = start_up(tmp_path, "--metrics-port", "0", "--dashboard-port", "0")
+    try:
+        run_dir = run_dir_of(up)
+        up.wait_for("Ctrl-C stops everything", 90)
+        path = tmp_path / "stack.json"
+        assert path.stat().st_mode & 0o777 == 0o600
+        settings = recorded(tmp_path)
+        mqtt_url, redis_url = urlsplit(settings.mqtt), urlsplit(settings.redis)
+        secrets = [mqtt_url.password, redis_url.password]
+        assert all(s and len(s) >= 32 for s in secrets), "a password of its own for each"
+
+        # a stranger who knows the ports gets nothing
+        assert connack(port_of(settings.mqtt)) == "Not authorized"
+        assert connack(port_of(settings.mqtt), (mqtt_url.username, "guess")) == "Not authorized"
+        assert redis_says(port_of(settings.redis), "FLUSHALL").startswith(b"-NOAUTH")
+        assert redis_says(port_of(settings.redis), "XRANGE", "x", "-", "+").startswith(b"-NOAUTH")
+
+        # ... and sees no password in `ps` or on up's terminal
+        tree = process_tree(up.proc.pid)
+        for pid in tree:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            assert not [s for s in secrets if s in cmdline], cmdline
+        assert not [s for s in secrets if s in up.output], up.output
+
+        # its own tools find the stack through the run file and get in
+        actor_log = run_dir / "actor-demo-0.log"
+        eventually(lambda: "actor for demo ready" in actor_log.read_text(), 90, "actor ready")
+        store = redis_lib.Redis.from_url(settings.redis)
+        eventually(lambda: int(store.get(Names("demo").latest_key) or 0) > 0, 90, "a version")
+        store.close()
+        status = cli(tmp_path, "status")
+        assert status.returncode == 0, status.stderr
+        assert "demo" in status.stdout and "using the stack of streamlearn up" in status.stderr
+        assert not [s for s in secrets if s in status.stdout + status.stderr]
+        predict = cli(tmp_path, "predict", "--model", "demo", "--timeout", "30", json.dumps([0.5] * 9))
+        assert predict.returncode == 0, predict.stdout + predict.stderr
+        assert json.loads(predict.stdout)["version"] > 0
+        for key, value in user_env(tmp_path).items():
+            if key.startswith("STREAMLEARN_"):
+                monkeypatch.setenv(key, value)
+        for key in ("STREAMLEARN_MQTT_URL", "STREAMLEARN_REDIS_URL"):
+            monkeypatch.delenv(key, raising=False)
+        with streamlearn.Client() as client:
+            assert client.predict("demo", [0.5] * 9, timeout=30).version > 0
+
+        # every port up opened, its children's included, is on loopback only
+        line = next(line for line in up.lines if "metrics ports" in line)
+        metrics = [int(port) for port in re.findall(r"=(\d+)", line)]
+
+        def opened() -> list[tuple[str, int, int]]:
+            return listening_sockets(process_tree(up.proc.pid))
+
+        eventually(lambda: set(metrics) <= {port for _, port, _ in opened()}, 60, "/metrics")
+        sockets = opened()
+        ports = {port for _, port, _ in sockets}
+        assert {port_of(settings.mqtt), port_of(settings.redis), *metrics} <= ports, sockets
+        assert [s for s in sockets if s[0] not in LOOPBACK] == [], "listens beyond loopback"
+    finally:
+        code, _ = stop(up)
+    assert code == 0, up.output[-3000:]
+
+
+def test_up_with_a_data_dir_learns_after_a_hard_stop_what_it_acknowledged(tmp_path: Path):
+    data, count = tmp_path / "data", 400
+    up = start_up(tmp_path, "--data-dir", str(data), "--no-dashboard", demo=False)
+    try:
+        run_dir = run_dir_of(up)
+        up.wait_for("Ctrl-C stops everything", 90)
+        settings = recorded(tmp_path)
+        store = redis_lib.Redis.from_url(settings.redis)
+        assert store.config_get("append*") == {"appendonly": "yes", "appendfsync": "everysec"}
+        learner_log = run_dir / "learner-demo-0.log"
+        eventually(lambda: "learner for demo ready" in learner_log.read_text(), 90, "learner")
+        with streamlearn.Client(settings.mqtt) as client:  # returns once the broker PUBACKs
+            xs = [[float(i % 7) / 7] * 9 for i in range(count)]
+            client.publish_many("demo", xs, [float(i % 2) for i in range(count)])
+        store.close()
+        # What the broker acknowledged more than a second ago is on disk: its autosave and
+        # Redis's AOF fsync both run every second.
+        time.sleep(2.5)
+        hard_stop(up)
+    finally:
+        up.stop(kill=True)
+
+    up = start_up(tmp_path, "--data-dir", str(data), "--no-dashboard", demo=False)
+    try:
+        up.wait_for("Ctrl-C stops everything", 90)
+        store = redis_lib.Redis.from_url(recorded(tmp_path).redis)
+        seen = eventually(
+            lambda: int(published(store, Names("demo"))[1].get("samples_seen", 0)) >= count,
+            120,
+            f"the learner's published weights count all {count} samples",
+        )
+        assert seen
+        store.close()
+    finally:
+        code, _ = stop(up)
+    assert code == 0, up.output[-3000:]
+
+
+def hard_stop(up: RoleProcess) -> None:
+    """SIGKILL every process of up's tree at once, the servers first: a power cut, in
+    which nothing gets to save or flush (a SIGTERM from a dying parent would let them)."""
+    tree = process_tree(up.proc.pid)
+    names = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid in tree}
+    for pid in sorted(tree, key=lambda p: names[p] not in ("mosquitto", "redis-server")):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_broker_persistence_keeps_a_queued_message_through_a_sigkill(tmp_path: Path):
+    """A QoS 1 message queued for an offline persistent session, saved by the autosave,
+    is delivered after the broker is killed and restarted on the same directory."""
+    user, password, port = "streamlearn", "pw-" + os.urandom(8).hex(), embedded.free_port()
+
+    def broker() -> embedded.ServerProcess:
+        return embedded.mosquitto(
+            port, tmp_path, persistence=True, autosave_s=1, username=user, password=password
+        )
+
+    def session(received: list[bytes]) -> paho.Client:
+        """The persistent session "keeper", subscribed to kept/# (SUBACK awaited)."""
+        client = paho.Client(
+            paho.CallbackAPIVersion.VERSION2, "keeper", clean_session=False, protocol=paho.MQTTv311
+        )
+        client.username_pw_set(user, password)
+        subscribed = threading.Event()
+        client.on_connect = lambda c, *_: c.subscribe("kept/#", qos=1)
+        client.on_subscribe = lambda *_: subscribed.set()
+        client.on_message = lambda _c, _u, msg: received.append(msg.payload)
+        client.connect("127.0.0.1", port)
+        client.loop_start()
+        assert subscribed.wait(10), "no SUBACK"
+        return client
+
+    server = broker().start()
+    try:
+        keeper = session([])
+        keeper.loop_stop()
+        keeper.disconnect()
+        sender = paho.Client(paho.CallbackAPIVersion.VERSION2, protocol=paho.MQTTv311)
+        sender.username_pw_set(user, password)
+        sender.connect("127.0.0.1", port)
+        sender.loop_start()
+        sender.publish("kept/1", b"queued", qos=1).wait_for_publish(10)
+        sender.loop_stop()
+        sender.disconnect()
+        time.sleep(2.5)  # past the 1 s autosave
+        server.kill()
+        server = broker().start()
+        received: list[bytes] = []
+        keeper = session(received)
+        eventually(lambda: received == [b"queued"], 10, "the queued message")
+        keeper.loop_stop()
+        keeper.disconnect()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("wrong", [None, ("streamlearn", "guess")])
+def test_a_broker_with_a_password_refuses_others(tmp_path: Path, wrong):
+    with embedded.mosquitto(workdir=tmp_path, username="streamlearn", password="s3") as broker:
+        assert connack(broker.port, wrong) == "Not authorized"
+        assert connack(broker.port, ("streamlearn", "s3")) == "Success"
