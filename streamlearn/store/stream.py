@@ -281,13 +281,16 @@ class SampleStream:
         """Drop entries that every group still waited for has delivered and acknowledged.
 
         The base group (`learners`, whose backlog ingest's back-pressure bounds) is always
-        waited for. A variant's group is not once every consumer in it has been idle for
+        waited for, even before its learner has made it (it will read from the start). A
+        variant's group is not once every consumer in it has been idle for
         `stale_group_s` (a stopped or removed variant), nor while more than `max_unread`
         entries wait unread in it (a variant far behind): what only it still needs is
         then trimmed. Returns the groups not waited for, each with why.
         """
-        floors, passed = [], {}
-        for group in self.redis.xinfo_groups(self.key):
+        groups = self.redis.xinfo_groups(self.key)
+        based = any(group["name"].decode() == GROUP for group in groups)
+        floors, passed = ([] if based else [(0, 0)]), {}
+        for group in groups:
             name = group["name"].decode()
             why = None if name == GROUP else self._passed(group, stale_group_s, max_unread)
             if why is None:

@@ -304,6 +304,35 @@ def test_a_stopped_or_far_behind_variant_no_longer_holds_back_the_trim(redis, se
 # -- learners --------------------------------------------------------------------------------
 
 
+def test_a_variant_that_starts_first_trims_nothing_the_base_has_not_learned(redis, settings):
+    """The variant's learner makes its group, learns, acknowledges and trims before the
+    base's learner has made the base group: the base still learns every sample."""
+    model = parse_config(tomllib.loads(TOML)).model("r")
+    names = Names("r", settings.topic_prefix, settings.key_prefix)
+
+    def learner(variant: str) -> Learner:
+        stream = SampleStream(redis, names, model.sample_shape, group=group_of(variant))
+        return Learner(
+            model.variant(variant), stream, WeightsStore(redis, names, variant), variant=variant
+        )
+
+    fast = learner("fast")
+    fast.start()
+    x = np.ones((1000, 3), np.float32)
+    fast.queue.write([Samples(x[i : i + 10], x[i : i + 10, 0]) for i in range(0, 1000, 10)])
+    fast.run(burst=True)
+    fast.report()
+    assert fast.state.samples_seen == 1000
+    policy = model.variant("fast").learner
+    eventually(lambda: not redis.xpending(fast.queue.key, group_of("fast"))["pending"], 10, "acked")
+    fast.queue.trim(policy.stale_group_s, policy.max_stream_length)  # as its next tick does
+
+    base = learner("base")
+    base.start()  # the base group, from the start of the stream
+    base.run(burst=True)
+    assert base.state.samples_seen == 1000, "every sample the variant learned, the base too"
+
+
 def test_a_better_learner_takes_over_and_publishes_the_models_weights(redis, settings):
     """Two learners of one model in one process, on the same stream (no MQTT)."""
     model = parse_config(tomllib.loads(TOML)).model("r")
