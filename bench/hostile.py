@@ -12,6 +12,9 @@ service: Mosquitto disconnects the publisher, which is what is checked for it.
 Two kinds are not refused whole: the valid items of a mixed list join the soak's ledger
 (learned exactly once), and 1,000 new device keys per message are accepted, so that over
 a run more devices come than `ingest.max_devices` keeps.
+
+Run as `python -m bench.hostile`, it measures what such requests cost the actor against
+a valid one (`bench._hostile_cost`).
 """
 
 from __future__ import annotations
@@ -344,3 +347,9 @@ def outcomes(
             }
         )
     return rows, all_ok
+
+
+if __name__ == "__main__":
+    from bench._hostile_cost import main
+
+    raise SystemExit(main())

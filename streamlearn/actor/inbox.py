@@ -15,7 +15,6 @@ long after clients gave up, and the cheap error lets a client still waiting back
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -26,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import paho.mqtt.client as mqtt
+from pydantic_core import from_json
 
 from streamlearn.actor.replies import Replier, ReplyRoutes
 from streamlearn.config import ModelConfig
@@ -156,18 +156,18 @@ def too_deep(raw: bytes) -> bool:
     return int(np.cumsum(steps).max(initial=0)) > MAX_DEPTH
 
 
-def decode(raw: bytes) -> dict[str, Any]:
+def decode(raw: bytes, opens: int | None = None) -> dict[str, Any]:
     """A request's JSON object, decoded once; PayloadError with the reason a user sees.
 
     Its size was checked before: the inbox keeps only the size of one over the limit.
+    `opens`, its `[` and `{` when counted already, spare counting them again. pydantic's
+    parser stops at a number of thousands of digits where `json` reads it all first.
     """
-    if too_deep(raw):
+    if (opens is None or opens > MAX_DEPTH) and too_deep(raw):
         raise PayloadError(f"invalid JSON: nested more than {MAX_DEPTH} levels deep")
     try:
-        doc = json.loads(raw)
-    except RecursionError:
-        raise PayloadError("invalid JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        doc = from_json(raw)
+    except ValueError as exc:  # syntax, UTF-8, a number out of range, recursion
         raise PayloadError(f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
@@ -193,7 +193,8 @@ class Admission:
     """Reads arrivals into pending requests, or answers them with an error; never raises.
 
     The order keeps a hostile request cheap: its size is checked before anything is
-    read, its nesting before it is parsed, it is decoded once (its id and reply_to come
+    read, its width (fields and values, counted by their separators) and its nesting
+    before it is parsed, it is decoded once (its id and reply_to come
     from the same object), its reply topic checked before anything is published, its
     deadline before it is validated, and its rows counted before they are.
     """
@@ -267,7 +268,8 @@ class Admission:
         if arrival.size > limit:  # the inbox kept only its size
             return {}, f"payload of {arrival.size} bytes exceeds max_payload_bytes={limit}"
         try:
-            return decode(arrival.payload), None
+            opens = self.parser.check_request_width(arrival.payload)
+            return decode(arrival.payload, opens), None
         except PayloadError as exc:
             return {}, str(exc)
 

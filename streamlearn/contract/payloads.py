@@ -15,6 +15,7 @@ that device's windows itself (`streamlearn.store.windows`); and key-only predict
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from streamlearn.config import ModelConfig
+from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.fastparse import FastSamples
 from streamlearn.contract.named import NamedPayloads
 from streamlearn.contract.records import (
@@ -51,6 +53,10 @@ from streamlearn.contract.schemas import (
 )
 from streamlearn.errors import PayloadError
 
+# Characters a valid request's strings hold at most (id 256, reply_to 512, key 128), each
+# of which may be a `,` or `:`.
+REQUEST_TEXT_CHARS = 1024
+
 
 class PayloadParser:
     """Validates payloads against one model's input shape and task.
@@ -67,6 +73,17 @@ class PayloadParser:
         self._many = nested(len(self.shape) + 1)
         self._fast = FastSamples(model) if fast and model.fields is None else None
         self._named = None if model.fields is None else NamedPayloads(model, self.check_targets)
+        # A request's `,` and `:` at most: two per number of its largest batch (values and
+        # the lists around them), its keys and what its strings may hold; and its `[`, `{`.
+        rows, size = model.actor.max_request_rows, math.prod(self.shape)
+        self._request_marks = 2 * rows * size + REQUEST_TEXT_CHARS
+        self._request_opens = (len(self.shape) + 1) * rows * size + REQUEST_TEXT_CHARS
+        self._object_marks = 0  # per object of a named request: its fields, their values
+        if self._named is not None:
+            categorical = MAX_CATEGORY_CHARS * len(model.categorical)
+            self._object_marks = 2 * self._named.fields.field_limit + categorical
+            opens = rows * (2 + len(self._named.fields.names)) + REQUEST_TEXT_CHARS
+            self._request_opens = max(self._request_opens, opens)
 
     # -- samples -------------------------------------------------------------------------
 
@@ -302,9 +319,47 @@ class PayloadParser:
 
     # -- prediction requests -------------------------------------------------------------
 
+    def check_request_width(self, raw: bytes) -> int:
+        """Refuse, unread, a request with more elements than a valid one can hold; returns
+        the lists and objects (`[`, `{`) it has.
+
+        Every field and every value but the first of a list is marked by a `:` or `,`;
+        counting them is a scan of the bytes, where decoding 80,000 made-up fields costs
+        a hundred times a valid request. The bound is what the model's largest valid
+        request holds: `max_request_rows` rows of `x`, or for named inputs the fields
+        each object (`{`) may have, plus what its strings may hold (a named request's
+        ignored fields count too). Lists and objects are bounded alike, so that a payload
+        of `[` * 500,000 is refused before its nesting is measured.
+        """
+        limit = self._request_marks
+        marks = raw.count(b":")
+        if marks <= limit:
+            marks += raw.count(b",")
+        objects = raw.count(b"{") if marks > limit and self._object_marks else -1
+        if objects >= 0:
+            limit = max(limit, self._object_marks * objects + REQUEST_TEXT_CHARS)
+        if marks > limit:
+            raise PayloadError(
+                f"request too wide: at least {marks} fields and values (counted by ':' and "
+                f"','), a request of model {self.model.name!r} holds at most {limit}; "
+                f"refused unread",
+                "oversize",
+            )
+        opens = raw.count(b"[") + (raw.count(b"{") if objects < 0 else objects)
+        if opens > self._request_opens:
+            raise PayloadError(
+                f"request too deep or too wide: {opens} lists and objects, a request of "
+                f"model {self.model.name!r} holds at most {self._request_opens}; refused unread",
+                "oversize",
+            )
+        return opens
+
     def parse_request(self, raw: bytes | dict[str, Any]) -> Request:
         """Validate a prediction request; one sample or a batch of rows. `raw` may be the
-        JSON object already decoded (the actor decodes once, to route its reply)."""
+        JSON object already decoded (the actor decodes once, to route its reply, having
+        checked its width with `check_request_width`)."""
+        if not isinstance(raw, dict):
+            self.check_request_width(raw)
         doc = raw if isinstance(raw, dict) else decode(raw, self.model.ingest.max_payload_bytes)
         if self._named is not None and not _positional(doc):
             return self._named.request(doc)
