@@ -14,12 +14,20 @@ the step is written here with the public API: a `GradientTape` over the model's 
 (which all-reduces the gradients). Its logs are those of `train_on_batch`: the loss and
 the built-in metric of the batch with the weights from before its update, and the
 `finite` flag (`models.FINITE`).
+
+A worker that stops taking part (stopped, hung, cut off) would block every other in its
+next collective for good: each collective here is watched (`Watchdog`), and one that waits
+`Workers.timeout_s` (`STREAMLEARN_COLLECTIVE_TIMEOUT_S`, default 60 s) is aborted, which
+ends this worker with a `WorkerLost`. Before any step, the workers compare how many
+devices each trains on (`tfconfig.check_replicas`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,9 +35,11 @@ import keras
 import numpy as np
 
 from streamlearn.config import ModelConfig
-from streamlearn.config.tfconfig import Workers
+from streamlearn.config.tfconfig import TIMEOUT_ENV, Workers, check_replicas
 from streamlearn.errors import StreamlearnError
 from streamlearn.nn import networks
+
+log = logging.getLogger(__name__)
 
 # The per-row form of each built-in head's metric (`models._HEADS`), by its log name.
 _METRICS = {
@@ -37,6 +47,9 @@ _METRICS = {
     "binary_accuracy": keras.metrics.binary_accuracy,
     "sparse_categorical_accuracy": keras.metrics.sparse_categorical_accuracy,
 }
+# The group of the device-count check: one CPU device a worker, whatever each trains on;
+# far above the keys the strategy hands out (1, 2, 3...)
+_CHECK_GROUP = 1 << 30
 
 
 class Collective:
@@ -49,7 +62,10 @@ class Collective:
         logging.getLogger("tensorflow").setLevel(logging.WARNING)
         self.strategy = strategy
         self.replicas = strategy.num_replicas_in_sync
-        self.workers = Workers.from_env().count
+        workers = Workers.from_env()
+        self.workers = workers.count
+        self.watchdog = Watchdog(workers.timeout_s)
+        check_replicas(self._replica_counts(workers))
         self.traces = 0  # of the step, as `models.TrainProbe` counts them
         metric = None if cfg.factory else networks.head_metric(cfg.task)
         per_row = _METRICS.get(metric) if metric else None
@@ -79,6 +95,23 @@ class Collective:
             return strategy.gather(local, axis=0)
 
         self._gather = tf.function(gather)
+
+    def _replica_counts(self, workers: Workers) -> list[int]:
+        """How many devices each worker trains on, in worker order: a gather over one CPU
+        device a worker, a group of the same size on every worker whatever the counts
+        (unlike the strategy's own groups, of all the devices)."""
+        import tensorflow as tf
+
+        mine = tf.constant([len(self.strategy.extended.worker_devices)], tf.int32)
+        with self._peers(), tf.device(f"/job:worker/replica:0/task:{workers.index}/device:CPU:0"):
+            every = tf.raw_ops.CollectiveGatherV2(
+                input=mine,
+                group_size=workers.count,
+                group_key=_CHECK_GROUP,
+                instance_key=1,
+                ordering_token=[],
+            )
+        return [int(n) for n in every.numpy()]
 
     def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
         """One synchronous step: replica r trains rows r, r+R, r+2R... of the batch, which
@@ -111,19 +144,84 @@ class Collective:
 
     @contextlib.contextmanager
     def _peers(self) -> Iterator[None]:
-        """A collective that failed (a worker died or cannot be reached) ends this worker
-        too, with a `WorkerLost` rather than TensorFlow's traceback."""
+        """A collective that failed (a worker died or cannot be reached) or waited too
+        long (`Watchdog`) ends this worker too, with a `WorkerLost` rather than
+        TensorFlow's traceback."""
         import tensorflow as tf
 
         try:
-            yield
+            with self.watchdog.watching():
+                yield
         except tf.errors.OpError as exc:
-            first = str(exc.message).strip().splitlines()[0]
+            if self.watchdog.fired:
+                why = (
+                    f"no answer from the other learner workers within "
+                    f"{self.watchdog.timeout_s:g} s ({TIMEOUT_ENV}): one of them is stopped, "
+                    "hung or cut off"
+                )
+            else:
+                first = str(exc.message).strip().splitlines()[0]
+                why = "a collective with the other learner workers failed"
+                why += f" ({type(exc).__name__}: {first})"
             raise WorkerLost(
-                f"a collective with the other learner workers failed "
-                f"({type(exc).__name__}: {first}); every worker must start again, and they "
-                "resume together from the chief's checkpoint or published weights"
+                f"{why}; every worker must start again, and they resume together from the "
+                "chief's checkpoint or published weights"
             ) from None
+
+
+class Watchdog:
+    """Aborts this process's collectives once one has waited `timeout_s`: a peer that
+    stopped taking part would otherwise block it for good (TensorFlow's own peer check
+    sees only a peer that does not answer at all, and takes up to about a minute).
+
+    One thread for the process, which sleeps until the deadline of the collective in
+    flight, or `timeout_s` while none is: a collective started meanwhile has a later
+    deadline. TensorFlow's own per-collective timeout starts a thread per collective, a few
+    each turn, each sleeping the whole timeout.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.fired = False
+        self._since: float | None = None  # when the collective in flight started
+        self._lock = threading.Lock()
+        threading.Thread(target=self._watch, name="collective-watchdog", daemon=True).start()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        with self._lock:
+            self._since = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._since = None
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                since = self._since
+                left = (
+                    self.timeout_s if since is None else since + self.timeout_s - time.monotonic()
+                )
+                self.fired = left <= 0
+            if not self.fired:
+                time.sleep(left)
+                continue
+            log.error("a collective waited %g s for the other workers", self.timeout_s)
+            self._abort()
+            return
+
+    def _abort(self) -> None:
+        """The abort MultiWorkerMirroredStrategy's own peer check makes (there is no public
+        API): every pending and later collective of this process fails at once."""
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+
+        context.context().abort_collective_ops(
+            tf.errors.DEADLINE_EXCEEDED,
+            f"no answer from the other learner workers within {self.timeout_s:g} s",
+        )
 
 
 class WorkerLost(StreamlearnError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -93,9 +94,11 @@ def write(
     return parts
 
 
-def start_workers(settings, config) -> list:
+def start_workers(settings, config, env: dict[str, str] | None = None) -> list:
     workers = [
-        launch_role(settings, "learner", config, "mw", str(i), {"TF_CONFIG": tf_config})
+        launch_role(
+            settings, "learner", config, "mw", str(i), {"TF_CONFIG": tf_config, **(env or {})}
+        )
         for i, tf_config in enumerate(tf_configs(2))
     ]
     for worker in workers:
@@ -249,6 +252,28 @@ def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(
             worker.stop()
     assert "chief of 2 workers, resumed from checkpoint" in workers[0].output
     assert int(published(redis, names)[1]["step"]) == 2 * TURNS
+
+
+def test_a_worker_that_stops_taking_part_ends_the_other_at_the_collective_timeout(
+    redis, settings, mw
+):
+    """SIGSTOP: the worker's process and its gRPC port live on, it just never answers, so
+    TensorFlow's own check of its peers goes on waiting; the watchdog does not."""
+    config, cfg, names = mw
+    write(redis, names, cfg, (1, 2))
+    workers = start_workers(settings, config, {"STREAMLEARN_COLLECTIVE_TIMEOUT_S": "3"})
+    try:
+        learn(redis, names, cfg, workers, 2 * TURNS * SHARE)
+        os.kill(workers[1].proc.pid, signal.SIGSTOP)
+        assert workers[0].proc.wait(45) != 0, "the chief stops instead of hanging"
+        workers[0].stop()  # its output read to the end
+    finally:
+        workers[1].proc.kill()  # a stopped process still takes SIGKILL
+        for worker in workers:
+            worker.stop()
+    assert "WorkerLost: no answer from the other learner workers within 3 s" in workers[0].output
+    assert "STREAMLEARN_COLLECTIVE_TIMEOUT_S" in workers[0].output
+    assert "every worker must start again" in workers[0].output
 
 
 def test_up_with_a_multi_worker_model_and_no_cluster_fails_before_starting(tmp_path):
