@@ -85,7 +85,10 @@ class IngestConfig(Frozen):
         "QoS 0 messages are dropped and counted (QoS 1 ones are held at the broker)",
     )
     max_inbox_bytes: int = Field(
-        64 * 1_048_576, ge=1, description="their payloads together, at most"
+        64 * 1_048_576,
+        ge=1,
+        description="their payloads together, at most: beyond it QoS 0 messages are dropped "
+        "and QoS 1 ones wait at the broker (unacknowledged) until the inbox drains",
     )
 
     @model_validator(mode="after")

@@ -3,9 +3,17 @@ loop, and their PUBACKs handed back.
 
 paho's thread only appends here and returns at once; the loop takes runs of messages and,
 once Redis holds a run, queues its PUBACKs as one write (`mqtt.BufferedClient.ack_many`). QoS 1
-messages are bounded by the client's receive maximum. QoS 0 messages are not held by the
-broker: the inbox takes them up to `max_inbox_messages` and `max_inbox_bytes`, and drops
-(and counts) the rest; QoS 0 promises nothing more.
+messages are bounded by the client's receive maximum, and their bytes by `max_inbox_bytes`:
+a QoS 1 message that would take the inbox past it holds paho's thread until the loop has
+taken enough (or the inbox is empty: one message larger than the bound is taken alone), so
+the client reads no more and the broker keeps the rest, unacknowledged, as it does beyond
+the receive maximum. QoS 0 messages are not held by the broker: the inbox takes them up to
+`max_inbox_messages` and `max_inbox_bytes`, and drops (and counts) the rest; QoS 0
+promises nothing more.
+
+Held longer than the broker's keepalive allowance (1.5 x 30 s: back-pressure with the
+byte bound reached), the connection is dropped by the broker; the session stays, and what
+was not acknowledged is delivered again after the reconnect (exactly once by sample id).
 
 A message is acknowledged only on the connection that delivered it (its client's
 `generation`): after a reconnect the broker redelivers what the old connection left
@@ -29,6 +37,7 @@ from streamlearn.mqtt import BufferedClient
 log = logging.getLogger("streamlearn.ingest")  # its warnings are the ingest worker's
 
 _DROP_LOG_EVERY_S = 10.0
+_HOLD_CHECK_S = 0.1  # how often a held message looks whether its client is closing
 
 
 class Delivery(NamedTuple):
@@ -56,9 +65,11 @@ class IngestInbox:
         self._messages: deque[Delivery] = deque()
         # Payload bytes in the inbox: in - out, each written by one thread only.
         self._bytes_in = self._bytes_out = 0
-        self._drop_logged_at = -math.inf
+        self._drop_logged_at = self._hold_logged_at = -math.inf
         self._arrived = threading.Event()
         self._wanted = 1  # how many messages the loop waits for
+        self._taken = threading.Event()  # set when the loop takes messages
+        self.held = 0  # times a QoS 1 message waited for room (written by paho's thread)
 
     def __len__(self) -> int:
         return len(self._messages)
@@ -68,7 +79,7 @@ class IngestInbox:
         """Payload bytes waiting."""
         return self._bytes_in - self._bytes_out
 
-    # -- paho callbacks (network thread): hand over and return at once ---------------------
+    # -- paho callbacks (network thread): hand over, and return unless over the byte bound --
 
     def on_message(self, client: BufferedClient, _userdata: object, msg: paho.MQTTMessage) -> None:
         size = len(msg.payload)
@@ -78,6 +89,8 @@ class IngestInbox:
         ):
             self._drop()
             return
+        if msg.qos and not self._room_for(size, client):
+            return  # the client is closing: never acknowledged, the broker delivers it again
         self._bytes_in += size
         self._messages.append(
             Delivery(client.generation, client, msg.mid, msg.qos, msg.topic, msg.payload)
@@ -85,6 +98,27 @@ class IngestInbox:
         waiting = len(self._messages)
         if waiting == 1 or waiting >= self._wanted:
             self._arrived.set()
+
+    def _room_for(self, size: int, client: BufferedClient) -> bool:
+        """Hold paho's thread until `size` more bytes fit in `max_inbox_bytes` (or the inbox
+        is empty); False when the client is disconnecting meanwhile."""
+        limit = self.cfg.max_inbox_bytes
+        while self._messages and self._bytes_in - self._bytes_out + size > limit:
+            now = time.monotonic()
+            if now - self._hold_logged_at >= _DROP_LOG_EVERY_S:
+                self._hold_logged_at = now
+                log.warning(
+                    "inbox full (%d bytes, max_inbox_bytes=%d): holding QoS 1 messages at the "
+                    "broker until it drains",
+                    self.bytes,
+                    limit,
+                )
+            self.held += 1
+            self._taken.wait(_HOLD_CHECK_S)
+            self._taken.clear()
+            if not client.is_connected():
+                return False
+        return True
 
     def _drop(self) -> None:
         """A QoS 0 message with the inbox full: QoS 0 promises no delivery, and the broker
@@ -119,6 +153,8 @@ class IngestInbox:
             except IndexError:
                 break
             self._bytes_out += len(batch[-1].payload)
+        if batch:
+            self._taken.set()
         return batch
 
     def _wait_for(self, count: int, timeout_s: float) -> bool:

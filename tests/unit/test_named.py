@@ -172,3 +172,20 @@ def test_the_model_imputes_a_missing_input_with_its_running_mean_and_one_hot_enc
     encoded = model.get_layer("encode")(model.get_layer("standardize")(kinds))
     one_hot = np.asarray(encoded)[:, 3:]
     assert one_hot.tolist() == [[1, 0, 0], [0, 1, 0], [0, 0, 1], [0, 0, 0]]
+
+
+def test_a_wide_named_request_is_refused_unread_and_the_largest_valid_one_is_not():
+    wide = b'{"temperature": 1, ' + b",".join(b'"f%d": 0' % i for i in range(80_000)) + b"}"
+    with pytest.raises(PayloadError, match="request too wide: at least 80001 fields") as err:
+        PARSER.parse_request(wide)
+    assert err.value.kind == "oversize"
+    # a full batch of rows, each with its nested group and extra fields, is read
+    row = {**GOOD, "rssi": -60, "note": "a:b,c", "meta": {"fw": [1, 2]}}
+    rows = MACHINES.actor.max_request_rows
+    assert PARSER.parse_request(json.dumps({"samples": [row] * rows}).encode()).x.shape == (
+        rows,
+        4,
+    )
+    deep = b'{"temperature": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(PayloadError, match="request too deep or too wide: 100001 lists"):
+        PARSER.parse_request(deep)

@@ -714,3 +714,28 @@ def test_valid_samples_round_trip(data, parser, form):
     np.testing.assert_array_equal(samples.x, np.asarray(xs, dtype=np.float32))
     np.testing.assert_array_equal(samples.y, np.asarray(ys, dtype=np.float32))
     assert samples.ids == (None if ids is None else tuple(ids))
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b'{"x": [1, 2, 3], ' + b",".join(b'"k%d": 0' % i for i in range(5000)) + b"}", "too wide"),
+        (b'{"x": [' + b"0," * 100_000 + b"0]}", "too wide: at least 100001 fields and values"),
+        (b'{"x": ' + b"[" * 9000 + b"]" * 9000 + b"}", "too deep or too wide: 9001 lists"),
+    ],
+)
+def test_a_request_wider_than_any_valid_one_is_refused_before_it_is_decoded(payload, reason):
+    with pytest.raises(PayloadError, match=reason) as err:
+        BINARY.parse_request(payload)
+    assert err.value.kind == "oversize" and "refused unread" in str(err.value)
+
+
+def test_the_widest_valid_positional_request_is_read():
+    """A full batch of max_request_rows rows with the longest id, reply_to and key full of
+    separators: the width check counts what a valid request can hold, never less."""
+    rows = BINARY.model.actor.max_request_rows
+    doc = {"x": [[0.5, 1.5, 2.5]] * rows, "id": ":," * 128, "reply_to": "a/" + ":," * 255}
+    request = BINARY.parse_request(dumps(doc))
+    assert request.x.shape == (rows, 3) and request.batched
+    keyed = {"key": ":," * 64, "seq": 1, "x": [0.5, 1.5], "id": ":," * 128}
+    assert LSTM.parse_request(dumps(keyed)).key == ":," * 64
