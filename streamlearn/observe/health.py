@@ -7,7 +7,9 @@ with no weights to serve; these say what an operator (or compose's healthcheck) 
   a loop that has not come round for `stall_s` is hung, and restarting it is the cure.
 - ready: every check passes. A check is a callable returning None when it passes and
   otherwise a short reason ("no weights yet"); each role's process (`ROLE/worker.py`)
-  adds its own.
+  adds its own. The verdict is kept for `READY_CACHE_S`: a burst of probes (an
+  orchestrator, a scraper, someone's curl loop) costs one round of checks (Redis round
+  trips included) per interval, not one per probe.
 
 >>> health = Health("actor")
 >>> health.add("weights", lambda: "no weights yet")
@@ -33,6 +35,7 @@ Check = Callable[[], str | None]
 
 LIVE_STALL_S = 60.0  # a main loop silent this long is hung
 PROGRESS_STALL_S = 30.0  # a learner with a backlog and no step this long is stuck
+READY_CACHE_S = 1.0  # a readiness verdict is answered again for this long
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,20 @@ class Health:
     """What one worker process says about itself: a heartbeat and readiness checks."""
 
     def __init__(
-        self, role: str, stall_s: float = LIVE_STALL_S, clock: Callable[[], float] = time.monotonic
+        self,
+        role: str,
+        stall_s: float = LIVE_STALL_S,
+        clock: Callable[[], float] = time.monotonic,
+        ready_cache_s: float = READY_CACHE_S,
     ) -> None:
         self.role = role
         self.stall_s = stall_s
         self.clock = clock
+        self.ready_cache_s = ready_cache_s
         self.checks: list[tuple[str, Check]] = []
         self._beat = clock()
+        self._ready: tuple[float, Verdict] | None = None  # (when, verdict)
+        self._ready_lock = threading.Lock()  # probes come on the HTTP server's threads
 
     def beat(self) -> None:
         """Called by the main loop at every turn (cheap: one clock read)."""
@@ -61,6 +71,7 @@ class Health:
 
     def add(self, name: str, check: Check) -> None:
         self.checks.append((name, check))
+        self._ready = None
 
     def live(self) -> Verdict:
         silent_s = self.clock() - self._beat
@@ -71,7 +82,18 @@ class Health:
         return Verdict(ok, detail)
 
     def ready(self) -> Verdict:
-        """Every check, each answering "ok" or why not; a check that raises fails."""
+        """Every check, each answering "ok" or why not; a check that raises fails.
+
+        The verdict is reused for `ready_cache_s`; concurrent probes wait for the one
+        round of checks in flight rather than each starting their own.
+        """
+        with self._ready_lock:
+            if self._ready is None or self.clock() - self._ready[0] >= self.ready_cache_s:
+                verdict = self._check()  # stamped after: a slow check still counts
+                self._ready = (self.clock(), verdict)
+            return self._ready[1]
+
+    def _check(self) -> Verdict:
         detail: dict[str, object] = {"role": self.role}
         ok = True
         for name, check in self.checks:

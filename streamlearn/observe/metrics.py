@@ -7,12 +7,16 @@ per label value (e.g. dead letters by reason).
 
 The same port answers /livez and /readyz (`streamlearn.observe.health`): 200 when live or
 ready, 503 when not, with a JSON body saying why.
+
+It listens on loopback unless `STREAMLEARN_METRICS_HOST` says otherwise (compose: 0.0.0.0,
+inside its own network), and drops a client that sends nothing for `CLIENT_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Histogram, generate
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from streamlearn.config.settings import load_settings
 from streamlearn.observe.health import Health, Verdict
 
 log = logging.getLogger(__name__)
@@ -30,6 +35,9 @@ Snapshot = Mapping[str, float | int | None | Mapping[str, float | int]]
 # Request latency of actors, seconds: from 0.5 ms to 2.5 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# A client silent this long is dropped: a probe answers in milliseconds, and each open
+# connection holds a thread.
+CLIENT_TIMEOUT_S = 5.0
 
 
 class SnapshotCollector(Collector):
@@ -80,16 +88,18 @@ def expose(
     port: int | None,
     labels: Mapping[str, str] | None = None,
     health: Health | None = None,
+    host: str | None = None,
 ) -> int | None:
     """Register the role's collector and serve /metrics (and, with `health`, /livez and
-    /readyz) on `port` (0: any free port).
+    /readyz) on `host`:`port` (port 0: any free port; host None: `STREAMLEARN_METRICS_HOST`,
+    by default 127.0.0.1).
 
     Returns the port served, or None when `port` is None (metrics off).
     """
     if port is None:
         return None
     REGISTRY.register(SnapshotCollector(role, model, snapshot, labels))
-    return serve(port, health).server_port
+    return serve(port, health, host=host).server_port
 
 
 class WorkerServer(ThreadingHTTPServer):
@@ -97,20 +107,41 @@ class WorkerServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, port: int, health: Health | None) -> None:
-        super().__init__(("0.0.0.0", port), _Handler)
+    def __init__(
+        self,
+        port: int,
+        health: Health | None,
+        host: str = "127.0.0.1",
+        client_timeout_s: float = CLIENT_TIMEOUT_S,
+    ) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, port), _Handler)
         self.health = health
+        self.client_timeout_s = client_timeout_s
 
 
-def serve(port: int, health: Health | None = None) -> WorkerServer:
-    """Start serving on `port` (0: any free port) in a daemon thread."""
-    server = WorkerServer(port, health)
+def serve(
+    port: int,
+    health: Health | None = None,
+    *,
+    host: str | None = None,
+    client_timeout_s: float = CLIENT_TIMEOUT_S,
+) -> WorkerServer:
+    """Start serving on `host`:`port` (port 0: any free port; host None: the setting's) in
+    a daemon thread."""
+    if host is None:
+        host = load_settings().metrics_host
+    server = WorkerServer(port, health, host, client_timeout_s)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: WorkerServer
+
+    def setup(self) -> None:
+        self.timeout = self.server.client_timeout_s  # read by StreamRequestHandler.setup
+        super().setup()
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         path = self.path.split("?", 1)[0]

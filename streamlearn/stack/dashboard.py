@@ -5,10 +5,17 @@ A sampler thread records, once a second, each model's learner status and queue f
 the page (plain HTML and JS shipped in the package, no build step, no external library)
 polls `/api/series` and draws SVG charts with axes, one line per variant, and a y scale
 that a start-up spike does not flatten (see dashboard.js, `scale`).
+
+Every string the page shows from a status is set as text, never parsed as HTML (a model's
+status is written by whoever can publish to its topics). The server answers only requests
+whose Host header names the address it is bound to (for loopback also `localhost`): a page
+of another site whose name is made to resolve to 127.0.0.1 (DNS rebinding) sends its own
+name and is refused, so it cannot read `/api/series`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
@@ -28,6 +35,10 @@ _STATIC = {
     "/dashboard.js": ("dashboard.js", "text/javascript"),
 }
 
+
+# A client silent this long is dropped (each open connection holds a thread).
+CLIENT_TIMEOUT_S = 10.0
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 _KEYS = (
     "at",
@@ -50,6 +61,21 @@ _KEYS = (
 )
 # Each variant's figures, as its learner last wrote them in the model's variants hash.
 _VARIANT_KEYS = ("updated_at", "version", "samples_seen", "online_loss", "online_metric", "metric")
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str]:
+    """The Host headers a server bound to `host`:`port` answers: the address itself, and
+    for a loopback address the loopback names too; each with the port, or bare on port 80.
+
+    >>> sorted(allowed_hosts("127.0.0.1", 8050))
+    ['127.0.0.1:8050', '[::1]:8050', 'localhost:8050']
+    >>> sorted(allowed_hosts("192.168.1.5", 80))
+    ['192.168.1.5', '192.168.1.5:80']
+    """
+    address = ipaddress.ip_address(host)
+    shown = f"[{address}]" if address.version == 6 else str(address)
+    names = {shown, *LOOPBACK_NAMES} if address.is_loopback else {shown}
+    return frozenset({f"{n}:{port}" for n in names} | (names if port == 80 else set()))
 
 
 def samples_per_s(prev: dict[str, Any] | None, point: dict[str, Any]) -> float | None:
@@ -87,6 +113,7 @@ class Dashboard:
         self._stop = threading.Event()
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
+        self.hosts = allowed_hosts(host, self._server.server_address[1])
         self._threads: list[threading.Thread] = []
 
     @property
@@ -149,7 +176,12 @@ class Dashboard:
         dashboard = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = CLIENT_TIMEOUT_S  # read by StreamRequestHandler.setup
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if (self.headers.get("Host") or "").lower() not in dashboard.hosts:
+                    self.send_error(403, "Host not allowed: open the dashboard by its address")
+                    return
                 path = self.path.split("?")[0]
                 if path == "/api/series":
                     body, kind = json.dumps(dashboard.data()).encode(), "application/json"

@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -212,3 +213,43 @@ def test_dashboard_axes_variants_and_a_spike_that_does_not_flatten_the_rate(sett
     assert "learner online · last status 3 s ago" in dom
     version = charts(dom, "r")[4][1]
     assert 'data-series="pinned"' in version and 'data-pinned="2"' in dom
+
+
+# -- who may read it: requests naming another host are refused (DNS rebinding) ----------------
+
+
+def get(port: int, path: str, host: str | None) -> tuple[int, bytes]:
+    """(status, body) of GET `path` on 127.0.0.1:`port` with this Host header (None: none)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.putrequest("GET", path, skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        reply = conn.getresponse()
+        return reply.status, reply.read()
+    finally:
+        conn.close()
+
+
+def test_a_request_naming_another_host_is_refused(settings):
+    """A page of evil.example, its name rebound to 127.0.0.1, sends `Host: evil.example:PORT`:
+    it gets 403 and no data; the dashboard's own address and the loopback names work."""
+    dashboard = Dashboard(parse_config({"models": {"d": {"inputs": 3}}}), settings)
+    dashboard.record([{"model": "d", "at": time.time(), "version": 7}])
+    dashboard.start(sample=False)
+    port = urlsplit(dashboard.url).port
+    try:
+        for path in ("/api/series", "/", "/dashboard.js"):
+            for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{port + 1}", None):
+                code, body = get(port, path, host)
+                assert code == 403 and b'"version"' not in body, (path, host, code)
+        for name in ("127.0.0.1", "localhost", "LocalHost", "[::1]"):
+            host = f"{name}:{port}"
+            code, body = get(port, "/api/series", host)
+            assert code == 200 and b'"version": 7' in body, (host, code)
+        assert dashboard.url == f"http://127.0.0.1:{port}/"
+    finally:
+        dashboard.close()

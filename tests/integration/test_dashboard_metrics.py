@@ -154,7 +154,7 @@ def test_prometheus_scrapes_every_role_compose_runs_on_its_metrics_port():
     roles = {
         name: service
         for name, service in compose["services"].items()
-        if service.get("image", "").startswith("streamlearn")
+        if service.get("image", "").split(":")[0] == "streamlearn"
     }
     assert {"ingest-1", "ingest-2", "learner", "learner-gpu", "actor"} <= set(roles)
     scrape = yaml.safe_load(PROMETHEUS.read_text())
@@ -170,6 +170,10 @@ def test_prometheus_scrapes_every_role_compose_runs_on_its_metrics_port():
         port = service["environment"].get("STREAMLEARN_METRICS_PORT")
         assert port is not None, f"{name}: metrics off"
         assert targets.get(name) == int(port), f"{name} not scraped on port {port}"
+        # the roles listen on loopback by default: Prometheus, in another container, and
+        # nobody else (no published port) reaches them through the compose network
+        host = service["environment"].get("STREAMLEARN_METRICS_HOST")
+        assert host == "0.0.0.0", f"{name}: metrics listen on {host or '127.0.0.1'}"
         assert "ports" not in service, f"{name}: metrics must not be published to the host"
         assert service["healthcheck"]["test"] == ["CMD", "streamlearn-healthcheck"]
     monitoring = {

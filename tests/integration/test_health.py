@@ -163,3 +163,54 @@ def test_ingest_waiting_out_a_lost_redis_stays_live():
     finally:
         deadline.cancel()
     assert verdicts == [True, True, True]
+
+
+# -- the readiness verdict is kept a second: a burst of probes costs one Redis check -----
+
+
+def test_a_burst_of_readiness_probes_costs_one_redis_check_per_interval(settings):
+    """Counted on the real Redis (INFO commandstats), on a clock the test moves: twenty
+    probes at once ping Redis once; once `ready_cache_s` (1 s) has passed, the next
+    probe checks again."""
+    import threading
+
+    import redis as redis_lib
+
+    from streamlearn.observe.health import READY_CACHE_S, redis_reachable
+    from streamlearn.observe.metrics import serve
+
+    assert READY_CACHE_S == 1.0
+    counter = redis_lib.Redis.from_url(settings.redis)
+
+    def pings() -> int:
+        return counter.info("commandstats").get("cmdstat_ping", {}).get("calls", 0)
+
+    clock = Clock()
+    health = Health("ingest", clock=clock)
+    health.add("redis", redis_reachable(redis_lib.Redis.from_url(settings.redis)))
+    server = serve(0, health)
+    port = server.server_port
+    try:
+        before = pings()
+        codes: list[int] = []
+        burst = [
+            threading.Thread(target=lambda: codes.append(probe(port, "/readyz")[0]))
+            for _ in range(20)
+        ]
+        for thread in burst:
+            thread.start()
+        for thread in burst:
+            thread.join(30)
+        assert codes == [200] * 20
+        assert pings() - before == 1, "twenty probes within the interval: one check"
+
+        clock.now += 0.9
+        assert probe(port, "/readyz")[0] == 200
+        assert pings() - before == 1, "still within the interval"
+        clock.now += 0.1
+        assert [probe(port, "/readyz")[0] for _ in range(5)] == [200] * 5
+        assert pings() - before == 2, "the interval passed: one more check"
+    finally:
+        server.shutdown()
+        server.server_close()
+        counter.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import urllib.error
 import urllib.request
 
 from streamlearn.stack.embedded import free_port
@@ -89,8 +90,17 @@ def test_workers_expose_moving_counters(start_role, client_for, settings):
     )
     for _ in range(5):
         assert "y" in client.request({"x": [1, 1]})
-    actor = scrape(ports["actor"])
-    assert metric(actor, "streamlearn_actor_request_latency_seconds_count") >= 5
+
+    def observed_all() -> dict[str, float] | None:
+        """The actor observes a request's latency just after its reply has gone."""
+        values = scrape(ports["actor"])
+        return (
+            values
+            if metric(values, "streamlearn_actor_request_latency_seconds_count") >= 5
+            else None
+        )
+
+    actor = eventually(observed_all, 10, "the five latencies observed")
     assert metric(actor, "streamlearn_actor_weights_age_seconds") >= 0
 
 
@@ -130,3 +140,71 @@ def test_learner_writes_tensorboard_curves(start_role, settings, tmp_path):
     found = curves()
     assert {"online_loss", "online_metric", "version"} <= set(found)
     assert max(v for _, v in found["version"]) >= 1
+
+
+# -- where the metrics port listens, and how long it waits for a client --------------------
+
+
+def answers(host: str, port: int) -> bool:
+    """True if GET http://host:port/metrics answers; False if the connection is refused."""
+    try:
+        urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5).read()
+    except urllib.error.URLError as exc:
+        assert isinstance(exc.reason, ConnectionRefusedError), exc
+        return False
+    return True
+
+
+def test_the_metrics_port_listens_on_loopback_unless_told(start_role):
+    """A role run without STREAMLEARN_METRICS_HOST listens on 127.0.0.1 only (as under
+    `streamlearn up`); with it, on the address it names (compose: 0.0.0.0)."""
+    port = free_port()
+    start_role("ingest", TOML, env={"STREAMLEARN_METRICS_PORT": str(port)})
+    assert answers("127.0.0.1", port)
+    assert not answers("127.0.0.2", port), "bound to 127.0.0.1, not to every address"
+
+    other = free_port()
+    env = {"STREAMLEARN_METRICS_PORT": str(other), "STREAMLEARN_METRICS_HOST": "127.0.0.2"}
+    start_role("ingest", TOML, instance="1", env=env)
+    assert answers("127.0.0.2", other)
+    assert not answers("127.0.0.1", other)
+
+
+def test_the_default_and_the_setting_in_process(monkeypatch):
+    from streamlearn.observe.metrics import serve
+
+    for wanted, env in (("127.0.0.1", None), ("0.0.0.0", "0.0.0.0")):
+        if env is None:
+            monkeypatch.delenv("STREAMLEARN_METRICS_HOST", raising=False)
+        else:
+            monkeypatch.setenv("STREAMLEARN_METRICS_HOST", env)
+        server = serve(0)
+        try:
+            assert server.server_address[0] == wanted
+            assert answers("127.0.0.1", server.server_port)
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def test_a_silent_client_blocks_nobody_and_is_dropped():
+    """A client that connects and sends nothing holds only its own thread, and the server
+    hangs up on it after `client_timeout_s`."""
+    import socket
+
+    from streamlearn.observe.metrics import CLIENT_TIMEOUT_S, serve
+
+    assert CLIENT_TIMEOUT_S == 5.0
+    server = serve(0, host="127.0.0.1", client_timeout_s=0.5)
+    silent = socket.create_connection(("127.0.0.1", server.server_port), timeout=30)
+    half = socket.create_connection(("127.0.0.1", server.server_port), timeout=30)
+    try:
+        half.sendall(b"GET /metr")  # a request line never finished
+        assert answers("127.0.0.1", server.server_port), "others are served meanwhile"
+        assert silent.recv(1) == b"", "the silent client is hung up on"
+        assert half.recv(1) == b"", "so is the one that stopped mid-line"
+    finally:
+        silent.close()
+        half.close()
+        server.shutdown()
+        server.server_close()

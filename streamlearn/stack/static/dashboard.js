@@ -107,22 +107,27 @@ function el(tag, attrs, text) {
   return node;
 }
 
+// An HTML element with a class and children (strings become text nodes: never markup).
+function tag(name, className, ...children) {
+  const node = document.createElement(name);
+  if (className) node.className = className;
+  node.append(...children);
+  return node;
+}
+
+// A model's card, built without innerHTML: its name, like every string from a status,
+// only ever reaches the page as text.
 function section(model) {
   let box = document.getElementById("model-" + model);
   if (box) return box;
-  box = document.createElement("div");
-  box.className = "model";
+  box = tag("div", "model",
+    tag("h2", "", tag("span", "name", model), " ", tag("span", "age")),
+    tag("div", "figures"),
+    tag("div", "charts", ...CHARTS.map((c, i) => {
+      const svg = el("svg", { "data-chart": i, "data-points": 0, height: HEIGHT });
+      return tag("div", "chart", tag("h3", "", c.title), tag("div", "legend"), svg);
+    })));
   box.id = "model-" + model;
-  box.innerHTML = `<h2><span class="name"></span> <span class="age"></span></h2><div class="figures"></div><div class="charts"></div>`;
-  box.querySelector(".name").textContent = model;
-  const charts = box.querySelector(".charts");
-  CHARTS.forEach((c, i) => {
-    const chart = document.createElement("div");
-    chart.className = "chart";
-    chart.innerHTML = `<h3>${c.title}</h3><div class="legend"></div>` +
-      `<svg data-chart="${i}" data-points="0" height="${HEIGHT}"></svg>`;
-    charts.appendChild(chart);
-  });
   document.getElementById("models").appendChild(box);
   return box;
 }
