@@ -6,12 +6,12 @@ once, in bounded memory.
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
 
+from streamlearn.cli.light import csv_rows, shown
 from streamlearn.config import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS, MAX_DEPTH
 from streamlearn.errors import ConfigError
@@ -77,44 +77,28 @@ def infer(path: Path, target: str | None = None, task: str | None = None) -> Inf
     regression. Memory stays bounded: at most `MAX_CLASSES` + 1 distinct labels, and
     `MAX_CATEGORY_VALUES` + 1 values of a text column, are kept.
     """
-    try:
-        f = path.open(newline="", encoding="utf-8-sig")  # a BOM (Excel) is not a name
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        with f:
-            reader = csv.reader(f)
-            header = _header(path, next(reader, None))
-            target = target or (TARGET if TARGET in header else header[-1])
-            if target not in header:
-                raise ConfigError(f"--target {target!r}: no such column; the columns: {header}")
-            if len(header) < 2:
-                raise ConfigError(f"{path}: only the target column {target!r}, no feature columns")
-            labels: set[float] = set()
-            integral = True
-            rows = 0
-            columns = {name: _Column() for name in header if name != target}
-            for line, row in enumerate(reader, start=2):
-                if not row:
-                    continue
-                if len(row) != len(header):
-                    raise ConfigError(
-                        f"{path}:{line}: {len(row)} values, the header names {len(header)}"
-                    )
-                for name, cell in zip(header, row, strict=True):
-                    if name == target:
-                        value = _number(cell, path, line, name, True)
-                        if integral:
-                            integral = value.is_integer() and value >= 0
-                            if len(labels) <= MAX_CLASSES:
-                                labels.add(value)
-                    else:
-                        _read_cell(columns[name], cell, f"{path}:{line}: column {name!r}", line)
-                rows += 1
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except csv.Error as exc:
-        raise ConfigError(f"{path}: not a CSV file ({exc})") from None
+    reader = csv_rows(str(path))
+    _, header = next(reader)
+    target = target or (TARGET if TARGET in header else header[-1])
+    if target not in header:
+        raise ConfigError(f"--target {target!r}: no such column; the columns: {header}")
+    if len(header) < 2:
+        raise ConfigError(f"{path}: only the target column {target!r}, no feature columns")
+    labels: set[float] = set()
+    integral = True
+    rows = 0
+    columns = {name: _Column() for name in header if name != target}
+    for line, row in reader:
+        for name, cell in zip(header, row, strict=True):
+            if name == target:
+                value = _number(cell, path, line, name, True)
+                if integral:
+                    integral = value.is_integer() and value >= 0
+                    if len(labels) <= MAX_CLASSES:
+                        labels.add(value)
+            else:
+                _read_cell(columns[name], cell, f"{path}:{line}: column {name!r}", line)
+        rows += 1
     if rows == 0:
         raise ConfigError(f"{path}: no data rows under the header")
     features = [h for h in header if h != target]
@@ -131,20 +115,6 @@ def infer(path: Path, target: str | None = None, task: str | None = None) -> Inf
     return Inferred(features, target, rows, inferred_task, classes, reason, categorical, positional)
 
 
-def _header(path: Path, header: list[str] | None) -> list[str]:
-    if not header or not any(h.strip() for h in header):
-        raise ConfigError(f"{path}: no header row (the first line names the columns)")
-    for i, name in enumerate(header, 1):
-        if re.search(r"[\x00-\x1f\x7f]", name):
-            raise ConfigError(
-                f"{path}: column {i} of the header, {name!r}, has a control character; "
-                "fix the header (a column's name is a field name devices send)"
-            )
-    if len(set(header)) != len(header):
-        raise ConfigError(f"{path}: duplicate column names in the header: {header}")
-    return header
-
-
 def _read_cell(column: _Column, cell: str, where: str, line: int) -> None:
     text = cell.strip()
     if not text:
@@ -159,7 +129,7 @@ def _read_cell(column: _Column, cell: str, where: str, line: int) -> None:
             column.texts.setdefault(text, None)
         return
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{where} is not finite, got {cell!r}")
+        raise ConfigError(f"{where} is not finite, got {shown(cell)}")
     column.numbers += 1
 
 
@@ -210,7 +180,7 @@ def _categories(
                 )
             continue
         line, cell = column.first_text
-        where = f"{path}:{line}: feature column {name!r} is not numeric, got {cell!r}"
+        where = f"{path}:{line}: feature column {name!r} is not numeric, got {shown(cell)}"
         if positional:
             raise ConfigError(f"{where} (positional inputs are numbers: {positional})")
         if column.numbers:
@@ -239,11 +209,11 @@ def _number(cell: str, path: Path, line: int, column: str, is_target: bool) -> f
     except ValueError:
         role = "target" if is_target else "feature"
         raise ConfigError(
-            f"{path}:{line}: {role} column {column!r} is not numeric, got {cell!r} "
+            f"{path}:{line}: {role} column {column!r} is not numeric, got {shown(cell)} "
             f"(every column must be a number; encode or drop {column!r})"
         ) from None
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{path}:{line}: column {column!r} is not finite, got {cell!r}")
+        raise ConfigError(f"{path}:{line}: column {column!r} is not finite, got {shown(cell)}")
     return value
 
 

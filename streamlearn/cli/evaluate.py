@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from streamlearn.cli.light import ProgressBar, csv_samples, unreadable
+from streamlearn.cli.light import ProgressBar, csv_samples, ndjson_lines
 from streamlearn.errors import ConfigError, StreamlearnError
 
 MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
@@ -37,19 +38,8 @@ DEFAULT_LAST = 1000
 def ndjson_samples(path: str, target: str = "y") -> Iterator[tuple[list[float], float]]:
     """(x, y) per sample of an NDJSON file of sample payloads: `{"x": row, "y": v}` or the
     columnar `{"x": [row, ...], "y": [v, ...]}`, the label under `target`."""
-    with open(path, encoding="utf-8") as f:
+    for number, _, doc in ndjson_lines(path):
         try:
-            yield from _ndjson_lines(path, f, target)
-        except UnicodeDecodeError as exc:
-            raise unreadable(path, exc) from None
-
-
-def _ndjson_lines(path: str, f: Any, target: str) -> Iterator[tuple[list[float], float]]:
-    for number, line in enumerate(f, 1):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
             xs, ys = doc["x"], doc[target]
             if not isinstance(ys, list):
                 xs, ys = [xs], [ys]
@@ -57,8 +47,13 @@ def _ndjson_lines(path: str, f: Any, target: str) -> Iterator[tuple[list[float],
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(
                 f"{path}:{number}: not a labelled sample payload with x and {target!r} "
-                f"({type(exc).__name__}: {exc})"
+                f"({type(exc).__name__}: {str(exc)[:200]})"
             ) from None
+        for x, y in pairs:
+            if not all(math.isfinite(v) for v in (*x, y)):
+                raise ConfigError(
+                    f"{path}:{number}: a number that is not finite (the service refuses it)"
+                )
         yield from pairs
 
 

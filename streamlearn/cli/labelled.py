@@ -12,6 +12,7 @@ beside the one computed here from the replies.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from streamlearn.cli.evaluate import MAX_SAMPLES, Replay, decide
-from streamlearn.cli.light import LightModel, csv_objects, put, unreadable
+from streamlearn.cli.light import LightModel, csv_objects, ndjson_lines, put
 from streamlearn.errors import ConfigError
 
 SERVED_WAIT_S = 5.0  # how long `evaluate` waits for the status to count its last labels
@@ -36,8 +37,10 @@ def read_named(path: str, model: Any, target: str) -> tuple[list[dict], np.ndarr
         if len(labels) == MAX_SAMPLES:
             raise ConfigError(f"{path}: more than {MAX_SAMPLES:,} samples; cut the file")
         y = _take(doc, target)
-        if isinstance(y, bool) or not isinstance(y, int | float):
-            raise ConfigError(f"{path}:{number}: the label {target!r} is not a number, got {y!r}")
+        if isinstance(y, bool) or not isinstance(y, int | float) or not math.isfinite(y):
+            raise ConfigError(
+                f"{path}:{number}: the label {target!r} is not a finite number, got {y!r}"[:300]
+            )
         requests.append(doc)
         labels.append(float(y))
     if not labels:
@@ -46,29 +49,16 @@ def read_named(path: str, model: Any, target: str) -> tuple[list[dict], np.ndarr
 
 
 def _named_docs(path: str, model: Any, target: str) -> Iterator[tuple[int, dict]]:
-    try:
-        if not path.endswith((".ndjson", ".jsonl")):
-            light = LightModel(model.name, model.inputs, model.fields, target, model.categorical)
-            for number, doc in enumerate(csv_objects(path, light), 2):
-                yield number, doc
-            return
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    doc = json.loads(line)
-                except ValueError as exc:
-                    raise ConfigError(f"{path}:{number}: not JSON ({exc})") from None
-                docs = doc.get("samples") if isinstance(doc, dict) else None
-                for one in docs if isinstance(docs, list) else [doc]:
-                    if not isinstance(one, dict):
-                        raise ConfigError(f"{path}:{number}: not a named sample: {one!r}"[:300])
-                    yield number, one
-    except UnicodeDecodeError as exc:
-        raise unreadable(path, exc) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    if not path.endswith((".ndjson", ".jsonl")):
+        light = LightModel(model.name, model.inputs, model.fields, target, model.categorical)
+        yield from csv_objects(path, light)
+        return
+    for number, _, doc in ndjson_lines(path):
+        docs = doc.get("samples") if isinstance(doc, dict) else None
+        for one in docs if isinstance(docs, list) else [doc]:
+            if not isinstance(one, dict):
+                raise ConfigError(f"{path}:{number}: not a named sample: {one!r}"[:300])
+            yield number, one
 
 
 def _take(doc: dict, name: str) -> Any:

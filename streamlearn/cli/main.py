@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from streamlearn.cli import light
 from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.stack import runfile
 
 if TYPE_CHECKING:
     from streamlearn.client.client import Client
@@ -77,13 +79,24 @@ def _guard(func) -> int:  # type: ignore[no-untyped-def]
             raise
         return _needs_service()
     except ConfigError as exc:
-        print(f"streamlearn: configuration error: {exc}", file=sys.stderr)
+        print(f"streamlearn: configuration error: {_said(exc)}", file=sys.stderr)
         return 2
     except StreamlearnError as exc:
-        print(f"streamlearn: {exc}", file=sys.stderr)
+        print(f"streamlearn: {_said(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _said(exc: Exception) -> str:
+    """An error as one line: no password of a URL in it, control characters (a newline or a
+    terminal escape in a file name or a cell) escaped.
+
+    >>> _said(ConfigError("bad port in 'mqtt://u:pw@h:x'\\n\\x1b[2J"))
+    "bad port in 'mqtt://u:***@h:x'\\\\n\\\\x1b[2J"
+    """
+    text = runfile.redact_text(str(exc))
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: m[0].encode("unicode_escape").decode(), text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -269,27 +282,35 @@ def _publish(args: argparse.Namespace) -> int:
         if args.demo
         else light.file_payloads(args.file, args.batch, model)
     )
-    total = args.count if args.demo else _count_samples(args.file)
+    total = args.count if args.demo else light.count_samples(args.file)
     if args.count is not None and total is not None:
         total = min(total, args.count)
     progress = light.ProgressBar(total)
+    judge = None if isinstance(model, light.LightModel) else _Refusals(model)
     sent = messages = 0
+    failure: ConfigError | None = None
     start = time.monotonic()
 
     def paced() -> Iterator[bytes]:
-        """The payloads up to --count, at --rate, counted as the client takes them."""
-        nonlocal sent, messages
-        for n, payload in payloads:
-            if args.count is not None and sent >= args.count:
-                return
-            yield payload
-            messages += 1
-            sent += n
-            progress.update(sent)
-            if args.rate:
-                ahead = sent / args.rate - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
+        """The payloads up to --count, at --rate, counted as the client takes them; a
+        message the model's own checks refuse whole is not sent; a bad line of the file
+        ends the stream, after what came before it is sent."""
+        nonlocal sent, messages, failure
+        try:
+            for n, payload in payloads:
+                if args.count is not None and sent >= args.count:
+                    return
+                if judge is None or judge.judge(sent, n, payload):
+                    yield payload
+                    messages += 1
+                sent += n
+                progress.update(sent)
+                if args.rate:
+                    ahead = sent / args.rate - (time.monotonic() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except ConfigError as exc:
+            failure = exc
 
     try:
         client.publish_payloads(model.name, paced(), timeout=30)
@@ -298,12 +319,53 @@ def _publish(args: argparse.Namespace) -> int:
     finally:
         client.close()
         progress.finish(sent)
+    if failure is not None:
+        raise ConfigError(f"{failure}; the {sent} samples before it were sent" if sent else failure)
     elapsed = time.monotonic() - start
+    refused = judge.samples if judge else 0
     print(
-        f"published {sent} samples in {messages} messages to {names.samples_topic} "
+        f"published {sent - refused} samples in {messages} messages to {names.samples_topic} "
         f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
     )
+    if judge and judge.samples:
+        print(f"streamlearn: {judge.summary(sent)}", file=sys.stderr)
+        return 1
     return 0
+
+
+class _Refusals:
+    """What ingest's own parser refuses of the messages `publish` sends, judged before they
+    go with the model as configured here: refused samples by kind, the first reason."""
+
+    def __init__(self, model: ModelConfig) -> None:
+        from streamlearn.contract.payloads import PayloadParser
+
+        self.parser = PayloadParser(model)
+        self.samples = 0
+        self.kinds: dict[str, int] = {}
+        self.first = ""
+
+    def judge(self, before: int, n: int, payload: bytes) -> bool:
+        """Count what the message's `n` samples (after `before` others) lose; False when
+        nothing of it would be kept, so it is not sent."""
+        parsed = self.parser.parse_message(payload, at=time.time())
+        kept = sum(len(part) for part in (parsed.samples, parsed.observations) if part)
+        kept += parsed.fields.unlabeled if parsed.fields else 0
+        lost = max(0, n - kept) if parsed.rejections else 0
+        if lost:
+            self.samples += lost
+            for rejection in parsed.rejections:
+                self.kinds[rejection.kind] = self.kinds.get(rejection.kind, 0) + 1
+            if not self.first:
+                self.first = f"samples {before + 1}..{before + n}: {parsed.rejections[0].reason}"
+        return kept > 0
+
+    def summary(self, total: int) -> str:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in self.kinds.items())
+        return (
+            f"{self.samples} of {total} samples refused by the model's checks, not learned "
+            f"(messages by kind: {kinds}; first: {self.first[:300]})"
+        )
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -314,16 +376,6 @@ def _bench(args: argparse.Namespace) -> int:
         raise StreamlearnError("benchmarks ship with the source repository (bench/), not the wheel")
     cmd = [sys.executable, "-m", f"bench.{args.name}", *args.args]
     return subprocess.run(cmd, cwd=root).returncode
-
-
-def _count_samples(path: str) -> int | None:
-    """Samples in a file, counted cheaply (None when unknown)."""
-    try:
-        with open(path, "rb") as f:
-            lines = sum(1 for line in f if line.strip())
-    except OSError:
-        return None
-    return lines - 1 if path.endswith(".csv") else None
 
 
 def _demo_payloads(model: ModelConfig, batch: int) -> Iterator[tuple[int, bytes]]:
@@ -340,7 +392,7 @@ def _predict(args: argparse.Namespace) -> int:
     if args.key is not None and not args.x:
         raise ConfigError("--key needs x, the device's newest observation")
     model, client = _target(args)
-    x = _request_x(args.x, model)
+    x = light.request_x(args.x, model)
     body: dict = dict(x) if isinstance(x, dict) else {"x": x}
     if isinstance(x, dict) and args.key is not None:
         raise ConfigError("--key goes with a positional x, not named fields")
@@ -356,25 +408,6 @@ def _predict(args: argparse.Namespace) -> int:
             ) from None
     print(json.dumps(reply))
     return 0 if "error" not in reply else 1
-
-
-def _request_x(given: str | None, model: ModelConfig | light.LightModel) -> object:
-    """x from the command line (a JSON list, or an object of named fields), else a demo x."""
-    if given:
-        try:
-            x = json.loads(given)
-        except ValueError as exc:
-            raise ConfigError(f"x: not JSON ({exc}), got {given!r}") from None
-        if not isinstance(x, list | dict):
-            raise ConfigError(f"x: a JSON list or an object of named fields, got {given!r}")
-        return x
-    if model.fields is not None:
-        return light.named_default(model)
-    if isinstance(model, light.LightModel):  # the base install: no demo stream (numpy)
-        return [0.0] * model.inputs
-    from streamlearn.stack.demo import DemoStream
-
-    return DemoStream(model).sample(1).x[0].tolist()
 
 
 if __name__ == "__main__":

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 FILE_ENV = "STREAMLEARN_STACK_FILE"
 MAX_FILE_BYTES = 64 * 1024  # a run file is a few hundred bytes; anything bigger is not one
+_warned: set[str] = set()  # run files already said to be ignored, by path and reason
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def remove(pid: int, path: Path | None = None) -> None:
     """Remove the run file if it is still the one process `pid` wrote (a later `up` may
     have written its own over it)."""
     path = path or stack_file()
-    record = read(path)
+    record = _load(path)
     if record is None or record.pid == pid:
         with suppress(FileNotFoundError):
             path.unlink()
@@ -91,18 +94,43 @@ def recorded(record: StackRecord) -> Iterator[Path]:
 
 
 def read(path: Path | None = None) -> StackRecord | None:
-    """The record in the run file, live or not; None when there is none or it is unreadable."""
-    path = path or stack_file()
+    """The record in the run file, live or not; None when there is none, it is unreadable,
+    or it is not to be trusted (said once on stderr)."""
+    return _load(path or stack_file(), trusted=True)
+
+
+def _load(path: Path, trusted: bool = False) -> StackRecord | None:
     try:
         with open(path, "rb") as f:
-            doc = json.loads(f.read(MAX_FILE_BYTES))
-        record = StackRecord(**doc)
-    except (OSError, ValueError, TypeError):
+            why = _untrusted(path, os.fstat(f.fileno())) if trusted else None
+            if why:
+                _warn_once(f"streamlearn: ignoring the run file {path}: {why}")
+                return None
+            record = StackRecord(**json.loads(f.read(MAX_FILE_BYTES)))
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
     fields = (record.mqtt_url, record.redis_url, record.topic_prefix, record.key_prefix)
     if not all(isinstance(v, str) and v for v in fields) or not isinstance(record.pid, int):
         return None
     return record
+
+
+def _untrusted(path: Path, st: os.stat_result) -> str | None:
+    """Why another user could have written (or read) the file `st` describes, or None."""
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()})"
+    if st.st_mode & 0o077:
+        return f"group or others may use it (mode {st.st_mode & 0o777:o}; chmod 600 it)"
+    folder = os.stat(path.parent)
+    if folder.st_mode & stat.S_IWOTH and not folder.st_mode & stat.S_ISVTX:
+        return f"others may write to its directory {path.parent} (chmod o-w it)"
+    return None
+
+
+def _warn_once(line: str) -> None:
+    if line not in _warned:
+        _warned.add(line)
+        print(line, file=sys.stderr)
 
 
 def live(path: Path | None = None) -> StackRecord | None:
@@ -160,8 +188,18 @@ def describe(given: str | None, record: StackRecord | None, url: str, env: str) 
 
 def redact(url: str) -> str:
     """`url` with its password replaced by `***`, fit for a terminal."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+    return redact_text(url)
+
+
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)([^/\s'\"@]*):[^/\s'\"]*@")
+_QUERY_SECRET = re.compile(r"([?&](?:password|passwd|pass|token|secret)=)[^&\s'\"]*", re.I)
+
+
+def redact_text(text: str) -> str:
+    """Every URL's password in `text` replaced by `***` (a userinfo password, or a
+    `password=` query argument), for an error message that quotes a URL.
+
+    >>> redact_text("bad port in 'mqtts://dev:p@ss@broker:x' or redis://:pw@h/0?password=pw")
+    "bad port in 'mqtts://dev:***@broker:x' or redis://:***@h/0?password=***"
+    """
+    return _QUERY_SECRET.sub(r"\1***", _USERINFO.sub(r"\1\2:***@", text))
