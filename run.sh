@@ -7,12 +7,19 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 need_debian_packages() {
-  # Servers for every verb; the browser only for the tests (the dashboard test drives it).
+  # Servers for every verb; for the tests only, the browser (the dashboard test drives it)
+  # and a C compiler with mosquitto's plugin headers.
   local missing=()
   command -v redis-server >/dev/null || missing+=(redis-server)
   command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing+=(mosquitto)
   command -v openssl >/dev/null || missing+=(openssl)
-  if [ "${1:-}" = test ]; then command -v chromium >/dev/null || missing+=(chromium); fi
+  if [ "${1:-}" = test ]; then
+    command -v chromium >/dev/null || missing+=(chromium)
+    # The deployed broker's guard plugin (deploy/mosquitto/guard), compiled by its tests.
+    command -v cc >/dev/null || missing+=(gcc)
+    [ -f /usr/include/mosquitto_plugin.h ] || missing+=(mosquitto-dev)
+    [ -f /usr/include/mosquitto.h ] || missing+=(libmosquitto-dev)
+  fi
   [ ${#missing[@]} -eq 0 ] && return
   echo "installing Debian packages: ${missing[*]}"
   local sudo=""

@@ -36,6 +36,17 @@ def _secrets_env() -> dict[str, str]:
     return env
 
 
+def build_guard(out_dir: Path) -> Path:
+    """Compile deploy/mosquitto/guard (the broker plugin the deployed config loads) with the
+    machine's C compiler and Debian's mosquitto-dev headers (`run.sh test` installs both)."""
+    source = DEPLOY / "mosquitto/guard/streamlearn_guard.c"
+    out = out_dir / "streamlearn_guard.so"
+    cmd = ["cc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(out), str(source)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, f"the guard plugin did not build: {done.stderr}"
+    return out
+
+
 def _generate(script: str, out: Path, *args: str, env: dict[str, str] | None = None) -> None:
     """Run a deploy/ generator script (passwords, ACLs, certificates) with this session's
     secrets."""
@@ -83,6 +94,7 @@ def deployed_broker(overrides: dict[str, str] | None = None) -> Iterator[Deploye
         for option, value in (overrides or {}).items():
             conf, n = re.subn(rf"^{option} .*$", f"{option} {value}", conf, flags=re.M)
             assert n == 1, f"deploy mosquitto.conf has no single {option} line"
+        conf = conf.replace("/mosquitto/plugins/streamlearn_guard.so", str(build_guard(wd)))
         conf = conf.replace("/mosquitto/config/passwd", str(wd / "passwd"))
         conf = conf.replace("/mosquitto/config/acl", str(DEPLOY / "mosquitto/acl"))
         conf = conf.replace("/mosquitto/certs/", f"{wd}/certs/")

@@ -410,7 +410,7 @@ def test_compose_file_is_consistent_with_the_code():
     services = compose["services"]
     settings_vars = {f"STREAMLEARN_{name.upper()}" for name in Settings.model_fields}
     roles = {"ingest", "learner", "actor"}
-    ours = {n: s for n, s in services.items() if s.get("image", "").startswith("streamlearn")}
+    ours = {n: s for n, s in services.items() if s.get("image", "").split(":")[0] == "streamlearn"}
     assert {s["command"][0] for s in ours.values()} == roles, "every role runs, by its command"
     assert (
         sum(
@@ -451,6 +451,12 @@ def test_compose_file_is_consistent_with_the_code():
                 if maker:
                     assert (path.parent / maker).exists()
     assert (ROOT / "deploy/Dockerfile").exists()
+    # the broker image carries the guard plugin its config loads
+    broker = services["mosquitto"]
+    dockerfile = (ROOT / broker["build"]["context"] / "Dockerfile").read_text()
+    conf = (ROOT / "deploy/mosquitto/mosquitto.conf").read_text()
+    plugin = re.search(r"^plugin (\S+)$", conf, flags=re.M)
+    assert plugin and plugin.group(1) in dockerfile
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout
     assert ".env\n" not in tracked and "users.acl\n" not in tracked and "passwd\n" not in tracked
     secrets = [".env", "deploy/mosquitto/devices", "deploy/mosquitto/passwd"]
