@@ -129,7 +129,7 @@ def _read_cell(column: _Column, cell: str, where: str, line: int) -> None:
             column.texts.setdefault(text, None)
         return
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{where} is not finite, got {shown(cell)}")
+        raise ConfigError(f"{where} is not a finite number, got {shown(cell)}")
     column.numbers += 1
 
 
@@ -213,7 +213,7 @@ def _number(cell: str, path: Path, line: int, column: str, is_target: bool) -> f
             f"(every column must be a number; encode or drop {column!r})"
         ) from None
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{path}:{line}: column {column!r} is not finite, got {shown(cell)}")
+        raise ConfigError(f"{path}:{line}: column {column!r} is not a finite number, got {shown(cell)}")
     return value
 
 

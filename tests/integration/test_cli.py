@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from streamlearn.cli import light
+from streamlearn.contract.names import Names
 from tests.conftest import ROOT, eventually, plain_paho, role_env
 
 TOML = """
@@ -157,3 +158,36 @@ def test_the_base_install_reads_named_inputs_with_the_standard_library(tmp_path)
         "machine_type": "press",
         "ENERGY": {"Power": 0.0},
     }
+
+
+def test_publish_never_calls_a_refused_file_a_success(start_role, settings, redis, tmp_path):
+    """NaN cells are bad input (exit 2, the line named); samples the model's checks refuse
+    are counted as ingest counts them, and publish exits 1 saying so."""
+    start_role("ingest", TOML)
+    config = tmp_path / "streamlearn.toml"
+    nan = tmp_path / "nan.csv"
+    nan.write_text("a,b,y\nnan,1,0\nnan,2,1\n")
+    done = streamlearn(settings, config, "publish", str(nan))
+    assert done.returncode == 2, done.stdout
+    assert "nan.csv:2: column 'a' is not a finite number" in done.stderr
+    assert "published" not in done.stdout and "Traceback" not in done.stderr
+
+    dead = tmp_path / "dead.ndjson"  # 1e400 is a JSON number no float holds: infinity
+    dead.write_text('{"x": [1e400, 1], "y": 0}\n' * 3)
+    done = streamlearn(settings, config, "publish", str(dead))
+    assert done.returncode == 1, done.stdout
+    assert "published 0 samples in 0 messages" in done.stdout
+    assert "3 of 3 samples refused" in done.stderr and "Traceback" not in done.stderr
+
+    mixed = tmp_path / "mixed.ndjson"  # one message with a sample of the wrong width
+    mixed.write_text(
+        '{"samples": [{"x": [1, 2], "y": 0.5}, {"x": [1], "y": 1}]}\n{"x": [3, 4], "y": 1}\n'
+    )
+    done = streamlearn(settings, config, "publish", str(mixed))
+    assert done.returncode == 1, done.stdout
+    assert "published 2 samples in 2 messages" in done.stdout
+    assert "1 of 3 samples refused" in done.stderr and "first: samples 1..2" in done.stderr
+    names = Names("c", settings.topic_prefix, settings.key_prefix)
+    kept = lambda: int(redis.get(names.ingest_count_key) or 0)  # noqa: E731
+    eventually(lambda: kept() == 2 and redis.xlen(names.deadletter_key) == 1, 10, "as said")
+    assert (kept(), redis.xlen(names.deadletter_key)) == (2, 1), "the 2 kept, 1 dead letter"
