@@ -94,12 +94,12 @@ def write(
     return parts
 
 
-def start_workers(settings, config, env: dict[str, str] | None = None) -> list:
+def start_workers(settings, config, env: dict[str, str] | None = None, second=None) -> list:
+    """Both workers, ready; worker 1 with the `second` config when given."""
+    configs = [config, second or config]
     workers = [
-        launch_role(
-            settings, "learner", config, "mw", str(i), {"TF_CONFIG": tf_config, **(env or {})}
-        )
-        for i, tf_config in enumerate(tf_configs(2))
+        launch_role(settings, "learner", configs[i], "mw", str(i), {"TF_CONFIG": tf, **(env or {})})
+        for i, tf in enumerate(tf_configs(2))
     ]
     for worker in workers:
         worker.wait_for(" ready", 120)
@@ -254,25 +254,42 @@ def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(
     assert int(published(redis, names)[1]["step"]) == 2 * TURNS
 
 
+@pytest.mark.parametrize("how", ["stopped", "stuck"])
 def test_a_worker_that_stops_taking_part_ends_the_other_at_the_collective_timeout(
-    redis, settings, mw
+    redis, settings, mw, tmp_path, how
 ):
-    """SIGSTOP: the worker's process and its gRPC port live on, it just never answers, so
-    TensorFlow's own check of its peers goes on waiting; the watchdog does not."""
+    """Worker 1 stops taking part while its process and gRPC port live on: stopped
+    (SIGSTOP; TensorFlow's heartbeats notice that too, some seconds later), or stuck in its
+    own loop (here: told to wait 10 minutes for its batch to fill), which nothing in
+    TensorFlow notices. The chief ends with a WorkerLost at the timeout instead of hanging."""
     config, cfg, names = mw
+    stuck = tmp_path / "stuck.toml"  # full entries fill a batch at once: it waits only later
+    stuck.write_text(
+        TOML.replace("[models.mw.learner]", "[models.mw.learner]\nmax_wait_ms = 600000")
+    )
     write(redis, names, cfg, (1, 2))
-    workers = start_workers(settings, config, {"STREAMLEARN_COLLECTIVE_TIMEOUT_S": "3"})
+    timeout = {"STREAMLEARN_COLLECTIVE_TIMEOUT_S": "3"}
+    workers = start_workers(settings, config, timeout, stuck if how == "stuck" else None)
     try:
         learn(redis, names, cfg, workers, 2 * TURNS * SHARE)
-        os.kill(workers[1].proc.pid, signal.SIGSTOP)
-        assert workers[0].proc.wait(45) != 0, "the chief stops instead of hanging"
+        if how == "stopped":
+            os.kill(workers[1].proc.pid, signal.SIGSTOP)
+        else:  # one sample: worker 1 reads it, then waits for 31 more
+            one = entries(3)[0]
+            SampleStream.of(redis, names.of_partition(1), cfg).write(
+                [Samples(one.x[:1], one.y[:1])]
+            )
+        assert workers[0].proc.wait(60) != 0, "the chief stops instead of hanging"
         workers[0].stop()  # its output read to the end
     finally:
         workers[1].proc.kill()  # a stopped process still takes SIGKILL
         for worker in workers:
             worker.stop()
-    assert "WorkerLost: no answer from the other learner workers within 3 s" in workers[0].output
-    assert "STREAMLEARN_COLLECTIVE_TIMEOUT_S" in workers[0].output
+    lost = "WorkerLost: no answer from the other learner workers within 3 s"
+    assert lost in workers[0].output, workers[0].output[-3000:]
+    assert "(STREAMLEARN_COLLECTIVE_TIMEOUT_S): one of them is stopped, hung or cut off" in (
+        workers[0].output
+    )
     assert "every worker must start again" in workers[0].output
 
 
