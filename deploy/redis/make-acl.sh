@@ -44,6 +44,12 @@
 #            Read-write only sl:*:pending* (each served prediction of a request with an id,
 #            kept for its label, and the index that bounds them; a Lua script: SET EX,
 #            ZADD, ZREMRANGEBYSCORE/ZREMRANGEBYRANK, UNLINK).
+# Selectors (Redis 7): ingest's and the learner's rights on their other keys (UNLINK, DEL,
+# SET, EXPIRE, ...) are each in a `(...)` selector limited to those keys, so a leaked
+# ingest or learner password cannot delete or overwrite the sample stream or the dead
+# letters, not even from a script: on the streams they have only the streams' commands.
+# What stays possible on them is what the role is for: ingest's XADD (with a MAXLEN
+# argument, that trims too: Redis ACLs do not see arguments), the learner's XTRIM.
 # Every user may PING, HELLO and CLIENT SETNAME (what redis-py sends on connect). CLIENT
 # SETINFO is left out (it exists only from Redis 7.2): redis-py ignores its refusal.
 # The `sl` key prefix is STREAMLEARN_KEY_PREFIX: change the patterns if you change it.
@@ -74,6 +80,9 @@ hash_of() {
 }
 
 conn='+ping +hello +client|setname +cluster|info +cluster|slots'  # cluster: mode probe, topology
+# The keys other than the streams that ingest and the learner write (selectors below).
+ingest_keys='~sl:*:ingest:* ~sl:*:window:* ~sl:*:pending* ~sl:*:served* ~sl:*:fields'
+learner_keys='~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants'
 ingest=$(hash_of REDIS_INGEST_PASSWORD)
 learner=$(hash_of REDIS_LEARNER_PASSWORD)
 actor=$(hash_of REDIS_ACTOR_PASSWORD)
@@ -82,8 +91,12 @@ tmp=$(mktemp "$out.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 {
     echo "user default off resetpass ~* &* +@all"
-    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:ingest:* ~sl:*:window:* ~sl:*:pending* ~sl:*:served* ~sl:*:fields -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter ~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +get +mget +set +del +unlink +exists +multi +exec +discard +publish +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos +time +evalsha +eval +script|load"
+    # Root rules: the streams' own commands and the scripts (a script's declared keys must
+    # all match one rule set: every pattern is in the root set). Selectors, in (...): what
+    # may touch the other keys, and nothing else. So UNLINK, DEL and SET never reach the
+    # sample stream or the dead letters, directly or from a script.
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat)"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
     echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"

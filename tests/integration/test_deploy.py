@@ -303,6 +303,16 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
         (actor, ["HINCRBY", names.served_key, "labels", "1"]),
         (actor, ["GET", names.samples_key]),
     ]
+    ingest.xadd(names.deadletter_key, {"reason": "test"})
+    # The commands ingest and the learner need on other keys never reach the sample stream
+    # nor the dead letters, directly or from a script (Redis 7 selectors).
+    for client in (ingest, learner):
+        for key in (names.samples_key, names.deadletter_key):
+            denied += [(client, [cmd, key]) for cmd in ("UNLINK", "DEL", "GET")]
+            denied += [(client, ["SET", key, "x"]), (client, ["EXPIRE", key, "1"])]
+            script = "return redis.call('UNLINK', KEYS[1])"
+            with pytest.raises(redis_lib.exceptions.ResponseError, match="can't access"):
+                client.execute_command("EVAL", script, "1", key)
     for client in (ingest, learner, actor):
         denied += [
             (client, ["FLUSHALL"]),
@@ -315,6 +325,7 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     with pytest.raises(redis_lib.exceptions.AuthenticationError):
         redis_lib.Redis(port=acl_redis.port).ping()
     assert WeightsStore(actor, names).fetch() == (1, b"blob"), "nothing denied took effect"
+    assert learner.exists(names.samples_key, names.deadletter_key) == 2, "both streams kept"
 
 
 # -- the whole stack under least privilege ---------------------------------------------------
