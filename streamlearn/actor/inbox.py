@@ -15,6 +15,7 @@ long after clients gave up, and the cheap error lets a client still waiting back
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -167,11 +168,22 @@ def decode(raw: bytes, opens: int | None = None) -> dict[str, Any]:
         raise PayloadError(f"invalid JSON: nested more than {MAX_DEPTH} levels deep")
     try:
         doc = from_json(raw)
-    except ValueError as exc:  # syntax, UTF-8, a number out of range, recursion
-        raise PayloadError(f"invalid JSON: {exc}") from None
+    except ValueError as exc:
+        if str(exc).startswith("number out of range"):
+            raise PayloadError(f"invalid JSON: {exc}") from None
+        doc = _loads(raw)  # `json` says why, and reads a lone surrogate (the reply's id)
     if not isinstance(doc, dict):
         raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
     return doc
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise PayloadError("invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
+        raise PayloadError(f"invalid JSON: {exc}") from None
 
 
 @dataclass(slots=True)
