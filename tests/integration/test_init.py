@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,24 @@ def test_init_says_what_is_wrong_with_a_file_in_one_line(tmp_path, content, said
     assert said in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "streamlearn.toml").exists()
+
+
+def test_a_crafted_file_name_and_cells_are_text_never_toml(tmp_path):
+    """A file name and cells with newlines, quotes, escapes and TOML of their own: the file
+    means exactly one model, whose names and values are the cells as they are."""
+    name = 'x.csv\n[models.evil]\ninputs = 1\nfactory = "os:system"\n#.csv'
+    cells = ["a\nb", 'say "hi"', "x\x1b]0;title\x07", "[models.evil]", "\U0001f600"]
+    quoted = [v.replace('"', '""') for v in cells]
+    rows = "".join(f'{i},"{v}",{i % 2}\n' for i, v in enumerate(quoted))
+    (tmp_path / name).write_text('te"mp,kind\U0001f600,y\n' + rows, encoding="utf-8")
+    done = init(name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = tomllib.loads((tmp_path / "streamlearn.toml").read_text(encoding="utf-8"))
+    assert list(doc) == ["models"] and len(doc["models"]) == 1, doc.get("models")
+    (model,) = doc["models"].values()
+    assert "factory" not in model
+    assert model["inputs"] == ['te"mp', "kind\U0001f600"]
+    assert model["categorical"] == {"kind\U0001f600": cells}
 
 
 def test_init_config_runs_and_learns_the_file(start_role, settings, redis, tmp_path):

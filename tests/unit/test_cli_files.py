@@ -1,12 +1,11 @@
 """A file `init`, `publish` or `evaluate` cannot use is one line naming the file, the line and
-what is wrong, exit status 2, never a traceback; `init` never writes a file name or a cell
-as TOML of its own. No servers: `evaluate` and `init` read the file before they connect,
-and publish's reading is driven without a broker (its command runs in test_cli.py)."""
+what is wrong, exit status 2, never a traceback. No servers: `evaluate` and `init` read the
+file before they connect, and publish's reading is driven without a broker (its command
+runs in test_cli.py)."""
 
 from __future__ import annotations
 
 import os
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -106,21 +105,3 @@ def test_an_error_is_one_line_without_a_password(tmp_path, capsys, monkeypatch):
     (tmp_path / odd).write_text("a,y\n1\n")
     status, line = run(capsys, "init", odd, "--output", "other.toml")
     assert status == 2 and "x.csv\\n\\x1b[2J:2: 1 values" in line, line
-
-
-def test_init_writes_a_crafted_file_name_and_cells_as_text_not_toml(tmp_path, capsys):
-    """A file name and cells with newlines, quotes and TOML of their own: the file means
-    exactly one model, whose names and values are the cells as they are."""
-    name = 'x.csv\n[models.evil]\ninputs = 1\nfactory = "os:system"\n#.csv'
-    cells = ["a\nb", 'say "hi"', "x\x1b]0;title\x07", "[models.evil]", "\U0001f600"]
-    rows = "".join(
-        f'{i},"{v.replace(chr(34), chr(34) * 2)}",{i % 2}\n' for i, v in enumerate(cells)
-    )
-    (tmp_path / name).write_text('te"mp,kind\U0001f600,y\n' + rows)
-    assert main(["init", name]) == 0, capsys.readouterr().err
-    doc = tomllib.loads((tmp_path / "streamlearn.toml").read_text(encoding="utf-8"))
-    assert list(doc) == ["models"] and len(doc["models"]) == 1, doc.get("models")
-    (model,) = doc["models"].values()
-    assert "factory" not in model
-    assert model["inputs"] == ['te"mp', "kind\U0001f600"]
-    assert model["categorical"] == {"kind\U0001f600": cells}
