@@ -77,7 +77,9 @@ def _server(cfg: ModelConfig) -> tuple[Callable[[bytes], str | None], list[bytes
     return serve, sent
 
 
-def measure(passes: int, quick: bool = False) -> tuple[list[dict], dict[str, bool], dict[str, float]]:
+def measure(
+    passes: int, quick: bool = False
+) -> tuple[list[dict], dict[str, bool], dict[str, float]]:
     rows: list[dict] = []
     checks: dict[str, bool] = {}
     figures: dict[str, float] = {}
