@@ -154,6 +154,11 @@ class BrokerAddress:
         )
 
 
+# How long the broker keeps a persistent session (ingest's queued QoS 1 samples) after its
+# client went away: past it, what it queued for that client is dropped.
+SESSION_EXPIRY_S = 3600
+
+
 def connect(
     url: str,
     client_id: str | None = None,
@@ -166,6 +171,7 @@ def connect(
     ca_file: str | None = None,
     will: tuple[str, bytes] | None = None,
     online: tuple[str, bytes] | None = None,
+    gone: bytes = b"",
     no_delay: bool = False,
     on_connack: Callable[[Properties | None], None] | None = None,
     timeout_s: float = 10.0,
@@ -177,7 +183,9 @@ def connect(
     `will` is a (topic, payload) the broker publishes retained if the client dies.
     `online` is a (topic, marker) published retained at every connect (a reconnect too, as
     the broker may have published the will meanwhile), with a will that clears it: the
-    marker is there exactly while the client is (`streamlearn.observe.presence.Presence`).
+    marker is there exactly while the client is (`streamlearn.observe.presence.Presence`);
+    `gone` replaces it instead of clearing it, for as long as a persistent session outlives
+    the client (the broker keeps it SESSION_EXPIRY_S, then counts down its expiry).
     `no_delay` turns Nagle's algorithm off, so that a small reply is not held back until
     the broker acknowledges the previous packet (up to its delayed-ACK timeout, ~40 ms).
     `on_connack` gets the properties of each successful CONNACK (e.g. the broker's
@@ -196,10 +204,14 @@ def connect(
         client.tls_set(ca_certs=ca_file, tls_version=ssl.PROTOCOL_TLS_CLIENT)
     if will is not None and online is not None:
         raise ValueError("connect: give `will` or `online`, not both (one will per client)")
+    will_props = None
     if online is not None:
-        will = (online[0], b"")
+        will = (online[0], gone)
+        if gone:
+            will_props = Properties(PacketTypes.WILLMESSAGE)
+            will_props.MessageExpiryInterval = SESSION_EXPIRY_S
     if will is not None:
-        client.will_set(will[0], will[1], qos=1, retain=True)
+        client.will_set(will[0], will[1], qos=1, retain=True, properties=will_props)
     client.reconnect_delay_set(min_delay=1, max_delay=10)
     client.max_queued_messages_set(0)
     connected = threading.Event()
@@ -237,7 +249,7 @@ def connect(
         client.on_message = on_message
     props = Properties(PacketTypes.CONNECT)
     if persistent:
-        props.SessionExpiryInterval = 3600
+        props.SessionExpiryInterval = SESSION_EXPIRY_S
     if receive_maximum:
         props.ReceiveMaximum = receive_maximum
     try:

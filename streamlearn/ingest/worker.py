@@ -22,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = runtime.stop_on_signals()
     # the samples, the devices' own topics (`[[sources]]`) and the labels, all QoS 1
     topics = [names.samples_topic, *(s.topic for s in model.sources), names.labels_topic]
-    presence = Presence(names, "ingest", runtime.instance_of(args, settings))
+    instance = runtime.instance_of(args, settings)
+    presence = Presence(names, "ingest", instance, session_expiry_s=mqtt.SESSION_EXPIRY_S)
     client = mqtt.connect(
         settings.mqtt,
         client_id,
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         persistent=True,
         receive_maximum=model.ingest.max_pending_messages,
         online=presence.online,
+        gone=presence.gone,
     )
     health = runtime.connected_health("ingest", client, settings)
     ingest.heartbeat = health.beat

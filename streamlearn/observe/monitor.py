@@ -26,6 +26,7 @@ from streamlearn import mqtt
 from streamlearn.config import AppConfig, Settings
 from streamlearn.contract.names import Names
 from streamlearn.learner.variants import read_standings
+from streamlearn.observe import presence
 from streamlearn.store import redis_client
 from streamlearn.store.stream import GROUP
 
@@ -74,6 +75,8 @@ class StatusMonitor:
         self.presence: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
             m: {} for m in cfg.models
         }
+        # (role, instance) -> `presence.away` figures of a worker whose session outlives it
+        self.gone: dict[str, dict[tuple[str, str], dict[str, Any]]] = {m: {} for m in cfg.models}
         self._broker: dict[str, float] = {}
         # Set once every broker counter has come. The broker sends retained messages in the
         # order of the subscriptions, and these come last: by then the status has come too.
@@ -108,10 +111,17 @@ class StatusMonitor:
                     self.learners[model] = doc
             elif kind == "status" and rest.count("/") == 1:
                 role, instance = rest.split("/")
+                self.gone[model].pop((role, instance), None)
                 if isinstance(doc, dict) and doc.get("online") is not False:
                     self.presence[model][(role, instance)] = doc
-                else:  # cleared: the process stopped or died
+                else:  # cleared, or "gone": the process stopped or died
                     self.presence[model].pop((role, instance), None)
+                    remaining = getattr(msg.properties, "MessageExpiryInterval", None)
+                    figures = None
+                    if isinstance(doc, dict):
+                        figures = presence.away(doc, remaining, time.time())
+                    if figures is not None:
+                        self.gone[model][(role, instance)] = figures
             elif kind == "actors" and rest and "/" not in rest:
                 if isinstance(doc, dict):
                     self.actors[model][rest] = doc
@@ -163,6 +173,25 @@ class StatusMonitor:
             found = self.presence.get(model, {}).items()
             return [{"id": i, **doc} for (r, i), doc in sorted(found) if r == role]
 
+    def away(self, model: str, role: str) -> list[dict[str, Any]]:
+        """The workers of `role` that left while the broker keeps their session, as of now:
+        `away_s` and `expires_in_s` (`streamlearn.observe.presence.away`)."""
+        now = time.time()
+        with self._lock:
+            found = [doc for (r, _), doc in sorted(self.gone.get(model, {}).items()) if r == role]
+        out = []
+        for doc in found:
+            waited = now - doc["at"]
+            if doc["expires_in_s"] - waited > 0:
+                out.append(
+                    {
+                        "id": doc["id"],
+                        "away_s": round(doc["away_s"] + waited),
+                        "expires_in_s": round(doc["expires_in_s"] - waited),
+                    }
+                )
+        return out
+
     def close(self) -> None:
         mqtt.close(self.client)
 
@@ -210,6 +239,7 @@ def snapshot(monitor: StatusMonitor, r: redis.Redis) -> list[dict[str, Any]]:
         row["learners_online"] = monitor.present(model, "learner")
         row["learner_state"] = learner_state(row, limits["learner"])
         row["ingest_online"] = monitor.present(model, "ingest")
+        row["ingest_away"] = monitor.away(model, "ingest")
         for a in row["actors"]:
             a["age_s"] = age_s(a, now)
             a["stale"] = a["age_s"] is not None and a["age_s"] > limits["actor"]
@@ -273,7 +303,14 @@ def presence_lines(row: dict[str, Any]) -> list[str]:
         if isinstance(p.get("started_at"), int | float)
     ]
     ingest = f"{len(ups)} online ({', '.join(ups)})" if ups else "none online"
-    return [f"  learner: {learner}", f"  ingest: {ingest}"]
+    lines = [f"  learner: {learner}", f"  ingest: {ingest}"]
+    for gone in row.get("ingest_away", []):
+        lines.append(
+            f"  WARNING ingest {gone['id']} away {fmt_number(gone['away_s'], 0)} s: the broker "
+            f"queues its share of the samples for {fmt_number(gone['expires_in_s'], 0)} s "
+            "more, then drops them (session expiry); start it again with the same instance"
+        )
+    return lines
 
 
 def served_line(row: dict[str, Any]) -> list[str]:

@@ -12,6 +12,8 @@ import re
 import time
 
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from streamlearn.contract.names import Names
 
@@ -31,21 +33,64 @@ class Presence:
     """A worker's retained "online" marker: published at each connect, cleared by the
     broker (the will) when the process dies and by `clear` when it stops.
 
-    Give `mqtt.connect` `online=presence.online`.
+    A worker with a persistent session (`session_expiry_s`: ingest) leaves a "gone" marker
+    instead, which the broker expires with the session: while it is there, the broker
+    still queues that worker's share of the samples for it, and `streamlearn status` shows
+    how long it has been away and how long before what was queued is dropped (the
+    marker's remaining Message Expiry Interval, counted down by the broker).
+
+    Give `mqtt.connect` `online=presence.online, gone=presence.gone`.
     """
 
-    def __init__(self, names: Names, role: str, instance: str, **extra: object) -> None:
+    def __init__(
+        self,
+        names: Names,
+        role: str,
+        instance: str,
+        session_expiry_s: int | None = None,
+        **extra: object,
+    ) -> None:
         self.topic = presence_topic(names, role, instance)
         doc = {"online": True, "role": role, "instance": instance, "pid": os.getpid()}
         self.marker = json.dumps({**doc, **extra, "started_at": time.time()}).encode()
+        self.gone = b""
+        if session_expiry_s:
+            away = {"online": False, "role": role, "instance": instance}
+            self.gone = json.dumps({**away, "session_expiry_s": session_expiry_s}).encode()
+        self.session_expiry_s = session_expiry_s
 
     @property
     def online(self) -> tuple[str, bytes]:
         return self.topic, self.marker
 
     def clear(self, client: paho.Client, timeout_s: float = 5.0) -> None:
-        """Remove the marker before a clean disconnect (which discards the will)."""
+        """Replace the marker before a clean disconnect (which discards the will): clear
+        it, or leave the "gone" marker when the session outlives the process."""
+        props = None
+        if self.gone:
+            props = Properties(PacketTypes.PUBLISH)
+            props.MessageExpiryInterval = self.session_expiry_s
         try:
-            client.publish(self.topic, b"", qos=1, retain=True).wait_for_publish(timeout_s)
+            sent = client.publish(self.topic, self.gone, qos=1, retain=True, properties=props)
+            sent.wait_for_publish(timeout_s)
         except (RuntimeError, ValueError) as exc:  # not connected: the will clears it
             log.warning("presence marker not cleared (%s); the broker's will clears it", exc)
+
+
+def away(doc: dict, remaining_s: int | None, received_at: float) -> dict | None:
+    """A "gone" marker's figures, from the expiry the broker had left on it when it was
+    delivered: `away_s` (since the worker left) and `expires_in_s` (until the broker drops
+    its session), at `received_at`; None for a marker without them.
+
+    >>> away({"online": False, "instance": "i", "session_expiry_s": 3600}, 600, 10.0)
+    {'id': 'i', 'away_s': 3000, 'expires_in_s': 600, 'at': 10.0}
+    """
+    expiry = doc.get("session_expiry_s")
+    if not isinstance(expiry, int) or remaining_s is None:
+        return None
+    return {
+        "id": doc.get("instance"),
+        "away_s": max(0, expiry - remaining_s),
+        "expires_in_s": remaining_s,
+        "at": received_at,
+    }

@@ -11,6 +11,8 @@ import json
 import time
 import tomllib
 
+import pytest
+
 from streamlearn import mqtt
 from streamlearn.cli.status import format_status
 from streamlearn.config import Settings, parse_config
@@ -60,10 +62,11 @@ def test_a_killed_learner_reads_as_offline(start_role, settings):
     assert "learner: OFFLINE (presence gone: stopped or dead), last status" in table
     print(table)
 
-    ingest.stop()  # a clean stop clears the marker itself
-    assert retained(settings, presence_topic(names, "ingest", "I"), 0.5) is None
+    ingest.stop()  # a clean stop leaves the session, and says so: a "gone" marker
+    assert retained(settings, presence_topic(names, "ingest", "I"), 0.5)["online"] is False
     row, table = status_row(settings)
     assert row["ingest_online"] == [] and "ingest: none online" in table
+    assert [p["id"] for p in row["ingest_away"]] == ["I"] and "WARNING ingest I away" in table
 
 
 def test_statuses_nobody_refreshes_are_stale(settings):
@@ -93,3 +96,28 @@ def test_statuses_nobody_refreshes_are_stale(settings):
     lines = table.splitlines()
     assert next(line for line in lines if "actor a1" in line).endswith("STALE")
     assert not next(line for line in lines if "actor a2" in line).endswith("STALE")
+
+
+def test_an_ingest_worker_away_is_a_warning_until_its_session_expires(start_role, settings):
+    """A stopped or killed ingest worker leaves its persistent session, where the broker
+    queues its share of the samples for an hour and then drops them: `streamlearn status`
+    says so, with how long it has been away and how long is left, until it comes back."""
+    names = Names("o", settings.topic_prefix, settings.key_prefix)
+    start_role("ingest", TOML, instance="I1")
+    gone = start_role("ingest", TOML, instance="I2")
+    gone.stop(kill=True)  # SIGKILL: the broker's will leaves the "gone" marker
+    topic = presence_topic(names, "ingest", "I2")
+    eventually(lambda: (retained(settings, topic, 0.5) or {}).get("online") is False, 15, "gone")
+    time.sleep(2.5)
+    row, table = status_row(settings)
+    assert [p["id"] for p in row["ingest_online"]] == ["I1"], table
+    [away] = row["ingest_away"]
+    assert away["id"] == "I2" and 2 <= away["away_s"] <= 30, away
+    assert away["away_s"] + away["expires_in_s"] == pytest.approx(mqtt.SESSION_EXPIRY_S, abs=2)
+    assert f"WARNING ingest I2 away {away['away_s']} s" in table
+    assert "then drops them (session expiry)" in table
+
+    start_role("ingest", TOML, instance="I2")  # back: the warning goes
+    row, table = status_row(settings)
+    assert sorted(p["id"] for p in row["ingest_online"]) == ["I1", "I2"], table
+    assert row["ingest_away"] == [] and "WARNING" not in table
