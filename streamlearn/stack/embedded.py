@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from streamlearn.errors import StreamlearnError
@@ -183,24 +184,24 @@ def mosquitto(
     persistence: bool = False,
     *,
     autosave_s: int = 1,
-    username: str | None = None,
-    password: str | None = None,
+    accounts: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """A local mosquitto whose queues hold QoS 1 messages at our rates instead of dropping.
 
     With `persistence` it saves its sessions, queues and retained messages every
     `autosave_s` seconds (and when stopped), so a SIGKILL loses at most that much. With
-    `username` and `password` it refuses anonymous clients ("not authorized").
+    `accounts` (username: password) it refuses anyone else ("not authorized").
     """
     port = port or free_port()
-    wd = _workdir(workdir, "mosquitto", private=password is not None)
+    wd = _workdir(workdir, "mosquitto", private=accounts is not None)
     text = MOSQUITTO_CONF.format(
         port=port, workdir=wd, persistence="true" if persistence else "false"
     )
     if persistence:
         text += f"autosave_interval {autosave_s}\n"
-    if username is not None and password is not None:
-        passwd = write_private(wd / "passwd", password_entry(username, password))
+    if accounts is not None:
+        entries = "".join(password_entry(user, pw) for user, pw in accounts.items())
+        passwd = write_private(wd / "passwd", entries)
         auth = f"allow_anonymous false\npassword_file {passwd}"
         text = text.replace("allow_anonymous true", auth)
     conf = wd / "mosquitto.conf"

@@ -5,7 +5,8 @@ With no broker or Redis configured it starts its own `mosquitto` and `redis-serv
 (`streamlearn.stack.runlog`); the terminal shows one live line per model. Children that die are
 restarted; Ctrl-C or SIGTERM stops the roles first, then the servers it started.
 While it runs, a run file (`streamlearn.stack.runfile`) tells the client tools in other shells
-where its servers listen.
+where its servers listen. The servers it starts listen on 127.0.0.1 and ask for passwords
+made for the run, which only that file (0600) and the children's environment hold.
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from streamlearn.stack.runlog import QUIET_ENV, Board, ChildLog
 log = logging.getLogger(__name__)
 
 DEFAULT_DASHBOARD_PORT = 8321
-MQTT_USER = "streamlearn"  # the one account of up's broker; its password is made per run
+# The accounts of up's own broker, their passwords made per run. The demo feed has its
+# own: a client with a username takes it as its client id, and one of the user's would
+# otherwise take over the feed's connection.
+MQTT_USER, DEMO_USER = "streamlearn", "demo"
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Child:
     argv: list[str]
     log: ChildLog
     metrics_port: int | None = None
+    env: dict[str, str] = field(default_factory=dict)  # over the stack's
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     started_at: float = field(default=0.0)
@@ -85,6 +90,7 @@ class Stack:
         # The prefixes these settings name (perhaps another stack's, from its run file).
         self.env["STREAMLEARN_TOPIC_PREFIX"] = settings.topic_prefix
         self.env["STREAMLEARN_KEY_PREFIX"] = settings.key_prefix
+        self.demo_env: dict[str, str] = {}  # the demo feed's own account, on our broker
         self._stop = threading.Event()
 
     def run(self, quiet: bool = False) -> int:
@@ -138,16 +144,16 @@ class Stack:
         """
         data = self.data_dir
         if not self.settings.mqtt_url:
-            password = secrets.token_hex(24)
+            accounts = {MQTT_USER: secrets.token_hex(24), DEMO_USER: secrets.token_hex(24)}
             broker = embedded.mosquitto(
                 workdir=os.path.join(data, "mosquitto") if data else self.run_dir / "mosquitto",
                 persistence=bool(data),
-                username=MQTT_USER,
-                password=password,
+                accounts=accounts,
             ).start()
             self.servers.append(broker)
-            url = f"mqtt://{MQTT_USER}:{password}@127.0.0.1:{broker.port}"
-            self.env["STREAMLEARN_MQTT_URL"] = url
+            url = {u: f"mqtt://{u}:{pw}@127.0.0.1:{broker.port}" for u, pw in accounts.items()}
+            self.env["STREAMLEARN_MQTT_URL"] = url[MQTT_USER]
+            self.demo_env = {"STREAMLEARN_MQTT_URL": url[DEMO_USER]}
         if not self.settings.redis_url:
             password = secrets.token_hex(24)
             extra = ("--appendonly", "yes", "--appendfsync", "everysec") if data else ()
@@ -193,9 +199,9 @@ class Stack:
         keras = [*quiet, "--tensorflow"]  # the learner and actor import it anyway
         planned: list[Child] = []
 
-        def add(name: str, argv: list[str]) -> None:
+        def add(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
             path = self.run_dir / f"{name.replace(':', '-').replace('/', '-')}.log"
-            planned.append(Child(name, argv, ChildLog(path)))
+            planned.append(Child(name, argv, ChildLog(path), env=env or {}))
 
         for name, model in self.cfg.models.items():
             common = [*self.config_args, "--model", name]
@@ -227,13 +233,14 @@ class Stack:
                 add(
                     f"demo:{name}",
                     [sys.executable, "-m", "streamlearn", "publish", "--demo", *common, *rate],
+                    self.demo_env,
                 )
         return planned
 
     def _spawn(self, child: Child) -> None:
-        env = self.env
+        env = {**self.env, **child.env}
         if child.metrics_port is not None:
-            env = {**env, "STREAMLEARN_METRICS_PORT": str(child.metrics_port)}
+            env["STREAMLEARN_METRICS_PORT"] = str(child.metrics_port)
         with child.log.open() as out:
             child.proc = subprocess.Popen(
                 child.argv,

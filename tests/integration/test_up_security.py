@@ -163,6 +163,9 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
             monkeypatch.delenv(key, raising=False)
         with streamlearn.Client() as client:
             assert client.predict("demo", [0.5] * 9, timeout=30).version > 0
+        # the demo feed has an account of its own: the user's clients took over no connection
+        broker_log = (run_dir / "mosquitto" / "mosquitto.log").read_text()
+        assert "already connected" not in broker_log, broker_log[-3000:]
 
         # every port up opened, its children's included, is on loopback only
         line = next(line for line in up.lines if "metrics ports" in line)
@@ -252,9 +255,8 @@ def test_broker_persistence_keeps_a_queued_message_through_a_sigkill(tmp_path: P
     user, password, port = "streamlearn", "pw-" + os.urandom(8).hex(), embedded.free_port()
 
     def broker() -> embedded.ServerProcess:
-        return embedded.mosquitto(
-            port, tmp_path, persistence=True, autosave_s=1, username=user, password=password
-        )
+        accounts = {user: password}
+        return embedded.mosquitto(port, tmp_path, persistence=True, autosave_s=1, accounts=accounts)
 
     def session(received: list[bytes]) -> paho.Client:
         """The persistent session "keeper", subscribed to kept/# (SUBACK awaited)."""
@@ -297,6 +299,6 @@ def test_broker_persistence_keeps_a_queued_message_through_a_sigkill(tmp_path: P
 
 @pytest.mark.parametrize("wrong", [None, ("streamlearn", "guess")])
 def test_a_broker_with_a_password_refuses_others(tmp_path: Path, wrong):
-    with embedded.mosquitto(workdir=tmp_path, username="streamlearn", password="s3") as broker:
+    with embedded.mosquitto(workdir=tmp_path, accounts={"streamlearn": "s3"}) as broker:
         assert connack(broker.port, wrong) == "Not authorized"
         assert connack(broker.port, ("streamlearn", "s3")) == "Success"
