@@ -292,9 +292,8 @@ def _publish(args: argparse.Namespace) -> int:
     start = time.monotonic()
 
     def paced() -> Iterator[bytes]:
-        """The payloads up to --count, at --rate, counted as the client takes them; a
-        message the model's own checks refuse whole is not sent; a bad line of the file
-        ends the stream, after what came before it is sent."""
+        """The payloads up to --count, at --rate, counted as the client takes them; one the
+        model's checks refuse whole is not sent; a bad line ends them (what came before goes)."""
         nonlocal sent, messages, failure
         try:
             for n, payload in payloads:
@@ -319,18 +318,22 @@ def _publish(args: argparse.Namespace) -> int:
     finally:
         client.close()
         progress.finish(sent)
-    if failure is not None:
-        raise ConfigError(f"{failure}; the {sent} samples before it were sent" if sent else failure)
-    elapsed = time.monotonic() - start
     refused = judge.samples if judge else 0
+    if failure is not None:
+        raise ConfigError(f"{failure} (published before it: {sent - refused} samples)")
+    elapsed = time.monotonic() - start
     print(
         f"published {sent - refused} samples in {messages} messages to {names.samples_topic} "
         f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
     )
-    if judge and judge.samples:
-        print(f"streamlearn: {judge.summary(sent)}", file=sys.stderr)
-        return 1
-    return 0
+    if refused:
+        kinds = ", ".join(f"{kind} {count}" for kind, count in judge.kinds.items())
+        print(
+            f"streamlearn: {refused} of {sent} samples refused by the model's checks, not "
+            f"learned (messages by kind: {kinds}; first: {judge.first[:300]})",
+            file=sys.stderr,
+        )
+    return 1 if refused else 0
 
 
 class _Refusals:
@@ -359,13 +362,6 @@ class _Refusals:
             if not self.first:
                 self.first = f"samples {before + 1}..{before + n}: {parsed.rejections[0].reason}"
         return kept > 0
-
-    def summary(self, total: int) -> str:
-        kinds = ", ".join(f"{kind} {count}" for kind, count in self.kinds.items())
-        return (
-            f"{self.samples} of {total} samples refused by the model's checks, not learned "
-            f"(messages by kind: {kinds}; first: {self.first[:300]})"
-        )
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -171,6 +171,10 @@ def test_publish_never_calls_a_refused_file_a_success(start_role, settings, redi
     assert done.returncode == 2, done.stdout
     assert "nan.csv:2: column 'a' is not a finite number" in done.stderr
     assert "published" not in done.stdout and "Traceback" not in done.stderr
+    nan.write_text("a,b,y\n0.5,1,0\n0.25,2,1\ninf,3,0\n")
+    done = streamlearn(settings, config, "publish", str(nan), "--batch", "2")
+    assert done.returncode == 2 and "nan.csv:4: column 'a' is not a finite" in done.stderr
+    assert "(published before it: 2 samples)" in done.stderr
 
     dead = tmp_path / "dead.ndjson"  # 1e400 is a JSON number no float holds: infinity
     dead.write_text('{"x": [1e400, 1], "y": 0}\n' * 3)
@@ -192,4 +196,4 @@ def test_publish_never_calls_a_refused_file_a_success(start_role, settings, redi
     def stored() -> tuple[int, int]:
         return int(redis.get(names.ingest_count_key) or 0), redis.xlen(names.deadletter_key)
 
-    eventually(lambda: stored() == (2, 1), 10, "the 2 good samples kept, one dead letter")
+    eventually(lambda: stored() == (4, 1), 10, "2 + 2 good samples kept, one dead letter")
