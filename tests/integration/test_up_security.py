@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,7 +31,7 @@ from streamlearn.config import DEMO_TOML
 from streamlearn.contract.names import Names
 from streamlearn.stack import embedded
 from tests.conftest import RoleProcess, eventually, published
-from tests.integration.test_up import recorded, run_dir_of, start_up, stop, user_env
+from tests.integration.test_up import LIVE, recorded, run_dir_of, start_up, stop, user_env
 
 LOOPBACK = {"127.0.0.1", "::1"}
 
@@ -111,6 +112,12 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
+def dashboard_version(url: str) -> int:
+    """The newest version the dashboard at `url` shows for the demo model."""
+    doc = json.loads(urllib.request.urlopen(url + "api/series", timeout=5).read())
+    return max((point.get("version") or 0 for point in doc["models"]["demo"]), default=0)
+
+
 def port_of(url: str) -> int:
     port = urlsplit(url).port
     assert port is not None
@@ -163,6 +170,11 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
             monkeypatch.delenv(key, raising=False)
         with streamlearn.Client() as client:
             assert client.predict("demo", [0.5] * 9, timeout=30).version > 0
+        # the dashboard and the live line read the stack with the same passwords
+        dashboard = re.search(r"dashboard (http://\S+)", up.output)
+        assert dashboard, up.output
+        eventually(lambda: dashboard_version(dashboard[1]) > 0, 60, "the dashboard's data")
+        eventually(lambda: any(LIVE.search(line) for line in up.lines), 30, "the live line")
         # the demo feed has an account of its own: the user's clients took over no connection
         broker_log = (run_dir / "mosquitto" / "mosquitto.log").read_text()
         assert "already connected" not in broker_log, broker_log[-3000:]
