@@ -181,11 +181,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="refresh every SECONDS (default 2)",
     )
-    for module, names in (
-        ("versions", "export pin unpin"),
-        ("scaffold", "init"),
-        ("evaluate", "evaluate"),
-    ):
+    for module, names in TOOLS:
         try:
             tool = importlib.import_module(f"streamlearn.cli.{module}")
         except ModuleNotFoundError:  # the base install: each says what to install
