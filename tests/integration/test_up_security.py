@@ -133,8 +133,8 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
         assert path.stat().st_mode & 0o777 == 0o600
         settings = recorded(tmp_path)
         mqtt_url, redis_url = urlsplit(settings.mqtt), urlsplit(settings.redis)
-        secrets = [mqtt_url.password, redis_url.password]
-        assert all(s and len(s) >= 32 for s in secrets), "a password of its own for each"
+        passwords = [mqtt_url.password, redis_url.password]
+        assert all(s and len(s) >= 32 for s in passwords), "a password of its own for each"
 
         # a stranger who knows the ports gets nothing
         assert connack(port_of(settings.mqtt)) == "Not authorized"
@@ -146,8 +146,8 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
         tree = process_tree(up.proc.pid)
         for pid in tree:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            assert not [s for s in secrets if s in cmdline], cmdline
-        assert not [s for s in secrets if s in up.output], up.output
+            assert not [s for s in passwords if s in cmdline], cmdline
+        assert not [s for s in passwords if s in up.output], up.output
 
         # its own tools find the stack through the run file and get in
         actor_log = run_dir / "actor-demo-0.log"
@@ -158,7 +158,7 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
         status = cli(tmp_path, "status")
         assert status.returncode == 0, status.stderr
         assert "demo" in status.stdout and "using the stack of streamlearn up" in status.stderr
-        assert not [s for s in secrets if s in status.stdout + status.stderr]
+        assert not [s for s in passwords if s in status.stdout + status.stderr]
         x = json.dumps([0.5] * 9)
         predict = cli(tmp_path, "predict", "--model", "demo", "--timeout", "30", x)
         assert predict.returncode == 0, predict.stdout + predict.stderr
@@ -189,7 +189,8 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
         eventually(lambda: set(metrics) <= {port for _, port, _ in opened()}, 60, "/metrics")
         sockets = opened()
         ports = {port for _, port, _ in sockets}
-        assert {port_of(settings.mqtt), port_of(settings.redis), *metrics} <= ports, sockets
+        ours = {port_of(settings.mqtt), port_of(settings.redis), port_of(dashboard[1]), *metrics}
+        assert ours <= ports, sockets
         assert [s for s in sockets if s[0] not in LOOPBACK] == [], "listens beyond loopback"
     finally:
         code, _ = stop(up)
@@ -314,3 +315,14 @@ def test_a_broker_with_a_password_refuses_others(tmp_path: Path, wrong):
     with embedded.mosquitto(workdir=tmp_path, accounts={"streamlearn": "s3"}) as broker:
         assert connack(broker.port, wrong) == "Not authorized"
         assert connack(broker.port, ("streamlearn", "s3")) == "Success"
+
+
+def test_servers_keep_their_passwords_in_their_owners_files(tmp_path: Path):
+    mqtt_pw, redis_pw = "mqtt-" + os.urandom(16).hex(), "redis-" + os.urandom(16).hex()
+    broker = embedded.mosquitto(workdir=tmp_path / "mqtt", accounts={"streamlearn": mqtt_pw})
+    store = embedded.redis_server(None, tmp_path / "redis", password=redis_pw)
+    for server, secret in ((broker, "passwd"), (store, "auth.conf")):
+        assert server.workdir.stat().st_mode & 0o777 == 0o700
+        assert (server.workdir / secret).stat().st_mode & 0o777 == 0o600
+        assert not [arg for arg in server.argv if mqtt_pw in arg or redis_pw in arg]
+    assert mqtt_pw not in (tmp_path / "mqtt" / "passwd").read_text(), "a hash, not the password"
