@@ -298,20 +298,34 @@ def rss_bytes(pid: int) -> int:
 
 
 @pytest.fixture
-def held_worker(start_role, redis, settings) -> tuple[RoleProcess, int, Callable[[str], float]]:
-    """An ingest worker holding back: more samples wait than max_backlog_samples."""
+def held_worker(
+    start_role, redis, settings
+) -> tuple[RoleProcess, int, Callable[[str], float], int]:
+    """An ingest worker holding back: more samples wait than max_backlog_samples; and the
+    samples published to get there."""
     port = free_port()
     worker = start_role("ingest", HELD, env={"STREAMLEARN_METRICS_PORT": str(port)})
     names = names_of(settings)
     publish(settings, names, [{"x": [i, 0, 0], "y": 1.0} for i in range(20)])
-    eventually(lambda: "back-pressure on" in worker.output, 30, "back-pressure")
-    return worker, port, lambda name: scrape(port, name)
+    sent = [20]
+
+    def held() -> bool:
+        """One more sample until a write measures the backlog (ingest measures it with a
+        write, at most every poll_s: 20 samples in one run may have been measured before)."""
+        if "back-pressure on" in worker.output:
+            return True
+        publish(settings, names, [{"x": [sent[0], 0, 0], "y": 1.0}])
+        sent[0] += 1
+        return False
+
+    eventually(held, 30, "back-pressure")
+    return worker, port, lambda name: scrape(port, name), sent[0]
 
 
 def test_a_qos0_flood_while_held_back_is_dropped_and_counted(held_worker, redis, settings):
     """200 MB of QoS 0 messages arrive while ingest holds back: the inbox keeps at most
     max_inbox_messages / max_inbox_bytes of them, drops the rest and counts them."""
-    worker, _, metric = held_worker
+    worker, _, metric, held = held_worker
     names = names_of(settings)
     pid = worker.proc.pid
     rss_before = rss_bytes(pid)
@@ -331,4 +345,37 @@ def test_a_qos0_flood_while_held_back_is_dropped_and_counted(held_worker, redis,
     queue.ack([e.id for e in queue.read("learner", 1000, None)])
     eventually(lambda: "back-pressure off" in worker.output, 30, "back-pressure off")
     still_ingesting(worker, pid, redis, names, settings)
-    assert sum(len(e) for e in stream(redis, names)) == 21
+    assert sum(len(e) for e in stream(redis, names)) == held + 1
+
+
+def test_qos1_messages_past_the_inbox_bytes_wait_at_the_broker_and_all_arrive(
+    held_worker, redis, settings
+):
+    """6 MB of QoS 1 messages (100 kB each) while ingest holds back: the inbox keeps at
+    most max_inbox_bytes of them (1 MB), the broker the rest; once the learner catches up
+    every one is stored, exactly once."""
+    worker, _, metric, _ = held_worker
+    names = names_of(settings)
+    pid = worker.proc.pid
+    big = [
+        json.dumps({"x": [i, 1, 1], "y": 1.0, "id": f"big{i}"}).encode() + b" " * 100_000
+        for i in range(60)
+    ]
+    publish(settings, names, big)
+    eventually(lambda: metric("inbox_messages") >= 9, 30, "the inbox full of big messages")
+    assert metric("inbox_bytes") <= 1_000_000 and metric("inbox_messages") <= 10
+
+    queue = SampleStream(redis, names, (3,))
+    queue.ensure_group()
+
+    def learned_all() -> bool:  # the learner's part: read and acknowledge what came
+        queue.ack([e.id for e in queue.read("learner", 1000, None)])
+        assert metric("inbox_bytes") <= 1_000_000
+        ids = [i for e in stream(redis, names) for i in e.ids or ()]
+        return len([i for i in ids if i.startswith("big")]) >= 60
+
+    eventually(learned_all, 90, "every big message stored")
+    ids = [i for e in stream(redis, names) for i in e.ids or ()]
+    assert sorted(i for i in ids if i.startswith("big")) == sorted(f"big{i}" for i in range(60))
+    assert redis.xlen(names.deadletter_key) == 0
+    still_ingesting(worker, pid, redis, names, settings)
