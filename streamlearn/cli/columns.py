@@ -213,7 +213,9 @@ def _number(cell: str, path: Path, line: int, column: str, is_target: bool) -> f
             f"(every column must be a number; encode or drop {column!r})"
         ) from None
     if value != value or value in (float("inf"), float("-inf")):
-        raise ConfigError(f"{path}:{line}: column {column!r} is not a finite number, got {shown(cell)}")
+        raise ConfigError(
+            f"{path}:{line}: column {column!r} is not a finite number, got {shown(cell)}"
+        )
     return value
 
 
