@@ -35,10 +35,10 @@ from streamlearn.stack.runlog import QUIET_ENV, Board, ChildLog
 log = logging.getLogger(__name__)
 
 DEFAULT_DASHBOARD_PORT = 8321
-# The accounts of up's own broker, their passwords made per run. The demo feed has its
-# own: a client with a username takes it as its client id, and one of the user's would
-# otherwise take over the feed's connection.
-MQTT_USER, DEMO_USER = "streamlearn", "demo"
+# The account of up's own broker, its password made per run. Each demo feed has its own
+# (`demo-MODEL`): a client with a username takes it as its client id, and a user's client,
+# or another feed, would otherwise take over the feed's connection.
+MQTT_USER = "streamlearn"
 
 
 @dataclass
@@ -90,7 +90,7 @@ class Stack:
         # The prefixes these settings name (perhaps another stack's, from its run file).
         self.env["STREAMLEARN_TOPIC_PREFIX"] = settings.topic_prefix
         self.env["STREAMLEARN_KEY_PREFIX"] = settings.key_prefix
-        self.demo_env: dict[str, str] = {}  # the demo feed's own account, on our broker
+        self.demo_urls: dict[str, str] = {}  # model: its demo feed's account on our broker
         self._stop = threading.Event()
 
     def run(self, quiet: bool = False) -> int:
@@ -144,16 +144,17 @@ class Stack:
         """
         data = self.data_dir
         if not self.settings.mqtt_url:
-            accounts = {MQTT_USER: secrets.token_hex(24), DEMO_USER: secrets.token_hex(24)}
+            feeds = [f"demo-{name}" for name in self.cfg.models] if self.demo_rate else []
+            accounts = {user: secrets.token_hex(24) for user in [MQTT_USER, *feeds]}
             broker = embedded.mosquitto(
                 workdir=os.path.join(data, "mosquitto") if data else self.run_dir / "mosquitto",
                 persistence=bool(data),
                 accounts=accounts,
             ).start()
             self.servers.append(broker)
-            url = {u: f"mqtt://{u}:{pw}@127.0.0.1:{broker.port}" for u, pw in accounts.items()}
-            self.env["STREAMLEARN_MQTT_URL"] = url[MQTT_USER]
-            self.demo_env = {"STREAMLEARN_MQTT_URL": url[DEMO_USER]}
+            urls = {u: f"mqtt://{u}:{pw}@127.0.0.1:{broker.port}" for u, pw in accounts.items()}
+            self.env["STREAMLEARN_MQTT_URL"] = urls.pop(MQTT_USER)
+            self.demo_urls = {user.removeprefix("demo-"): url for user, url in urls.items()}
         if not self.settings.redis_url:
             password = secrets.token_hex(24)
             extra = ("--appendonly", "yes", "--appendfsync", "everysec") if data else ()
@@ -233,7 +234,7 @@ class Stack:
                 add(
                     f"demo:{name}",
                     [sys.executable, "-m", "streamlearn", "publish", "--demo", *common, *rate],
-                    self.demo_env,
+                    {"STREAMLEARN_MQTT_URL": self.demo_urls[name]} if self.demo_urls else None,
                 )
         return planned
 
