@@ -14,9 +14,10 @@ optimizer with momentum).
 The chief (worker 0) alone publishes, checkpoints and reports status. Another worker
 acknowledges its entries once the chief says, in the next exchange, that the state which
 learned them is durable (`Follower`), so a crash anywhere loses nothing. A worker that
-dies fails the others at their next exchange (TensorFlow raises `UnavailableError`) and
-they exit: restarted (compose's `restart:`, a Kubernetes Job), they resume together from
-the chief's checkpoint or published weights and read their pending entries again.
+dies fails the others at their next exchange (TensorFlow raises `UnavailableError`), one
+that stops taking part at the collective timeout (`collective.Watchdog`), and they exit:
+restarted (compose's `restart:`, a Kubernetes Job), they resume together from the chief's
+checkpoint or published weights and read their pending entries again.
 """
 
 from __future__ import annotations
