@@ -232,8 +232,10 @@ def test_up_with_a_data_dir_learns_after_a_hard_stop_what_it_acknowledged(tmp_pa
         eventually(lambda: int(store.get(stored) or 0) >= count, 60, "the samples stored")
         assert int(published(store, names)[1].get("samples_seen", 0)) == 0, "none learned yet"
         store.close()
-        # Redis fsyncs its AOF every second: what it held more than a second ago is on disk.
+        # Redis fsyncs its AOF every second, the broker saves every second: what they held
+        # more than a second ago is on disk.
         time.sleep(2.5)
+        assert (data / "mosquitto" / "mosquitto.db").exists(), "the broker saved while running"
         hard_stop(up)
     finally:
         up.stop(kill=True)
