@@ -23,6 +23,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import MalformedPacket, Properties, VariableByteIntegers
 
 from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.stack.runfile import redact
 
 log = logging.getLogger(__name__)
 
@@ -138,13 +139,13 @@ class BrokerAddress:
         parts = urlsplit(url)
         if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
             raise ConfigError(
-                f"STREAMLEARN_MQTT_URL: scheme must be mqtt:// or mqtts://, got {url!r}"
+                f"STREAMLEARN_MQTT_URL: scheme must be mqtt:// or mqtts://, got {redact(url)!r}"
             )
         tls = parts.scheme in ("mqtts", "ssl")
         try:
             port = parts.port or (8883 if tls else 1883)
         except ValueError:
-            raise ConfigError(f"STREAMLEARN_MQTT_URL: invalid port in {url!r}") from None
+            raise ConfigError(f"STREAMLEARN_MQTT_URL: invalid port in {redact(url)!r}") from None
         return cls(
             host=parts.hostname or "localhost",
             port=port,

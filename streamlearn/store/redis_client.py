@@ -28,6 +28,8 @@ from redis.commands.policies import (
     StaticPolicyResolver,
 )
 
+from streamlearn.stack.runfile import redact
+
 log = logging.getLogger("streamlearn")
 
 
@@ -67,7 +69,7 @@ def is_cluster_url(url: str, probe_s: float = 10.0, kwargs: dict[str, Any] | Non
                 return False  # cluster support disabled, the ACL denies it, or a bad password
             except redis.ConnectionError as exc:
                 if time.monotonic() >= deadline:
-                    log.warning("redis %s unreachable (%s): taken for standalone", url, exc)
+                    log.warning("redis %s unreachable (%s): taken for standalone", redact(url), exc)
                     return False
                 time.sleep(0.2)
 

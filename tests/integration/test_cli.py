@@ -197,3 +197,14 @@ def test_publish_never_calls_a_refused_file_a_success(start_role, settings, redi
         return int(redis.get(names.ingest_count_key) or 0), redis.xlen(names.deadletter_key)
 
     eventually(lambda: stored() == (4, 1), 10, "2 + 2 good samples kept, one dead letter")
+
+
+def test_status_with_redis_unreachable_says_so_in_one_line(settings, tmp_path):
+    """No traceback, and the URL's password never printed."""
+    config = tmp_path / "streamlearn.toml"
+    config.write_text("[models.m]\ninputs = 2\n")
+    unreachable = settings.model_copy(update={"redis_url": "redis://:s3cret@127.0.0.1:1/0"})
+    done = streamlearn(unreachable, config, "status")
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr and "s3cret" not in done.stderr + done.stdout
+    assert done.stderr.strip().splitlines()[-1].startswith("streamlearn: Redis: "), done.stderr
