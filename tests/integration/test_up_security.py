@@ -9,6 +9,7 @@ hard stop are learned after a restart with the same data dir.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -258,10 +259,16 @@ def test_up_with_a_data_dir_learns_after_a_hard_stop_what_it_acknowledged(tmp_pa
 def hard_stop(up: RoleProcess) -> None:
     """SIGKILL every process of up's tree at once, the servers first: a power cut, in
     which nothing gets to save or flush (a SIGTERM from a dying parent would let them)."""
-    tree = process_tree(up.proc.pid)
-    names = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid in tree}
-    for pid in sorted(tree, key=lambda p: names[p] not in ("mosquitto", "redis-server")):
-        os.kill(pid, signal.SIGKILL)
+    servers = {"mosquitto\n", "redis-server\n"}
+
+    def not_a_server(pid: int) -> bool:
+        with contextlib.suppress(OSError):
+            return Path(f"/proc/{pid}/comm").read_text() not in servers
+        return True
+
+    for pid in sorted(process_tree(up.proc.pid), key=not_a_server):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_broker_persistence_keeps_a_queued_message_through_a_sigkill(tmp_path: Path):
