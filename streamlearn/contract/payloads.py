@@ -332,12 +332,15 @@ class PayloadParser:
         of `[` * 500,000 is refused before its nesting is measured.
         """
         limit = self._request_marks
-        marks = raw.count(b":")
+        marks, commas = raw.count(b":"), -1
         if marks <= limit:
-            marks += raw.count(b",")
+            commas = raw.count(b",")
+            marks += commas
         objects = raw.count(b"{") if marks > limit and self._object_marks else -1
         if objects >= 0:
             limit = max(limit, self._object_marks * objects + REQUEST_TEXT_CHARS)
+            if commas < 0 and marks <= limit:
+                marks += raw.count(b",")
         if marks > limit:
             raise PayloadError(
                 f"request too wide: at least {marks} fields and values (counted by ':' and "
