@@ -124,7 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true", help="also stream demo samples to every model")
     up.add_argument("--demo-rate", type=float, default=500, help="demo samples/s per model")
     up.add_argument("--quiet", action="store_true", help="no live summary line")
-    up.add_argument("--data-dir", help="where embedded servers keep files (default: a temp dir)")
+    up.add_argument(
+        "--data-dir",
+        help="keep the embedded servers' data here across restarts (Redis AOF fsynced every "
+        "second, the broker saved every second); without it nothing is kept when up stops",
+    )
     up.add_argument(
         "--dashboard-port", type=int, help="live dashboard on localhost (default 8321, or any free)"
     )

@@ -13,7 +13,8 @@ It needs only paho-mqtt (`pip install streamlearn`). The URL carries credentials
 (`mqtts://NAME:PASSWORD@host:8883`, the CA bundle as `ca_file`); without one, `Client()`
 reads `STREAMLEARN_MQTT_URL`, `STREAMLEARN_MQTT_CA_FILE` and `STREAMLEARN_TOPIC_PREFIX`,
 and with no URL there either, the stack a running `streamlearn up` recorded (its run file).
-With a username the client id is that username, as the deployed broker enforces, so
+With a username the client id is that username, as the deployed broker enforces (but on
+the broker of `streamlearn up`, whose one account every local tool shares), so
 requests go to `{prefix}/{model}/predict/{client id}` and replies come back under
 `{prefix}/{model}/replies/{client id}`, the one reply space a device may read.
 
@@ -101,6 +102,12 @@ class Client:
                 f"max_inflight and max_pending must be >= 1, got {max_inflight} and {max_pending}"
             )
         user = mqtt.BrokerAddress.parse(url).username
+        recorded = stack or runfile.live()
+        if recorded is not None and url == recorded.mqtt_url:
+            # `up`'s broker: one account for every local tool, and no ACL tying its ids to
+            # it, so each client takes its own id (two with the same one would take turns
+            # knocking each other off)
+            user = None
         if user and client_id and client_id != user:
             raise ConfigError(f"client id must be the URL's username {user!r}, got {client_id!r}")
         self.client_id = user or client_id or f"sl-client-{uuid.uuid4().hex[:12]}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,10 +31,14 @@ def streamlearn(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[
     return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
+# Two clients at once, as two shells would be: each keeps its connection (up's broker has
+# one account for every tool; a shared client id would have them knock each other off).
 CLIENT = """
 import streamlearn
-with streamlearn.Client() as client:
-    print(client.predict("demo", [0.5] * 9, timeout=20).version)
+with streamlearn.Client() as one, streamlearn.Client() as two:
+    assert one.client_id != two.client_id
+    one.predict("demo", [0.5] * 9, timeout=20)
+    print(two.predict("demo", [0.5] * 9, timeout=20).version)
 """
 
 
@@ -48,13 +53,15 @@ def test_a_second_shell_finds_the_stack_of_up_and_explicit_settings_win(tmp_path
         record = runfile.read(stack)
         assert record is not None and record.pid == up.proc.pid, up.output
         assert (stack.stat().st_mode & 0o777) == 0o600
-        assert record.mqtt_url.startswith("mqtt://127.0.0.1:"), record
+        # the broker's account, with a password made for this run
+        assert re.match(r"mqtt://streamlearn:[0-9a-f]{48}@127\.0\.0\.1:\d+$", record.mqtt_url)
         actor_log = run_dir / "actor-demo-0.log"
         eventually(lambda: "actor for demo ready" in actor_log.read_text(), 90, "actor ready")
         eventually(lambda: runfile.live(stack) is not None, 5, "a live record")
 
         shell = shell_env(stack)
-        using = f"using the stack of streamlearn up (pid {up.proc.pid}): {record.mqtt_url}"
+        shown = runfile.redact(record.mqtt_url)
+        using = f"using the stack of streamlearn up (pid {up.proc.pid}): {shown}"
         status = streamlearn(shell, "status", "--json")
         assert status.returncode == 0, status.stderr
         assert using in status.stderr
