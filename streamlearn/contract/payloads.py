@@ -73,8 +73,7 @@ class PayloadParser:
         self._many = nested(len(self.shape) + 1)
         self._fast = FastSamples(model) if fast and model.fields is None else None
         self._named = None if model.fields is None else NamedPayloads(model, self.check_targets)
-        # A request's `,` and `:` at most: two per number of its largest batch (values and
-        # the lists around them), its keys and what its strings may hold; and its `[`, `{`.
+        # A valid request's `,` and `:` (two per number of its largest batch) and `[`, `{`.
         rows, size = model.actor.max_request_rows, math.prod(self.shape)
         self._request_marks = 2 * rows * size + REQUEST_TEXT_CHARS
         self._request_opens = (len(self.shape) + 1) * rows * size + REQUEST_TEXT_CHARS
@@ -321,16 +320,11 @@ class PayloadParser:
 
     def check_request_width(self, raw: bytes) -> int:
         """Refuse, unread, a request with more elements than a valid one can hold; returns
-        the lists and objects (`[`, `{`) it has.
-
-        Every field and every value but the first of a list is marked by a `:` or `,`;
-        counting them is a scan of the bytes, where decoding 80,000 made-up fields costs
-        a hundred times a valid request. The bound is what the model's largest valid
-        request holds: `max_request_rows` rows of `x`, or for named inputs the fields
-        each object (`{`) may have, plus what its strings may hold (a named request's
-        ignored fields count too). Lists and objects are bounded alike, so that a payload
-        of `[` * 500,000 is refused before its nesting is measured.
-        """
+        its lists and objects (`[`, `{`). Each field, and each value after a list's first,
+        has its `:` or `,`: a scan of the bytes counts them, where decoding 80,000 made-up
+        fields costs a hundred valid requests. The bound is the model's largest valid
+        request (`max_request_rows` rows; named: the fields each `{` may have) and what
+        its strings may hold; a named request's ignored fields count too."""
         limit = self._request_marks
         marks, commas = raw.count(b":"), -1
         if marks <= limit:
