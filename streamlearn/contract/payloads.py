@@ -319,12 +319,10 @@ class PayloadParser:
     # -- prediction requests -------------------------------------------------------------
 
     def check_request_width(self, raw: bytes) -> int:
-        """Refuse, unread, a request with more elements than a valid one can hold; returns
-        its lists and objects (`[`, `{`). Each field, and each value after a list's first,
-        has its `:` or `,`: a scan of the bytes counts them, where decoding 80,000 made-up
-        fields costs a hundred valid requests. The bound is the model's largest valid
-        request (`max_request_rows` rows; named: the fields each `{` may have) and what
-        its strings may hold; a named request's ignored fields count too."""
+        """Refuse, unread, a request with more `:`/`,` (fields, values) or `[`/`{` than the
+        model's largest valid request holds (`max_request_rows` rows; named: the fields each
+        `{` may have; plus what strings may hold): a scan of the bytes, where decoding 80,000
+        made-up fields costs a hundred valid requests. Returns its lists and objects."""
         limit = self._request_marks
         marks, commas = raw.count(b":"), -1
         if marks <= limit:
