@@ -103,7 +103,10 @@ class IngestInbox:
         """Hold paho's thread until `size` more bytes fit in `max_inbox_bytes` (or the inbox
         is empty); False when the client is disconnecting meanwhile."""
         limit = self.cfg.max_inbox_bytes
-        while self._messages and self._bytes_in - self._bytes_out + size > limit:
+        if not self._messages or self.bytes + size <= limit:
+            return True
+        self.held += 1
+        while self._messages and self.bytes + size > limit:
             now = time.monotonic()
             if now - self._hold_logged_at >= _DROP_LOG_EVERY_S:
                 self._hold_logged_at = now
@@ -113,7 +116,6 @@ class IngestInbox:
                     self.bytes,
                     limit,
                 )
-            self.held += 1
             self._taken.wait(_HOLD_CHECK_S)
             self._taken.clear()
             if not client.is_connected():
