@@ -50,6 +50,7 @@ BASE_VARIANT = "base"  # the model's own config, as a variant
 VARIANT_FIELDS = (
     "architecture",
     "hidden",
+    "heads",
     "learning_rate",
     "optimizer",
     "standardize",
@@ -76,6 +77,7 @@ class VariantConfig(Frozen):
 
     architecture: str | None = None  # checked as the model's field, once merged
     hidden: tuple[int, ...] | None = None
+    heads: Literal["hedge", "last"] | None = None
     learning_rate: float | None = Field(None, gt=0)
     optimizer: Literal["adam", "sgd"] | None = None
     standardize: bool | None = None
@@ -147,6 +149,12 @@ class ModelConfig(Frozen):
     classes: int | None = Field(None, ge=2, description="number of classes (multiclass)")
     architecture: Architecture = "mlp"
     hidden: tuple[int, ...] = (64, 64)
+    heads: Literal["hedge", "last"] = Field(
+        "hedge",
+        description="hedge: an output head on the inputs and after every hidden layer, the "
+        "prediction their mixture, weighted by each head's recent loss (Hedge); last: one "
+        "head after the last hidden layer (built-in architectures)",
+    )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0)
     optimizer: Literal["adam", "sgd"] = "adam"

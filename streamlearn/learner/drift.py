@@ -31,14 +31,16 @@ class DriftDetector:
         z: float = 5.0,
         min_rise: float = 0.1,
         min_samples: int = 100,
+        min_newer: int = 32,
         max_steps: int = 2000,
-        clock: int = 4,
+        clock: int = 32,
     ) -> None:
         self.z = z
-        self.clock = clock  # steps between tests (as ADWIN's clock): the test is ~0.1 ms
+        self.clock = clock  # samples between tests (as ADWIN's clock): the test is ~0.1 ms
         self._untested = 0
         self.min_rise = min_rise
-        self.min_samples = min_samples
+        self.min_samples = min_samples  # in the older part
+        self.min_newer = min_newer  # in the newer part: a change shows this soon at best
         # the window's steps, oldest first: sizes and mean losses (arrays: the test runs at
         # every step, on the learner's critical path)
         self._steps = np.zeros((2, max_steps), np.float64)
@@ -56,41 +58,47 @@ class DriftDetector:
             self._len -= 1
         steps[:, self._len] = n, loss
         self._len += 1
-        self._untested += 1
+        self._untested += n
         if self._len < 4 or self._untested < self.clock:
             return False
         self._untested = 0
-        split = self._split()
-        if split is None:
+        found = self._split()
+        if found is None:
             return False
+        split, rose = found
         newer = steps[:, split : self._len].copy()  # the new concept's steps stay
         self._len = newer.shape[1]
         steps[:, : self._len] = newer
+        if not rose:  # learning: the higher loss from before is no reference any more
+            return False
         self.detected += 1
         self.last_at = seen
         self.newer_samples = int(newer[0].sum())
         return True
 
-    def _split(self) -> int | None:
-        """The step where the newer part begins, for the strongest significant rise."""
+    def _split(self) -> tuple[int, bool] | None:
+        """The step where the newer part begins, for the strongest significant rise (True)
+        or, when none, the strongest significant fall (False)."""
         ns, losses = self._steps[:, : self._len]
-        k = self._len
         n0 = np.cumsum(ns)[:-1]  # samples before each split 1..k-1
         s0 = np.cumsum(ns * losses)[:-1]
-        q0 = np.cumsum(ns * losses**2)[:-1]
-        total, s, q = ns.sum(), float((ns * losses).sum()), float((ns * losses**2).sum())
+        total, s = ns.sum(), float((ns * losses).sum())
         n1 = total - n0
         m0, m1 = s0 / n0, (s - s0) / n1
         # per-sample variance within the two parts, from the batch means:
-        # Var(mean of n samples) = sigma^2 / n, so each batch gives n * (mean - part mean)^2
-        sigma2 = ((q0 - n0 * m0**2) + (q - q0 - n1 * m1**2)) / max(k - 2, 1)
-        ok = (n0 >= self.min_samples) & (n1 >= self.min_samples) & (sigma2 > 0)
+        # Var(mean of n samples) = sigma^2 / n, so two neighbouring steps' means differ by
+        # d with d^2 / (1/n_i + 1/n_j) ~ sigma^2 chi2(1), whose median is 0.455 sigma^2: the
+        # median over the window is blind to the few steps at a change or at the start
+        d2 = np.diff(losses) ** 2 / (1 / ns[:-1] + 1 / ns[1:])
+        sigma2 = float(np.median(d2)) / 0.455
+        ok = (n0 >= self.min_samples) & (n1 >= self.min_newer) & (sigma2 > 0)
         rise = m1 - m0
         bound = self.z * np.sqrt(np.maximum(sigma2, 1e-12) * (1 / n0 + 1 / n1))
-        hit = ok & (rise > bound) & (m1 > (1 + self.min_rise) * m0)
-        if not hit.any():
-            return None
-        return int(np.argmax(np.where(hit, rise / bound, -np.inf))) + 1
+        for sign, rose in ((1.0, True), (-1.0, False)):
+            hit = ok & (sign * rise > bound) & (sign * (m1 - m0) > self.min_rise * m0)
+            if hit.any():
+                return int(np.argmax(np.where(hit, sign * rise / bound, -np.inf))) + 1, rose
+        return None
 
     def figures(self) -> dict[str, int | None]:
         return {"drifts_detected": self.detected, "last_drift_at_sample": self.last_at}

@@ -20,6 +20,7 @@ import logging
 import math
 from collections.abc import Callable
 
+import keras
 import numpy as np
 
 from streamlearn.config import ModelConfig
@@ -27,10 +28,11 @@ from streamlearn.learner.batching import Batch
 from streamlearn.learner.collective import Collective
 from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.guard import StepGuard
+from streamlearn.learner.mixing import Hedge
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
 from streamlearn.learner.variants import RecentFigures
-from streamlearn.nn import networks, standardize
+from streamlearn.nn import hedge, networks, standardize
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,8 @@ class Trainer:
         self.drift = DriftDetector() if policy.drift_detection else None
         self.replay_steps = 0
         self.anneal = IdleAnnealing(self.model.optimizer)
+        mix = hedge.find(self.model)
+        self.hedge = Hedge(mix) if mix is not None else None
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
@@ -85,7 +89,10 @@ class Trainer:
                 self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
             logs = self.fit(x, y, np.zeros(size, np.float32))
         networks.restore(self.variables, before)
-        self.metric_name = next((k for k in logs if k not in ("loss", networks.FINITE)), None)
+        if self.hedge is not None:
+            self.hedge.read()
+        skip = ("loss", networks.FINITE, hedge.HEAD_LOSSES)
+        self.metric_name = next((k for k in logs if k not in skip), None)
         self.warm_traces = self.probe.traces
 
     @property
@@ -113,6 +120,8 @@ class Trainer:
         if metric is not None:
             s.online_metric = _ema(s.online_metric, metric, rate)
         self.recent.add(n, loss, metric)
+        if self.hedge is not None:
+            self.hedge.update(n, logs[hedge.HEAD_LOSSES])
         self.guard.kept(batch)
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
             stats.update((batch.y if target else batch.x)[:n])
@@ -124,7 +133,17 @@ class Trainer:
                 self.drift.newer_samples,
             )
             self.replay.keep_newest(self.drift.newer_samples)
+            self.changed()
         return True
+
+    def changed(self) -> None:
+        """After a drift: the optimizer starts afresh (Adam's moments hold the old concept's
+        gradients), and every head of a hedge model is weighed alike again."""
+        for v in self.model.optimizer.variables:
+            if not v.path.endswith("learning_rate"):
+                v.assign(keras.ops.zeros(v.shape, v.dtype))
+        if self.hedge is not None:
+            self.hedge.reset()
 
     def replay_step(self) -> bool:
         """One step on a batch from the replay buffer, if its budget allows; not scored.
@@ -136,8 +155,7 @@ class Trainer:
         logs = self.fit(batch.x, batch.y, batch.w)
         if not self.guard.finite(logs):
             log.warning("undoing a non-finite replayed step (loss %s)", logs["loss"])
-            self.guard.undo()
-            self.anneal.forget()
+            self._undone()
             self.state.rollbacks += 1
             return False
         self.replay_steps += 1
@@ -172,6 +190,7 @@ class Trainer:
             "replay_steps": self.replay_steps,
             **self.replay.figures(),
             **(self.drift.figures() if self.drift else {}),
+            **(self.hedge.figures() if self.hedge else {}),
             **self.recent.figures(),
         }
 
@@ -179,11 +198,16 @@ class Trainer:
         log.error("%s at step %d; back to the last good snapshot", reason, self.state.step)
         self.state.rollbacks += 1
 
+    def _undone(self) -> None:
+        self.guard.undo()
+        self.anneal.forget()
+        if self.hedge is not None:
+            self.hedge.read()
+
     def _undo(self, batch: Batch, reason: str) -> None:
         """Back to the variables before `batch`, which is dead-lettered."""
         log.warning("undoing a step and dead-lettering its %d samples: %s", batch.n, reason)
-        self.guard.undo()
-        self.anneal.forget()
+        self._undone()
         self.state.rollbacks += 1
         self.state.dead_lettered += batch.n
         detail = {

@@ -23,6 +23,7 @@ import numpy as np  # noqa: E402
 from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
 from streamlearn.config.tfconfig import Workers  # noqa: E402
 from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
+from streamlearn.nn import hedge  # noqa: E402
 from streamlearn.nn.encode import Encode  # noqa: E402
 from streamlearn.nn.standardize import Standardize, Unstandardize  # noqa: E402
 
@@ -61,28 +62,41 @@ def _build(cfg: ModelConfig) -> keras.Model:
     h = Standardize(keep, name="standardize")(inputs) if cfg.standardize else inputs
     if cfg.fields is not None:  # named: missing inputs imputed, categorical ones one-hot
         h = Encode(cfg.categories, name="encode")(h)
+    # what a head may read: the inputs (a linear head), then every hidden layer's output
+    taps = [h if len(cfg.sample_shape) == 1 else keras.layers.Flatten(name="flat_x")(h)]
     if cfg.architecture == "lstm":
         *rest, last = cfg.hidden
         for i, units in enumerate(rest):
             h = keras.layers.LSTM(units, return_sequences=True, name=f"lstm_{i}")(h)
-        h = keras.layers.LSTM(last, name=f"lstm_{len(rest)}")(h)
+        taps.append(keras.layers.LSTM(last, name=f"lstm_{len(rest)}")(h))
     elif cfg.architecture == "conv1d":
-        h = _conv1d(h, cfg)
+        taps += _conv1d(h, cfg)
     elif cfg.architecture == "mlp":
         for i, units in enumerate(cfg.hidden):
             h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
-    outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(h)
+            taps.append(h)
+    if cfg.heads == "hedge":
+        heads = [
+            keras.layers.Dense(cfg.outputs, activation=activation, name=f"head_{i}")(tap)
+            for i, tap in enumerate(taps)
+        ]
+        outputs = hedge.HedgeMix(name="hedge")(heads)
+        losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
+        metrics.append(hedge.HeadLosses(loss, len(heads)))
+    else:
+        outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(taps[-1])
+        losses, metrics = loss, [metric]
     if cfg.standardize and cfg.task == "regression":
         outputs = Unstandardize(name="unstandardize")(outputs)
     model = keras.Model(inputs, outputs, name=cfg.name)
     optimizer = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}[cfg.optimizer]
     opt = optimizer(cfg.learning_rate, global_clipnorm=cfg.learner.clip_norm)
-    model.compile(optimizer=opt, loss=loss, weighted_metrics=[metric])
+    model.compile(optimizer=opt, loss=losses, weighted_metrics=metrics)
     return model
 
 
-def _conv1d(h: Any, cfg: ModelConfig) -> Any:
-    """A causal convolution over the window, flattened, then dense layers.
+def _conv1d(h: Any, cfg: ModelConfig) -> list[Any]:
+    """A causal convolution over the window, flattened, then dense layers: their outputs.
 
     Flatten rather than pooling keeps where in the window a pattern sits (a lag is a
     position), which pooling would average away; the windows are short, so it stays small.
@@ -91,9 +105,11 @@ def _conv1d(h: Any, cfg: ModelConfig) -> Any:
     kernel = min(3, cfg.window or 1)
     h = keras.layers.Conv1D(first, kernel, padding="causal", activation="relu", name="conv_0")(h)
     h = keras.layers.Flatten(name="flatten")(h)
+    taps = []
     for i, units in enumerate(rest or [first]):
         h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
-    return h
+        taps.append(h)
+    return taps
 
 
 def head_metric(task: str) -> str:
