@@ -60,9 +60,11 @@ def data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, (x @ WEIGHTS > 0).astype(np.float32)
 
 
-def model_config(batch: int, **learner: object) -> ModelConfig:
+def model_config(batch: int, heads: str = "hedge", **learner: object) -> ModelConfig:
     policy = LearnerConfig(max_batch=batch, **learner)
-    return ModelConfig(name="bench", inputs=INPUTS, task="binary", hidden=(64, 64), learner=policy)
+    return ModelConfig(
+        name="bench", inputs=INPUTS, task="binary", hidden=(64, 64), heads=heads, learner=policy
+    )
 
 
 def in_memory(cfg: ModelConfig, steps: int) -> float:
@@ -190,6 +192,7 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
 
 
 RUN = 64  # messages a call when ingest appends single-sample messages: its runs at ~13k/s
+RELEASE = ((64, 1), (1, RUN))  # a backlog's layouts, also learned by a one-head model
 LABELS = {
     (64, 1): "entries of 64",
     (1, RUN): f"single-sample messages, ingest's runs of {RUN}",
@@ -228,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = {case: model_config(args.batch, prefetch_batches=case[2]) for case in cases}
     memory: list[float] = []
     runs: dict[tuple[int, int, int], list[dict]] = {case: [] for case in cases}
+    one_head = model_config(args.batch, heads="last")  # the last release's model
+    release: dict[tuple[int, int], list[dict]] = {layout: [] for layout in RELEASE}
     with (
         tempfile.TemporaryDirectory(prefix="sl-bench-") as tmp,
         embedded.redis_server(workdir=tmp) as server,
@@ -239,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             for case, case_cfg in configs.items():
                 per_entry, run, _depth = case
                 runs[case].append(drain_stream(client, case_cfg, args.samples, per_entry, run))
+            for layout in RELEASE:
+                release[layout].append(drain_stream(client, one_head, args.samples, *layout))
         memory.append(in_memory(cfg, args.steps))
         padded_row, full_row, unpadded_row = random_sizes(client, cfg, args.random_steps)
         client.close()
@@ -252,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     rows[0]["step ms"] = 1000 * args.batch / ceiling
     for case, run in best.items():
         rows.append({"case": f"learner, {LABELS[case[:2]]}, {thread_of(case[2], deployed)}", **run})
+    kept = {layout: max(found, key=lambda r: r["samples/s"]) for layout, found in release.items()}
+    for layout, run in kept.items():
+        rows.append({"case": f"last release's model (one head), {LABELS[layout]}", **run})
     for row in rows:
         row["vs memory"] = row["samples/s"] / ceiling
         row["vs per-message"] = row["samples/s"] / loop
@@ -262,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     q = args.quick
     ratio = padded_row["step ms"] / full_row["step ms"]
     vs = {case: run["samples/s"] / ceiling for case, run in best.items()}
-    checks = {}
+    checks, figures_release = {}, {}
     for case, target in (((64, 1), 0.9), ((1, RUN), 0.85), ((1, 1), 0.7)):
         speed, share = best[(*case, deployed)]["samples/s"], vs[(*case, deployed)]
         checks[
@@ -271,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         checks[f"{LABELS[case]}: learner >= 100x the per-message loop ({speed / loop:.0f}x)"] = (
             goal(speed / loop, 100, q)
         )
+    for layout, run in kept.items():
+        share = best[(*layout, deployed)]["samples/s"] / run["samples/s"]
+        checks[
+            f"{LABELS[layout]}: hedge model >= 0.9x the last release's one head ({share:.2f}x)"
+        ] = goal(share, 0.9, q)
+        figures_release[f"{LABELS[layout]}: vs the last release's model"] = share
     checks["random sizes: 0 retraces after warm-up"] = padded_row["retraces"] == 0
     checks[f"random sizes: step time within 1.2x of full steps ({ratio:.2f}x)"] = goal(
         1 / ratio, 1 / 1.2, q
@@ -284,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "entries_64_vs_memory": vs[(64, 1, deployed)],
         "default_prefetch_batches": deployed,
         "random_sizes_vs_full_steps": ratio,
+        **figures_release,
     }
     report(
         "learner",
@@ -294,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         samples=args.samples,
         batch=args.batch,
         rounds=args.rounds,
-        model="mlp 9-64-64-1, binary, adam",
+        model="mlp 9-64-64-1, binary, adam, hedge heads (the last release's: one head)",
         in_memory_samples_per_s=memory,
         learner_rounds={f"{LABELS[c[:2]]}, reading thread {c[2]}": v for c, v in runs.items()},
         load_average=[load_before, os.getloadavg()[0]],

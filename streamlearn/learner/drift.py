@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+FLOOR = 0.1  # of the loss at the start of the stream: a smaller rise is never drift
+
 
 class DriftDetector:
     """Watches the online loss for a lasting rise; `add` says when it sees one."""
@@ -29,7 +31,7 @@ class DriftDetector:
     def __init__(
         self,
         z: float = 5.0,
-        min_rise: float = 0.1,
+        min_rise: float = 0.3,
         min_samples: int = 100,
         min_newer: int = 32,
         max_steps: int = 2000,
@@ -47,7 +49,10 @@ class DriftDetector:
         self._len = 0
         self.detected = 0  # drifts, ever
         self.last_at: int | None = None  # samples seen when the last one was detected
-        self.newer_samples = 0  # on the last drift: samples of the new concept seen
+        # the loss over the stream's first min_samples samples, an untrained model's: a rise
+        # must pass FLOOR of it (a loss near zero, a noise-free concept learned, jitters by
+        # more than min_rise of itself)
+        self._start = [0.0, 0.0]  # samples, loss sum
 
     def add(self, n: int, loss: float, seen: int) -> bool:
         """A step over `n` fresh samples had mean loss `loss`; `seen` samples so far.
@@ -57,6 +62,9 @@ class DriftDetector:
             steps[:, :-1] = steps[:, 1:]
             self._len -= 1
         steps[:, self._len] = n, loss
+        if self._start[0] < self.min_samples:
+            self._start[0] += n
+            self._start[1] += n * loss
         self._len += 1
         self._untested += n
         if self._len < 4 or self._untested < self.clock:
@@ -73,7 +81,6 @@ class DriftDetector:
             return False
         self.detected += 1
         self.last_at = seen
-        self.newer_samples = int(newer[0].sum())
         return True
 
     def _split(self) -> tuple[int, bool] | None:
@@ -95,7 +102,8 @@ class DriftDetector:
         rise = m1 - m0
         bound = self.z * np.sqrt(np.maximum(sigma2, 1e-12) * (1 / n0 + 1 / n1))
         for sign, rose in ((1.0, True), (-1.0, False)):
-            hit = ok & (sign * rise > bound) & (sign * (m1 - m0) > self.min_rise * m0)
+            least = np.maximum(self.min_rise * m0, FLOOR * self._start[1] / self._start[0])
+            hit = ok & (sign * rise > bound) & (sign * rise > least)
             if hit.any():
                 return int(np.argmax(np.where(hit, sign * rise / bound, -np.inf))) + 1, rose
         return None

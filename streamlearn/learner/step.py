@@ -128,22 +128,31 @@ class Trainer:
         self.replay.add(batch.x[:n], batch.y[:n])
         if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
             log.warning(
-                "drift at sample %d: the online loss rose; replaying only the newest %d",
+                "drift at sample %d: the online loss rose; the replay buffer, the optimizer "
+                "state and the output heads start afresh",
                 s.samples_seen,
-                self.drift.newer_samples,
             )
-            self.replay.keep_newest(self.drift.newer_samples)
             self.changed()
         return True
 
     def changed(self) -> None:
-        """After a drift: the optimizer starts afresh (Adam's moments hold the old concept's
-        gradients), and every head of a hedge model is weighed alike again."""
+        """After a drift, what was learned of the old concept that would slow learning the
+        new one goes: the replay buffer's samples (its newest step's too: a change shows
+        only a step or two after it begins, so that step is mostly of the old concept);
+        the optimizer's state (Adam's moments hold the old gradients); the output heads'
+        weights, which start from zero (the hidden layers' features stay: what a new
+        concept needs is most often a new readout of them, learned in tens of samples);
+        and a hedge model's mixture weights, every head weighed alike again."""
+        self.replay.keep_newest(0)
         for v in self.model.optimizer.variables:
             if not v.path.endswith("learning_rate"):
                 v.assign(keras.ops.zeros(v.shape, v.dtype))
         if self.hedge is not None:
             self.hedge.reset()
+        if not self.cfg.factory:  # the heads start from zero (a prediction of the mean)
+            for v in self.model.trainable_variables:
+                if v.path.startswith("head"):
+                    v.assign(keras.ops.zeros(v.shape, v.dtype))
 
     def replay_step(self) -> bool:
         """One step on a batch from the replay buffer, if its budget allows; not scored.

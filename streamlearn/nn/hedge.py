@@ -23,8 +23,59 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+import numpy as np
 
 HEAD_LOSSES = "head_losses"  # the log of each head's mean loss over the step's batch
+
+
+@keras.saving.register_keras_serializable(package="streamlearn")
+class Heads(keras.layers.Layer):
+    """One output head per input tensor (a tap), as one layer: (batch, heads, outputs).
+
+    The heads are one matrix product over the taps side by side, with a kernel masked to
+    its diagonal blocks (head k reads tap k alone): one variable instead of one per head,
+    which halves what the heads add to a step (each variable costs the optimizer's update
+    and the step's finiteness check a few operations).
+    """
+
+    def __init__(self, outputs: int, activation: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.outputs = outputs
+        self.activation = keras.activations.get(activation)
+        self._activation = activation
+
+    def build(self, input_shape: Any) -> None:
+        dims = [int(shape[-1]) for shape in input_shape]
+        self.heads = len(dims)
+        width = self.heads * self.outputs
+        self.kernel = self.add_weight(shape=(sum(dims), width), name="kernel")
+        self.bias = self.add_weight(shape=(width,), initializer="zeros", name="bias")
+        mask = np.zeros((sum(dims), width), np.float32)
+        for k, (lo, dim) in enumerate(zip(np.cumsum([0, *dims]), dims, strict=False)):
+            mask[lo : lo + dim, k * self.outputs : (k + 1) * self.outputs] = 1.0
+        self.mask = mask
+
+    def call(self, taps):  # type: ignore[no-untyped-def]
+        h = keras.ops.concatenate(taps, axis=-1)
+        z = keras.ops.matmul(h, self.kernel * self.mask) + self.bias
+        return self.activation(keras.ops.reshape(z, (-1, self.heads, self.outputs)))
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return (input_shape[0][0], len(input_shape), self.outputs)
+
+    def blocks(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each head's (kernel, bias), as a `Dense` of its tap holds them."""
+        kernel = keras.ops.convert_to_numpy(self.kernel)
+        bias = keras.ops.convert_to_numpy(self.bias)
+        out = []
+        for k in range(self.heads):
+            cols = slice(k * self.outputs, (k + 1) * self.outputs)
+            rows = np.flatnonzero(self.mask[:, k * self.outputs])
+            out.append((kernel[rows, cols], bias[cols]))
+        return out
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "outputs": self.outputs, "activation": self._activation}
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -32,7 +83,7 @@ class HedgeMix(keras.layers.Layer):
     """`sum_k alpha_k * head_k`, alpha a non-trainable weight (uniform at start)."""
 
     def build(self, input_shape: Any) -> None:
-        self.heads = len(input_shape)
+        self.heads = int(input_shape[1])
         self.alpha = self.add_weight(
             shape=(self.heads,),
             initializer=keras.initializers.Constant(1.0 / self.heads),
@@ -40,15 +91,15 @@ class HedgeMix(keras.layers.Layer):
             name="alpha",
         )
 
-    def call(self, heads, training=None):  # type: ignore[no-untyped-def]
-        stacked = keras.ops.stack(heads, axis=1)  # (batch, heads, outputs)
-        mix = keras.ops.einsum("bko,k->bo", stacked, keras.ops.cast(self.alpha, stacked.dtype))
+    def call(self, stacked, training=None):  # type: ignore[no-untyped-def]
+        alpha = keras.ops.cast(self.alpha, stacked.dtype)[:, None]
+        mix = keras.ops.sum(stacked * alpha, axis=1)
         if training:
             return keras.ops.concatenate([mix[:, None, :], stacked], axis=1)
         return mix
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
-        return tuple(input_shape[0])
+        return (input_shape[0], input_shape[2])
 
 
 def served(y_pred: Any) -> Any:
@@ -56,9 +107,14 @@ def served(y_pred: Any) -> Any:
     return y_pred[:, 0] if len(y_pred.shape) == 3 else y_pred
 
 
-def _per_head(loss: Any, y_true: Any, y_pred: Any) -> list[Any]:
-    """Each head's per-sample loss, from a training output."""
-    return [loss(y_true, y_pred[:, k]) for k in range(1, y_pred.shape[1])]
+def _per_head(loss: Any, y_true: Any, y_pred: Any) -> Any:
+    """Each head's loss per sample, (batch, heads), from a training output: one call."""
+    heads = y_pred[:, 1:]
+    if len(y_true.shape) == 1:  # sparse labels: one per row
+        y_true = y_true[:, None]
+    else:
+        y_true = y_true[:, None, :]
+    return loss(keras.ops.repeat(y_true, heads.shape[1], axis=1), heads)
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -73,8 +129,7 @@ class HeadsLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):  # type: ignore[no-untyped-def]
         if len(y_pred.shape) != 3:
             return self.fn(y_true, y_pred)
-        losses = _per_head(self.fn, y_true, y_pred)
-        return keras.ops.mean(keras.ops.stack(losses, axis=0), axis=0)
+        return keras.ops.mean(_per_head(self.fn, y_true, y_pred), axis=1)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "base": self.base}
@@ -99,7 +154,7 @@ class HeadLosses(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):  # type: ignore[no-untyped-def]
         if len(y_pred.shape) != 3:
             return
-        per = keras.ops.stack(_per_head(self.fn, y_true, y_pred), axis=1)  # (batch, heads)
+        per = _per_head(self.fn, y_true, y_pred)  # (batch, heads)
         w = keras.ops.ones_like(per[:, 0]) if sample_weight is None else sample_weight
         w = keras.ops.reshape(keras.ops.cast(w, per.dtype), (-1, 1))
         self.total.assign_add(keras.ops.sum(per * w, axis=0))

@@ -76,13 +76,10 @@ def _build(cfg: ModelConfig) -> keras.Model:
             h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
             taps.append(h)
     if cfg.heads == "hedge":
-        heads = [
-            keras.layers.Dense(cfg.outputs, activation=activation, name=f"head_{i}")(tap)
-            for i, tap in enumerate(taps)
-        ]
+        heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
         outputs = hedge.HedgeMix(name="hedge")(heads)
         losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
-        metrics.append(hedge.HeadLosses(loss, len(heads)))
+        metrics.append(hedge.HeadLosses(loss, len(taps)))
     else:
         outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(taps[-1])
         losses, metrics = loss, [metric]
