@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+SPREAD_STEPS = 256  # neighbouring steps the loss's spread is judged by
 FLOOR = 0.1  # of the loss at the start of the stream: a smaller rise is never drift
 
 
@@ -53,6 +54,12 @@ class DriftDetector:
         # must pass FLOOR of it (a loss near zero, a noise-free concept learned, jitters by
         # more than min_rise of itself)
         self._start = [0.0, 0.0]  # samples, loss sum
+        # the spread's evidence: for the last SPREAD_STEPS pairs of neighbouring steps,
+        # d^2 / (1/n_i + 1/n_j) with d the difference of their mean losses (kept across the
+        # window's cuts, which can leave it too few steps to judge the spread by)
+        self._d2 = np.zeros(SPREAD_STEPS, np.float64)
+        self._d2_len = 0
+        self._last: tuple[int, float] | None = None
 
     def add(self, n: int, loss: float, seen: int) -> bool:
         """A step over `n` fresh samples had mean loss `loss`; `seen` samples so far.
@@ -62,12 +69,18 @@ class DriftDetector:
             steps[:, :-1] = steps[:, 1:]
             self._len -= 1
         steps[:, self._len] = n, loss
+        if self._last is not None:
+            self._d2[self._d2_len % SPREAD_STEPS] = (loss - self._last[1]) ** 2 / (
+                1 / n + 1 / self._last[0]
+            )
+            self._d2_len += 1
+        self._last = n, loss
         if self._start[0] < self.min_samples:
             self._start[0] += n
             self._start[1] += n * loss
         self._len += 1
         self._untested += n
-        if self._len < 4 or self._untested < self.clock:
+        if self._len < 4 or self._d2_len < 8 or self._untested < self.clock:
             return False
         self._untested = 0
         found = self._split()
@@ -92,13 +105,14 @@ class DriftDetector:
         total, s = ns.sum(), float((ns * losses).sum())
         n1 = total - n0
         m0, m1 = s0 / n0, (s - s0) / n1
-        # per-sample variance within the two parts, from the batch means:
-        # Var(mean of n samples) = sigma^2 / n, so two neighbouring steps' means differ by
-        # d with d^2 / (1/n_i + 1/n_j) ~ sigma^2 chi2(1), whose median is 0.455 sigma^2: the
-        # median over the window is blind to the few steps at a change or at the start
-        d2 = np.diff(losses) ** 2 / (1 / ns[:-1] + 1 / ns[1:])
-        sigma2 = float(np.median(d2)) / 0.455
+        # the per-sample variance of the loss, from the batch means: Var(mean of n samples)
+        # = sigma^2 / n, so two neighbouring steps' means differ by d with
+        # d^2 / (1/n_i + 1/n_j) ~ sigma^2 chi2(1), whose median is 0.455 sigma^2; a median
+        # is blind to the few steps at a change or at the start
+        sigma2 = float(np.median(self._d2[: min(self._d2_len, SPREAD_STEPS)])) / 0.455
+        # the newer part: two steps at least, so that one outlying step is not a change
         ok = (n0 >= self.min_samples) & (n1 >= self.min_newer) & (sigma2 > 0)
+        ok[-1] = False
         rise = m1 - m0
         bound = self.z * np.sqrt(np.maximum(sigma2, 1e-12) * (1 / n0 + 1 / n1))
         for sign, rose in ((1.0, True), (-1.0, False)):

@@ -6,7 +6,8 @@ standardisation included, and is made of built-in Keras layers only, so
 `Standardize` layer becomes a `keras.layers.Normalization` holding the same mean and
 variance, followed, when some feature has been constant so far, by a `Rescaling` that
 zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
-`Normalization`. (A model whose graph Keras cannot rebuild, a factory's
+`Normalization`; a hedge model's heads become a `Dense` each, and their mixture a `Dense`
+whose kernel is the mixture weights (`streamlearn.nn.hedge.as_builtin`). (A model whose graph Keras cannot rebuild, a factory's
 subclassed model, is saved as it is: its custom layers need their code, and streamlearn
 for `Standardize`, where it is loaded; so does a model of named inputs, whose `Encode` layer,
 imputing missing inputs and one-hot encoding categorical ones, is streamlearn's
@@ -26,7 +27,7 @@ import numpy as np
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
-from streamlearn.nn import networks, standardize
+from streamlearn.nn import hedge, networks, standardize
 from streamlearn.store.weights import WeightsStore
 
 Format = Literal["keras", "savedmodel"]
@@ -88,7 +89,7 @@ def loaded(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> keras.Model:
 def standalone(model: keras.Model) -> keras.Model:
     """An uncompiled copy of `model` (no optimizer state), its `Standardize` and
     `Unstandardize` layers replaced by built-in layers (`Normalization`, inverted for the
-    target).
+    target), a hedge model's heads and mixture by `Dense` layers holding their weights.
 
     A model whose graph cannot be rebuilt (a factory's subclass) is returned as it is.
     """
@@ -113,6 +114,8 @@ def standalone(model: keras.Model) -> keras.Model:
         )
 
     def clone(old: keras.layers.Layer) -> keras.layers.Layer:
+        if isinstance(old, hedge.Heads | hedge.HedgeMix):
+            return old  # made of built-in layers as it is called (`call`)
         if old is layer:
             return normalize
         if old is target:
@@ -120,6 +123,8 @@ def standalone(model: keras.Model) -> keras.Model:
         return old.__class__.from_config(old.get_config())
 
     def call(new: keras.layers.Layer, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(new, hedge.Heads | hedge.HedgeMix):
+            return hedge.as_builtin(new, *args)
         out = new(*args, **kwargs)
         return zero(out) if new is normalize and zero is not None else out
 
@@ -127,7 +132,12 @@ def standalone(model: keras.Model) -> keras.Model:
         copy = keras.models.clone_model(model, clone_function=clone, call_function=call)
     except ValueError:  # only a functional model's graph can be rebuilt with a layer added
         return model
+    mix = hedge.find(model)
+    if mix is not None:  # compiled as a one-head model: no streamlearn class in the file
+        base = model.loss.base
+        copy.compile(loss=base, weighted_metrics=[networks.metric_of_loss(base)])
     for old in model.layers:
-        if old is not layer and old is not target and old.weights:
+        kept = old is not layer and old is not target
+        if kept and old.weights and not isinstance(old, hedge.Heads | hedge.HedgeMix):
             copy.get_layer(old.name).set_weights(old.get_weights())
     return copy

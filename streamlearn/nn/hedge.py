@@ -137,15 +137,23 @@ class HeadsLoss(keras.losses.Loss):
 
 def served_metric(name: str) -> keras.metrics.Metric:
     """The compiled metric `name` (binary_accuracy, mae, ...) on the served prediction."""
-    fn = getattr(keras.metrics, {"mae": "mean_absolute_error"}.get(name, name))
-    return keras.metrics.MeanMetricWrapper(lambda t, p: fn(t, served(p)), name=name)
+    return keras.metrics.MeanMetricWrapper(served_score, name=name, metric=name)
 
 
+@keras.saving.register_keras_serializable(package="streamlearn")
+def served_score(y_true: Any, y_pred: Any, metric: str) -> Any:
+    """Metric `metric`'s per-sample score of the served prediction."""
+    fn = getattr(keras.metrics, {"mae": "mean_absolute_error"}.get(metric, metric))
+    return fn(y_true, served(y_pred))
+
+
+@keras.saving.register_keras_serializable(package="streamlearn")
 class HeadLosses(keras.metrics.Metric):
     """Each head's loss, its mean over the batch (weighted): a vector, one per head."""
 
-    def __init__(self, base: str, heads: int) -> None:
-        super().__init__(name=HEAD_LOSSES)
+    def __init__(self, base: str, heads: int, **kwargs: Any) -> None:
+        super().__init__(name=HEAD_LOSSES, **{k: v for k, v in kwargs.items() if k != "name"})
+        self.base = base
         self.fn = keras.losses.get(base)
         self.heads = heads
         self.total = self.add_variable((heads,), "zeros", name="total")
@@ -166,6 +174,30 @@ class HeadLosses(keras.metrics.Metric):
     def reset_state(self) -> None:
         self.total.assign(keras.ops.zeros((self.heads,)))
         self.count.assign(0.0)
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "base": self.base, "heads": self.heads}
+
+
+def as_builtin(layer: Heads | HedgeMix, inputs: Any) -> Any:
+    """What `layer` computes on `inputs` (inference), as built-in Keras layers holding its
+    weights (for `export`): a `Dense` per head, stacked; the mixture as a `Dense` over the
+    heads' axis, its kernel the mixture weights."""
+    name = layer.name
+    if isinstance(layer, Heads):
+        stacked = []
+        for k, (kernel, bias) in enumerate(layer.blocks()):
+            dense = keras.layers.Dense(layer.outputs, name=f"{name}_{k}")
+            z = dense(inputs[k])
+            dense.set_weights([kernel, bias])
+            stacked.append(keras.layers.Reshape((1, layer.outputs), name=f"{name}_{k}_row")(z))
+        z = keras.layers.Concatenate(axis=1, name=f"{name}_stacked")(stacked)
+        return keras.layers.Activation(layer._activation or "linear", name=f"{name}_out")(z)
+    alpha = keras.ops.convert_to_numpy(layer.alpha).reshape(-1, 1)
+    dense = keras.layers.Dense(1, use_bias=False, name=name)
+    z = dense(keras.layers.Permute((2, 1), name=f"{name}_by_output")(inputs))
+    dense.set_weights([alpha])
+    return keras.layers.Reshape((int(inputs.shape[-1]),), name=f"{name}_out")(z)
 
 
 def find(model: keras.Model) -> HedgeMix | None:

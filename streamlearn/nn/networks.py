@@ -109,6 +109,11 @@ def _conv1d(h: Any, cfg: ModelConfig) -> list[Any]:
     return taps
 
 
+def metric_of_loss(loss: str) -> str:
+    """The metric a built-in model compiles with `loss`."""
+    return next(metric for _, base, metric in _HEADS.values() if base == loss)
+
+
 def head_metric(task: str) -> str:
     """The metric a built-in model of `task` compiles (its name in the step's logs)."""
     return _HEADS[task][2]

@@ -23,7 +23,7 @@ from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
-from streamlearn.nn import export, networks, standardize
+from streamlearn.nn import export, hedge, networks, standardize
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, eventually, settled
@@ -141,6 +141,9 @@ def test_the_standalone_model_has_only_built_in_layers_and_predicts_the_same(fie
     layer = standardize.find(model)
     layer.mean.assign(np.array([10.0, -5.0, 100.0], np.float32))
     layer.var.assign(np.array([4.0, 0.0, 400.0], np.float32))
+    mix = hedge.find(model)  # the heads' mixture weights, not uniform: they are exported
+    weights = np.arange(1.0, mix.heads + 1, dtype=np.float32)
+    mix.alpha.assign(weights / weights.sum())
     out = export.standalone(model)
     kinds = {type(lay).__name__ for lay in out.layers}
     assert "Standardize" not in kinds and {"Normalization", "Rescaling"} <= kinds
