@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 SPREAD_STEPS = 256  # neighbouring steps the loss's spread is judged by
+TRIM = 2  # of the spread's evidence: the largest left out
+LONE = 2.0  # the bound's factor for a newer part of a single step
 FLOOR = 0.1  # of the loss at the start of the stream: a smaller rise is never drift
 
 
@@ -34,9 +36,9 @@ class DriftDetector:
         z: float = 5.0,
         min_rise: float = 0.3,
         min_samples: int = 100,
-        min_newer: int = 32,
+        min_newer: int = 16,
         max_steps: int = 2000,
-        clock: int = 32,
+        clock: int = 16,
     ) -> None:
         self.z = z
         self.clock = clock  # samples between tests (as ADWIN's clock): the test is ~0.1 ms
@@ -107,14 +109,15 @@ class DriftDetector:
         m0, m1 = s0 / n0, (s - s0) / n1
         # the per-sample variance of the loss, from the batch means: Var(mean of n samples)
         # = sigma^2 / n, so two neighbouring steps' means differ by d with
-        # d^2 / (1/n_i + 1/n_j) ~ sigma^2 chi2(1), whose median is 0.455 sigma^2; a median
-        # is blind to the few steps at a change or at the start
-        sigma2 = float(np.median(self._d2[: min(self._d2_len, SPREAD_STEPS)])) / 0.455
-        # the newer part: two steps at least, so that one outlying step is not a change
+        # E[d^2 / (1/n_i + 1/n_j)] = sigma^2; the largest TRIM are left out, so that the
+        # steps at a change or at the start do not count (a loss is heavy-tailed: a median
+        # would take the spread of a model right on most samples for the whole spread)
+        d2 = np.sort(self._d2[: min(self._d2_len, SPREAD_STEPS)])
+        sigma2 = float(d2[: max(len(d2) - TRIM, 1)].mean())
         ok = (n0 >= self.min_samples) & (n1 >= self.min_newer) & (sigma2 > 0)
-        ok[-1] = False
         rise = m1 - m0
         bound = self.z * np.sqrt(np.maximum(sigma2, 1e-12) * (1 / n0 + 1 / n1))
+        bound[-1] *= LONE  # a newer part of one step: one outlying step is not a change
         for sign, rose in ((1.0, True), (-1.0, False)):
             least = np.maximum(self.min_rise * m0, FLOOR * self._start[1] / self._start[0])
             hit = ok & (sign * rise > bound) & (sign * rise > least)

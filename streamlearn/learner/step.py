@@ -132,18 +132,18 @@ class Trainer:
                 "state and the output heads start afresh",
                 s.samples_seen,
             )
-            self.changed()
+            self.changed(keep=n)
         return True
 
-    def changed(self) -> None:
+    def changed(self, keep: int = 0) -> None:
         """After a drift, what was learned of the old concept that would slow learning the
-        new one goes: the replay buffer's samples (its newest step's too: a change shows
-        only a step or two after it begins, so that step is mostly of the old concept);
+        new one goes: the replay buffer's samples but the newest `keep` (the step that
+        showed the change);
         the optimizer's state (Adam's moments hold the old gradients); the output heads'
         weights, which start from zero (the hidden layers' features stay: what a new
         concept needs is most often a new readout of them, learned in tens of samples);
         and a hedge model's mixture weights, every head weighed alike again."""
-        self.replay.keep_newest(0)
+        self.replay.keep_newest(keep)
         for v in self.model.optimizer.variables:
             if not v.path.endswith("learning_rate"):
                 v.assign(keras.ops.zeros(v.shape, v.dtype))
