@@ -75,7 +75,7 @@ def _build(cfg: ModelConfig) -> keras.Model:
         for i, units in enumerate(cfg.hidden):
             h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
             taps.append(h)
-    if cfg.heads == "hedge":
+    if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
         heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
         outputs = hedge.HedgeMix(name="hedge")(heads)
         losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
