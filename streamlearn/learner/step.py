@@ -31,6 +31,7 @@ from streamlearn.learner.guard import StepGuard
 from streamlearn.learner.mixing import Hedge
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
+from streamlearn.learner.stepsize import StepSize
 from streamlearn.learner.variants import RecentFigures
 from streamlearn.nn import hedge, networks, standardize
 
@@ -74,7 +75,7 @@ class Trainer:
         )
         self.drift = DriftDetector() if policy.drift_detection else None
         self.replay_steps = 0
-        self.anneal = IdleAnnealing(self.model.optimizer)
+        self.step_size = StepSize(self.model.optimizer)
         mix = hedge.find(self.model)
         self.hedge = Hedge(mix) if mix is not None else None
 
@@ -111,7 +112,6 @@ class Trainer:
             self._undo(batch, f"non-finite {what} at step {self.state.step + 1} (loss {loss})")
             return False
         s = self.state
-        self.anneal.fresh()  # the full step size for what comes next
         s.step += 1
         s.samples_seen += n
         rate = 1.0 if s.online_loss is None else 1 - 0.995**n
@@ -120,6 +120,7 @@ class Trainer:
         if metric is not None:
             s.online_metric = _ema(s.online_metric, metric, rate)
         self.recent.add(n, loss, metric)
+        self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
             self.hedge.update(n, logs[hedge.HEAD_LOSSES])
         self.guard.kept(batch)
@@ -149,6 +150,7 @@ class Trainer:
                 v.assign(keras.ops.zeros(v.shape, v.dtype))
         if self.hedge is not None:
             self.hedge.reset()
+        self.step_size.changed()
         if not self.cfg.factory:  # the heads start from zero (a prediction of the mean)
             for v in self.model.trainable_variables:
                 if v.path.startswith("head"):
@@ -160,7 +162,7 @@ class Trainer:
         if not self.replay.due():
             return False
         batch = self.replay.sample()
-        self.anneal.replayed(batch.n, self.replay.size)
+        self.step_size.replayed(batch.n, self.replay.size)
         logs = self.fit(batch.x, batch.y, batch.w)
         if not self.guard.finite(logs):
             log.warning("undoing a non-finite replayed step (loss %s)", logs["loss"])
@@ -209,7 +211,7 @@ class Trainer:
 
     def _undone(self) -> None:
         self.guard.undo()
-        self.anneal.forget()
+        self.step_size.forget()
         if self.hedge is not None:
             self.hedge.read()
 
@@ -225,54 +227,6 @@ class Trainer:
             "y": batch.y[: min(batch.n, 8)].reshape(-1).tolist(),
         }
         self.deadletter(reason, json.dumps(detail).encode())
-
-
-class IdleAnnealing:
-    """The step size of replayed steps, annealed while no fresh sample comes.
-
-    With no fresh samples, replay runs epochs over the same buffer, and an optimizer at a
-    constant step size (Adam's above all) keeps jittering around the fit instead of
-    settling into it: on a noise-free linear function the final error varied 0.02 to 0.2
-    from one seed to the next. So, as multi-epoch training anneals, a replayed step takes
-    `learning_rate / (1 + e - GRACE)` once `e` epochs over the buffer since the last fresh
-    batch pass `GRACE`, and the next fresh batch trains at the full rate again. Replay
-    between the messages of a live stream, which runs a fraction of an epoch (or one or
-    two over a small buffer), keeps the full rate.
-
-    The rate is the optimizer's own variable (no retrace); it is written only when it
-    moves by 10% or more (a write costs ~0.2 ms). A schedule (a factory's optimizer) is
-    left alone.
-    """
-
-    GRACE = 2.0  # epochs at the full rate: the quality bench's small datasets need them
-
-    def __init__(self, optimizer: object) -> None:
-        rate = getattr(optimizer, "learning_rate", None)
-        self.rate = rate if hasattr(rate, "assign") else None
-        self.full = float(rate.numpy()) if self.rate is not None else 0.0
-        # None: unknown (at start a checkpoint may bring an annealed rate; an undo restores one)
-        self.factor: float | None = None
-        self.samples = 0  # replayed since the last fresh batch
-
-    def fresh(self) -> None:
-        self.samples = 0
-        if self.factor != 1.0:
-            self._set(1.0)
-
-    def replayed(self, n: int, buffered: int) -> None:
-        self.samples += n
-        epochs = self.samples / max(buffered, 1)
-        factor = 1.0 / (1.0 + max(0.0, epochs - self.GRACE))
-        if self.factor is None or abs(factor - self.factor) >= 0.1 * self.factor:
-            self._set(factor)
-
-    def forget(self) -> None:
-        self.factor = None
-
-    def _set(self, factor: float) -> None:
-        if self.rate is not None:
-            self.rate.assign(self.full * factor)
-        self.factor = factor
 
 
 def _ema(prev: float | None, value: float, rate: float) -> float:

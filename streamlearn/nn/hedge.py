@@ -107,14 +107,15 @@ def served(y_pred: Any) -> Any:
     return y_pred[:, 0] if len(y_pred.shape) == 3 else y_pred
 
 
-def _per_head(loss: Any, y_true: Any, y_pred: Any) -> Any:
+def _per_head(base: str, y_true: Any, y_pred: Any) -> Any:
     """Each head's loss per sample, (batch, heads), from a training output: one call."""
-    heads = y_pred[:, 1:]
-    if len(y_true.shape) == 1:  # sparse labels: one per row
-        y_true = y_true[:, None]
+    heads = y_pred[:, 1:]  # (batch, heads, outputs)
+    if base.startswith("sparse"):  # a class index per row
+        y_true = keras.ops.reshape(y_true, (-1, 1))
     else:
-        y_true = y_true[:, None, :]
-    return loss(keras.ops.repeat(y_true, heads.shape[1], axis=1), heads)
+        y_true = keras.ops.reshape(y_true, (-1, 1, heads.shape[-1]))
+    y_true = keras.ops.repeat(keras.ops.cast(y_true, heads.dtype), heads.shape[1], axis=1)
+    return keras.losses.get(base)(y_true, heads)
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -129,7 +130,7 @@ class HeadsLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):  # type: ignore[no-untyped-def]
         if len(y_pred.shape) != 3:
             return self.fn(y_true, y_pred)
-        return keras.ops.mean(_per_head(self.fn, y_true, y_pred), axis=1)
+        return keras.ops.mean(_per_head(self.base, y_true, y_pred), axis=1)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "base": self.base}
@@ -154,7 +155,6 @@ class HeadLosses(keras.metrics.Metric):
     def __init__(self, base: str, heads: int, **kwargs: Any) -> None:
         super().__init__(name=HEAD_LOSSES, **{k: v for k, v in kwargs.items() if k != "name"})
         self.base = base
-        self.fn = keras.losses.get(base)
         self.heads = heads
         self.total = self.add_variable((heads,), "zeros", name="total")
         self.count = self.add_variable((), "zeros", name="count")
@@ -162,7 +162,7 @@ class HeadLosses(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):  # type: ignore[no-untyped-def]
         if len(y_pred.shape) != 3:
             return
-        per = _per_head(self.fn, y_true, y_pred)  # (batch, heads)
+        per = _per_head(self.base, y_true, y_pred)  # (batch, heads)
         w = keras.ops.ones_like(per[:, 0]) if sample_weight is None else sample_weight
         w = keras.ops.reshape(keras.ops.cast(w, per.dtype), (-1, 1))
         self.total.assign_add(keras.ops.sum(per * w, axis=0))
