@@ -37,7 +37,7 @@ import numpy as np
 from streamlearn.config import ModelConfig
 from streamlearn.config.tfconfig import TIMEOUT_ENV, Workers, check_replicas
 from streamlearn.errors import StreamlearnError
-from streamlearn.nn import networks
+from streamlearn.nn import hedge, networks
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class Collective:
         metric = None if cfg.factory else networks.head_metric(cfg.task)
         per_row = _METRICS.get(metric) if metric else None
         variables = [*model.trainable_variables, *model.optimizer.variables]
+        heads = hedge.find(model) is not None  # then each head's loss too, for Hedge
 
         def step(x: Any, y: Any, w: Any) -> dict[str, Any]:
             self.traces += 1  # Python runs here only while tracing
@@ -83,9 +84,14 @@ class Collective:
                 logs = {"loss": ctx.all_reduce("sum", loss)}
             else:  # the metric's weighted mean over every worker's rows; one all-reduce
                 w = tf.cast(w, "float32")
-                hits = tf.reduce_sum(w * tf.reshape(per_row(y, pred), [-1]))
-                loss, hits, weight = ctx.all_reduce("sum", [loss, hits, tf.reduce_sum(w)])
+                hits = tf.reduce_sum(w * tf.reshape(per_row(y, hedge.served(pred)), [-1]))
+                sums = [loss, hits, tf.reduce_sum(w)]
+                if heads:
+                    sums.append(hedge.head_loss_sums(model.loss.base, y, pred, w))
+                loss, hits, weight, *per_head = ctx.all_reduce("sum", sums)
                 logs = {"loss": loss, metric: tf.math.divide_no_nan(hits, weight)}
+                if heads:
+                    logs[hedge.HEAD_LOSSES] = tf.math.divide_no_nan(per_head[0], weight)
             return {**logs, networks.FINITE: networks.all_finite_tensor(variables)}
 
         self._step = tf.function(lambda x, y, w: strategy.run(step, args=(x, y, w)))
@@ -120,7 +126,7 @@ class Collective:
         with self._peers():
             out = self._step(*split)
         first = self.strategy.experimental_local_results
-        return {k: float(first(v)[0]) for k, v in out.items()}
+        return {k: _host(first(v)[0]) for k, v in out.items()}
 
     def exchange(self, *arrays: np.ndarray, exact: type = np.float32) -> list[np.ndarray]:
         """Every worker's `arrays` (the same shapes on each, values that `exact` holds
@@ -226,3 +232,9 @@ class Watchdog:
 
 class WorkerLost(StreamlearnError):
     """Another worker of the multi-host learner died or cannot be reached."""
+
+
+def _host(value: Any) -> float | np.ndarray:
+    """A log's value on the host: a float, or an array (a hedge model's head losses)."""
+    found = np.asarray(value, np.float64)
+    return float(found) if found.ndim == 0 else found

@@ -148,6 +148,13 @@ def served_score(y_true: Any, y_pred: Any, metric: str) -> Any:
     return fn(y_true, served(y_pred))
 
 
+def head_loss_sums(base: str, y_true: Any, y_pred: Any, sample_weight: Any) -> Any:
+    """Each head's loss summed over the batch's rows, weighted: (heads,)."""
+    per = _per_head(base, y_true, y_pred)  # (batch, heads)
+    w = keras.ops.ones_like(per[:, 0]) if sample_weight is None else sample_weight
+    return keras.ops.sum(per * keras.ops.reshape(keras.ops.cast(w, per.dtype), (-1, 1)), axis=0)
+
+
 @keras.saving.register_keras_serializable(package="streamlearn")
 class HeadLosses(keras.metrics.Metric):
     """Each head's loss, its mean over the batch (weighted): a vector, one per head."""
@@ -162,11 +169,9 @@ class HeadLosses(keras.metrics.Metric):
     def update_state(self, y_true, y_pred, sample_weight=None):  # type: ignore[no-untyped-def]
         if len(y_pred.shape) != 3:
             return
-        per = _per_head(self.base, y_true, y_pred)  # (batch, heads)
-        w = keras.ops.ones_like(per[:, 0]) if sample_weight is None else sample_weight
-        w = keras.ops.reshape(keras.ops.cast(w, per.dtype), (-1, 1))
-        self.total.assign_add(keras.ops.sum(per * w, axis=0))
-        self.count.assign_add(keras.ops.sum(w))
+        self.total.assign_add(head_loss_sums(self.base, y_true, y_pred, sample_weight))
+        rows = keras.ops.cast(keras.ops.shape(y_pred)[0], "float32")
+        self.count.assign_add(rows if sample_weight is None else keras.ops.sum(sample_weight))
 
     def result(self):  # type: ignore[no-untyped-def]
         return self.total / keras.ops.maximum(self.count, 1e-12)
