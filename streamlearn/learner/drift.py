@@ -1,21 +1,23 @@
 """Concept drift: a detector on the online (test-then-train) loss, ADWIN-style.
 
 It keeps the recent steps' losses (each a mean over a batch of fresh samples, weighted by
-its size) in a bounded window, and every `clock` steps (a drift shows at most `clock - 1`
-steps late) asks whether the newer part of the window has a higher mean loss than the
-older part by more than chance allows: for a split into an older part of n0 samples and
-a newer one of n1, drift when
+its size) in a bounded window, and every `clock` samples (16: an abrupt change shows a
+step or two after it begins) asks whether the newer part of the window has a higher mean
+loss than the older part by more than chance allows: for a split into an older part of
+n0 samples and a newer one of n1, drift when
 
-    mean1 - mean0 > z * sigma * sqrt(1/n0 + 1/n1)   and   mean1 > (1 + min_rise) * mean0
+    mean1 - mean0 > z * sigma * sqrt(1/n0 + 1/n1)        (twice that when n1 is one step)
+    mean1 - mean0 > min_rise * mean0  and  > FLOOR * the stream's starting loss
 
-with sigma the per-sample spread of the loss within the two parts, estimated from the
-spread of the batch means around their part's mean. A falling loss (the model learning)
-is never drift. On drift the older part is dropped, as ADWIN does, so the test starts
-over on the new concept; the learner then forgets the old samples in its replay buffer
-(`replay.Replay.keep_newest`).
+with sigma the per-sample spread of the loss, judged from the differences of neighbouring
+steps' means over the last SPREAD_STEPS steps (a trimmed mean: the steps at a change or
+at the start of the stream do not count). A significant fall (the model learning) drops
+the older part without a drift, so that the start of a stream, whose loss was high, is no
+reference; on drift the older part is dropped too, so the test starts over on the new
+concept, and the learner starts afresh (`step.Trainer.changed`).
 
-Bounded: at most `max_steps` steps in the window (their sizes and losses: 16 bytes each,
-allocated once).
+Bounded: at most `max_steps` steps in the window and SPREAD_STEPS differences (16 and 8
+bytes each, allocated once).
 """
 
 from __future__ import annotations

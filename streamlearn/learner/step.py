@@ -9,8 +9,9 @@
 - Sample efficiency: the model's `Standardize` layer (and a regression's `Unstandardize`)
   takes each fresh batch's statistics once its step scored and learned it (`standardize`);
   fresh samples go to the replay buffer, and `replay_step` trains on a batch from it
-  (`replay`), never scored; a drift detector on the online loss makes the buffer forget
-  the old concept (`drift`).
+  (`replay`), never scored; a drift detector on the online loss makes the learner start
+  afresh on the new concept (`drift`, `changed`); the step size follows the recent loss
+  (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`).
 """
 
 from __future__ import annotations
@@ -139,11 +140,11 @@ class Trainer:
     def changed(self, keep: int = 0) -> None:
         """After a drift, what was learned of the old concept that would slow learning the
         new one goes: the replay buffer's samples but the newest `keep` (the step that
-        showed the change);
-        the optimizer's state (Adam's moments hold the old gradients); the output heads'
-        weights, which start from zero (the hidden layers' features stay: what a new
-        concept needs is most often a new readout of them, learned in tens of samples);
-        and a hedge model's mixture weights, every head weighed alike again."""
+        showed the change); the optimizer's state (Adam's moments hold the old gradients)
+        and the step size's recent loss; the output heads' weights, which start from zero
+        (the hidden layers' features stay: what a new concept needs is most often a new
+        readout of them, learned in tens of samples); and a hedge model's mixture weights,
+        every head weighed alike again."""
         self.replay.keep_newest(keep)
         for v in self.model.optimizer.variables:
             if not v.path.endswith("learning_rate"):

@@ -7,12 +7,12 @@ standardisation included, and is made of built-in Keras layers only, so
 variance, followed, when some feature has been constant so far, by a `Rescaling` that
 zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
 `Normalization`; a hedge model's heads become a `Dense` each, and their mixture a `Dense`
-whose kernel is the mixture weights (`streamlearn.nn.hedge.as_builtin`). (A model whose graph Keras cannot rebuild, a factory's
-subclassed model, is saved as it is: its custom layers need their code, and streamlearn
-for `Standardize`, where it is loaded; so does a model of named inputs, whose `Encode` layer,
-imputing missing inputs and one-hot encoding categorical ones, is streamlearn's
-(`streamlearn.nn.encode`).) `--format savedmodel` writes a TensorFlow
-SavedModel directory for TF Serving instead (`serve` endpoint).
+whose kernel is the mixture weights (`streamlearn.nn.hedge.as_builtin`). (A model whose
+graph Keras cannot rebuild, a factory's subclassed model, is saved as it is: its custom
+layers need their code, and streamlearn for `Standardize`, where it is loaded; so does a
+model of named inputs, whose `Encode` layer, imputing missing inputs and one-hot encoding
+categorical ones, is streamlearn's (`streamlearn.nn.encode`).) `--format savedmodel`
+writes a TensorFlow SavedModel directory for TF Serving instead (`serve` endpoint).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ import pytest
 import redis as redis_lib
 
 import streamlearn
-from streamlearn.client import client as client_module
 from streamlearn.client import ConnectionClosedError
+from streamlearn.client import client as client_module
 from streamlearn.config import Settings
 from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.names import Names

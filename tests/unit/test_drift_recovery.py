@@ -55,4 +55,3 @@ def test_after_a_label_swap_the_next_500_samples_score_within_5_points_of_the_50
         f"500 samples after the swap {after:.3f}, before {before:.3f}; "
         f"per 50 after: {right[SWAP:].reshape(-1, 50).mean(axis=1).round(2).tolist()}"
     )
-
