@@ -33,6 +33,7 @@ TOML = """
 inputs = 2
 task = "regression"
 hidden = [4]
+heads = "last"  # one head: its weights make the reply name the version (see above)
 
 [models.r.actor]
 reload_check_ms = 50

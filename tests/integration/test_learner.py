@@ -65,8 +65,9 @@ def test_padding_weights_make_the_batch_mean_exact():
 
 def test_each_batch_is_scored_with_the_weights_before_it_is_learned(redis, settings):
     # The step alone: the input statistics' first update would also change what x means
-    # (the statistics learned after the step: tests/integration/test_learning.py).
-    cfg = regression().model_copy(update={"standardize": False})
+    # (the statistics learned after the step: tests/integration/test_learning.py). One
+    # head: a hedge model's loss is its heads' mean loss, not the served prediction's.
+    cfg = regression().model_copy(update={"standardize": False, "heads": "last"})
     learner = make_learner(redis, settings, cfg)
     fill(learner, 5)
     learner.start()
