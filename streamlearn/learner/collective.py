@@ -41,12 +41,6 @@ from streamlearn.nn import hedge, networks
 
 log = logging.getLogger(__name__)
 
-# The per-row form of each built-in head's metric (`models._HEADS`), by its log name.
-_METRICS = {
-    "mae": keras.metrics.mean_absolute_error,
-    "binary_accuracy": keras.metrics.binary_accuracy,
-    "sparse_categorical_accuracy": keras.metrics.sparse_categorical_accuracy,
-}
 # The group of the device-count check: one CPU device a worker, whatever each trains on;
 # far above the keys the strategy hands out (1, 2, 3...)
 _CHECK_GROUP = 1 << 30
@@ -68,7 +62,7 @@ class Collective:
         check_replicas(self._replica_counts(workers))
         self.traces = 0  # of the step, as `models.TrainProbe` counts them
         metric = None if cfg.factory else networks.head_metric(cfg.task)
-        per_row = _METRICS.get(metric) if metric else None
+        per_row = hedge.PER_ROW_METRICS.get(metric) if metric else None
         variables = [*model.trainable_variables, *model.optimizer.variables]
         heads = hedge.find(model) is not None  # then each head's loss too, for Hedge
 

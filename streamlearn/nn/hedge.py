@@ -26,6 +26,12 @@ import keras
 import numpy as np
 
 HEAD_LOSSES = "head_losses"  # the log of each head's mean loss over the step's batch
+# The per-row form of each built-in head's metric (`networks._HEADS`), by its log name.
+PER_ROW_METRICS = {
+    "mae": keras.metrics.mean_absolute_error,
+    "binary_accuracy": keras.metrics.binary_accuracy,
+    "sparse_categorical_accuracy": keras.metrics.sparse_categorical_accuracy,
+}
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -144,8 +150,7 @@ def served_metric(name: str) -> keras.metrics.Metric:
 @keras.saving.register_keras_serializable(package="streamlearn")
 def served_score(y_true: Any, y_pred: Any, metric: str) -> Any:
     """Metric `metric`'s per-sample score of the served prediction."""
-    fn = getattr(keras.metrics, {"mae": "mean_absolute_error"}.get(metric, metric))
-    return fn(y_true, served(y_pred))
+    return PER_ROW_METRICS[metric](y_true, served(y_pred))
 
 
 def head_loss_sums(base: str, y_true: Any, y_pred: Any, sample_weight: Any) -> Any:
