@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import threading
 import time
@@ -28,7 +29,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 from pydantic_core import from_json
 
-from streamlearn.actor.replies import Replier, ReplyRoutes
+from streamlearn.actor.replies import Answer, Replier, ReplyRoutes
 from streamlearn.config import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import PayloadError
@@ -63,8 +64,8 @@ class Arrival(NamedTuple):
 class Inbox:
     """A bounded FIFO of arrivals; `shed` counts the requests refused when it was full.
 
-    paho's thread appends, the serving loop pops: each end has one writer, so the bounds
-    need no lock (the byte count is kept as bytes in and out, one per thread).
+    paho's thread and the HTTP door's append (under a lock: the byte count in), the serving
+    loop pops (the byte count out): the bounds need no lock on the serving path.
     """
 
     def __init__(
@@ -75,7 +76,8 @@ class Inbox:
         self.deadline_s = deadline_ms / 1000
         self.max_payload_bytes = max_payload_bytes
         self.shed = 0
-        self._arrivals: deque[Arrival] = deque()
+        self._arrivals: deque[tuple[Arrival | Pending, int]] = deque()  # with its bytes
+        self._adding = threading.Lock()  # paho's thread and the HTTP door's both append
         self._bytes_in = self._bytes_out = 0
         self._arrived = threading.Event()  # set when the inbox stops being empty
         self._shed_logged = (0.0, 0)  # (when, shed) of the last log line
@@ -87,10 +89,7 @@ class Inbox:
         size = len(payload)
         if size > self.max_payload_bytes:
             payload = b""  # refused unread: keep only its size
-        if (
-            len(self._arrivals) >= self.max_requests
-            or self._bytes_in - self._bytes_out + len(payload) > self.max_bytes
-        ):
+        if self._full(len(payload)):
             return self._shed(now)
         props = msg.properties
         deadline = now + self.deadline_s
@@ -103,27 +102,46 @@ class Inbox:
             topic = None
         correlation = getattr(props, "CorrelationData", None)
         asked = getattr(props, "ResponseTopic", None)
-        self._bytes_in += len(payload)
-        self._arrivals.append(Arrival(topic, payload, correlation, asked, now, deadline, size))
-        if len(self._arrivals) == 1:
-            self._arrived.set()
+        self._append(Arrival(topic, payload, correlation, asked, now, deadline, size), len(payload))
         return True
 
-    def get(self, timeout_s: float = 0.0) -> Arrival | None:
+    def offer(self, request: Pending, size: int) -> bool:
+        """Queue a request read already (the HTTP door's thread, `size` its body's bytes):
+        bounded and shed as MQTT requests are; False when shed. Never blocks."""
+        if self._full(size):
+            return self._shed(request.arrived)
+        request.deadline = min(request.deadline, request.arrived + self.deadline_s)
+        self._append(request, size)
+        return True
+
+    def get(self, timeout_s: float = 0.0) -> Arrival | Pending | None:
         """The oldest arrival, waiting up to `timeout_s` for one; None when none came."""
         if not self._arrivals and timeout_s > 0:
             self._arrived.clear()
             if not self._arrivals:
                 self._arrived.wait(timeout_s)
         try:
-            arrival = self._arrivals.popleft()
+            arrival, size = self._arrivals.popleft()
         except IndexError:
             return None
-        self._bytes_out += len(arrival.payload)
+        self._bytes_out += size
         return arrival
 
     def qsize(self) -> int:
         return len(self._arrivals)
+
+    def _full(self, size: int) -> bool:
+        """Whether one more request of `size` bytes would pass a bound. Two doors' threads
+        may check at once: the bounds can be passed by a request or two, never more."""
+        queued = self._bytes_in - self._bytes_out
+        return len(self._arrivals) >= self.max_requests or queued + size > self.max_bytes
+
+    def _append(self, arrival: Arrival | Pending, size: int) -> None:
+        with self._adding:
+            self._bytes_in += size
+            self._arrivals.append((arrival, size))
+        if len(self._arrivals) == 1:
+            self._arrived.set()
 
     def _shed(self, now: float) -> bool:
         self.shed += 1
@@ -198,6 +216,10 @@ class Pending:
     correlation: bytes | None
     key: str | None = None
     seq: float | None = None
+    version: int | str | None = None  # asked for (a version or a label); None: the served one
+    # Where the reply goes instead of `topic`: the HTTP door's waiting request.
+    answer: Answer | None = None
+    deadline: float = math.inf  # time.monotonic(); MQTT requests' is checked on admission
     done: bool = False  # answered
 
 
@@ -220,8 +242,14 @@ class Admission:
         self.expired = 0  # past their deadline: answered with an error, not computed
         self.failed = 0  # reading them raised: answered with an error
 
-    def admit(self, arrival: Arrival) -> Pending | None:
+    def admit(self, arrival: Arrival | Pending) -> Pending | None:
         """The request ready to compute, or None when it was answered with an error."""
+        if isinstance(arrival, Pending):  # read by its door already: only its deadline
+            waited = time.monotonic() - arrival.arrived
+            if time.monotonic() <= arrival.deadline:
+                return arrival
+            self._expire(None, None, arrival.id, waited, arrival.answer)
+            return None
         policy = self.cfg.actor
         topic, correlation, rid = None, None, None
         try:
@@ -239,14 +267,7 @@ class Admission:
             route = self.routes.route(request_topic, asked, default)
             topic, problem = route.topic, route.refused or problem
             if problem is None and arrival.expired(time.monotonic()):
-                self.expired += 1
-                waited_ms = 1000 * (time.monotonic() - arrival.arrived)
-                reason = (
-                    f"deadline exceeded: waited {waited_ms:.0f} ms in the actor's queue, past "
-                    f"request_deadline_ms={policy.request_deadline_ms:g} or the request's "
-                    f"message expiry; not computed"
-                )
-                self.replier.error(topic, correlation, rid, reason)
+                self._expire(topic, correlation, rid, time.monotonic() - arrival.arrived)
                 return None
             rows = _rows(doc.get("x"), len(self.cfg.sample_shape))
             if problem is None and rows > policy.max_request_rows:
@@ -272,7 +293,24 @@ class Admission:
             correlation,
             request.key,
             request.seq,
+            request.version,
         )
+
+    def _expire(
+        self,
+        topic: str | None,
+        correlation: bytes | None,
+        rid: object,
+        waited_s: float,
+        answer: Answer | None = None,
+    ) -> None:
+        self.expired += 1
+        reason = (
+            f"deadline exceeded: waited {1000 * waited_s:.0f} ms in the actor's queue, past "
+            f"request_deadline_ms={self.cfg.actor.request_deadline_ms:g} or the request's "
+            f"message expiry; not computed"
+        )
+        self.replier.error(topic, correlation, rid, reason, answer)
 
     def _decode(self, arrival: Arrival) -> tuple[dict[str, Any], str | None]:
         """The request's JSON object ({} when it has none) and what is wrong with it."""

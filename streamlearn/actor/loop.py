@@ -8,8 +8,10 @@ compiled forward pass and answered one reply per request with the version used. 
 between batches, so a reload never fails, drops or delays a request.
 
 A key-only request (models with a window) brings only the newest step; the earlier ones
-are its key's stored observations (`streamlearn.store.windows`), read for all such requests of a
-batch in one pipelined round trip before the forward pass.
+are its key's stored observations (`streamlearn.actor.keyed`). A request that names a
+version or a label is answered by that version, kept loaded (`streamlearn.actor.versions`).
+Requests come in by MQTT and, when `actor.http_port` is set, by the Open Inference Protocol
+over HTTP (`streamlearn.actor.http`): both doors share the inbox, and so the batches.
 
 Replies go out with QoS 0: a reply is useful only while its client waits, and a lost one
 is that client's timeout and retry, as with HTTP. QoS 1 costs a broker acknowledgement per
@@ -33,15 +35,16 @@ from collections.abc import Callable
 import keras
 import numpy as np
 import paho.mqtt.client as mqtt
-import redis
 from paho.mqtt.properties import Properties
 
 from streamlearn.actor import inbox
 from streamlearn.actor.forward import Forward
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.kept import Keeper
+from streamlearn.actor.keyed import complete_windows
 from streamlearn.actor.reloader import WeightsReloader
 from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
+from streamlearn.actor.versions import Group, KeptVersions
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.nn import buckets, networks
@@ -89,11 +92,15 @@ class Actor:
             windows = WindowStore(store.redis, names, cfg.window, cfg.inputs, partitions=partitions)
         self.windows = windows
         self.keeper = Keeper(PendingStore(store.redis, names, cfg.labels))  # for labels
+        self.versions = KeptVersions(
+            store, self._build_variant, self._forget, self.policy.kept_versions
+        )
         self.version = 0
         self.loaded_at: float | None = None
         self.batches = 0
         self.reloads = 0
         self.failed = 0  # requests whose batch raised while served (answered with an error)
+        self.shared_batches = 0  # forward passes that answered both HTTP and MQTT requests
         # Per-request observers (e.g. Prometheus histograms), set when metrics are on.
         self.observe_latency: Callable[[float], object] | None = None
         self.observe_batch: Callable[[int], object] | None = None
@@ -196,14 +203,25 @@ class Actor:
             for p in batch:
                 self._reply_error(p, reason)
             return
-        batch = self._complete_windows(batch)
+        if self.windows is not None:
+            batch = complete_windows(batch, self.windows, self._reply_error)
         if not batch:
             return
+        serving = (self.version, self.variant)
+        latest, labels = self.reloader.latest_seen, self.reloader.labels
+        for group in self.versions.split(batch, serving, latest, labels, self._reply_error):
+            self._answer(group)
+
+    def _answer(self, group: Group) -> None:
+        """One forward pass for a group of requests (of one version), and their replies."""
+        batch = group.requests
         x = batch[0].x if len(batch) == 1 else np.concatenate([p.x for p in batch])
-        y = self.predict(x)
+        y = self.predict(x, group.model)
         self.batches += 1
+        http = sum(p.answer is not None for p in batch)
+        self.shared_batches += 0 < http < len(batch)  # both doors' requests in one pass
         rows = (y if self.cfg.task == "multiclass" else y[:, 0]).tolist()
-        version, name, variant, row = self.version, self.cfg.name, self.variant, 0
+        version, name, variant, row = group.version, self.cfg.name, group.variant, 0
         # Kept before the replies go: a label sent the moment its reply arrives finds it.
         self.keeper.keep(batch, y, version)  # no Redis call unless a request has an id
         for p in batch:
@@ -212,7 +230,7 @@ class Actor:
             row += n
             body = {"id": p.id, "y": out, "version": version, "model": name, "variant": variant}
             p.done = True
-            self.replier.send(p.topic, p.correlation, body)
+            self.replier.send(p.topic, p.correlation, body, p.answer)
         if self.observe_latency is not None:
             done = time.monotonic()
             for p in batch:
@@ -220,46 +238,16 @@ class Actor:
         if self.observe_batch is not None:
             self.observe_batch(len(x))
 
-    def _complete_windows(self, batch: list[Pending]) -> list[Pending]:
-        """Give key-only requests their windows: the key's newest `window - 1` stored
-        observations (before the request's seq, when given), then the request's own step.
-
-        One round trip for the whole batch. A request whose key has too few observations
-        gets an error reply naming the key and how many are known, and leaves the batch.
-        """
-        keyed = [p for p in batch if p.key is not None]
-        if not keyed:
-            return batch
-        assert self.windows is not None and self.cfg.window is not None
-        need = self.cfg.window - 1
-        try:
-            earlier = self.windows.recent([(p.key, p.seq) for p in keyed], need)
-        except redis.RedisError as exc:
-            log.warning("stored observations unavailable: %s", exc)
-            for p in keyed:
-                reason = f"key {p.key!r}: stored observations unavailable ({exc})"
-                self._reply_error(p, reason)
-            return [p for p in batch if p.key is None]
-        for p, steps in zip(keyed, earlier, strict=True):
-            if len(steps) < need:
-                before = "" if p.seq is None else f" before seq {_number(p.seq)}"
-                reason = (
-                    f"key {p.key!r}: {len(steps)} of the {need} earlier observations "
-                    f"a window needs are known{before}"
-                )
-                self._reply_error(p, reason)
-            else:
-                p.x = np.concatenate([steps, p.x])[None]
-        return [p for p in batch if not p.done]
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """Forward pass over any number of rows, in padded bucket-sized chunks."""
+    def predict(self, x: np.ndarray, model: keras.Model | None = None) -> np.ndarray:
+        """Forward pass over any number of rows, in padded bucket-sized chunks (`model`: a
+        kept version's; default: the one serving)."""
+        forward = self._forward[id(model or self.model)]
         out = []
         for start in range(0, len(x), self.policy.max_batch):
             chunk = x[start : start + self.policy.max_batch]
             n = len(chunk)
             chunk = buckets.pad(chunk, buckets.fit(self.buckets, n))
-            out.append(self._forward[id(self.model)](chunk)[:n])
+            out.append(forward(chunk)[:n])
         return out[0] if len(out) == 1 else np.concatenate(out)
 
     def traces(self) -> int | None:
@@ -290,6 +278,8 @@ class Actor:
             "requests_shed": self.inbox.shed,
             "requests_failed": self.failed + self.admission.failed,
             "batches": self.batches,
+            "shared_batches": self.shared_batches,
+            "versions_kept": self.versions.kept(),
             "predictions_kept": self.keeper.kept,
             "keep_failures": self.keeper.failures,
             "refused": {str(v): reason for v, reason in self.reloader.refused.items()},
@@ -307,6 +297,8 @@ class Actor:
             "shed_requests_total": self.inbox.shed,
             "failed_requests_total": self.failed + self.admission.failed,
             "batches_total": self.batches,
+            "shared_batches_total": self.shared_batches,
+            "version_loads_total": self.versions.loads,
             "predictions_kept_total": self.keeper.kept,
             "keep_failures_total": self.keeper.failures,
             "reloads_total": self.reloads,
@@ -342,6 +334,9 @@ class Actor:
         self._forward[id(model)] = self._compile(model)
         return model
 
+    def _forget(self, model: keras.Model) -> None:
+        self._forward.pop(id(model), None)
+
     def _gather(self, idle_s: float) -> list[Pending] | None:
         """Valid requests for one pass; None when none arrived for `idle_s`.
 
@@ -373,13 +368,8 @@ class Actor:
 
     def _reply_error(self, p: Pending, reason: str) -> None:
         p.done = True
-        self.replier.error(p.topic, p.correlation, p.id, reason)
+        self.replier.error(p.topic, p.correlation, p.id, reason, p.answer)
 
     def _maybe_publish_status(self) -> None:
         if self.version != self._status_version or time.monotonic() >= self._status_due:
             self.publish_status()
-
-
-def _number(value: float) -> int | float:
-    """A seq as the client wrote it: 17, not 17.0."""
-    return int(value) if value.is_integer() else value

@@ -79,6 +79,7 @@ class WeightsReloader:
         self.refusals = 0
         self.latest_seen = 0
         self.pinned: int | None = None  # the pinned version, as last read
+        self.labels: dict[str, int] = {}  # version labels (`stable` -> 12), as last read
         # Models not serving, by variant; a staged one is in _ready instead.
         self._spares: dict[str, list[keras.Model]] = {variant: [spare]}
         self._specs = {variant: networks.spec(spare)}
@@ -133,7 +134,7 @@ class WeightsReloader:
         started = time.perf_counter()
         target = 0
         try:
-            latest, self.pinned = self.store.targets()
+            latest, self.pinned, self.labels = self.store.targets()
             self.latest_seen = max(self.latest_seen, latest)
             target = self.pinned or latest
             if target == self._staged or target in self.refused:

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 # paho's `Client.publish(topic, payload, qos, retain, properties)`.
 Publish = Callable[[str, bytes, int, bool, Properties | None], object]
+# A reply's body handed to the HTTP door's waiting request (`streamlearn.actor.http`).
+Answer = Callable[[dict], object]
 
 MAX_TOPIC_BYTES = 512
 
@@ -138,11 +140,36 @@ class Replier:
         self.too_big = 0
         self.unsent = 0  # no valid topic, or refused by paho
 
-    def error(self, topic: str | None, correlation: bytes | None, rid: object, reason: str) -> None:
+    def error(
+        self,
+        topic: str | None,
+        correlation: bytes | None,
+        rid: object,
+        reason: str,
+        answer: Answer | None = None,
+    ) -> None:
         self.errors += 1
-        self.send(topic, correlation, {"id": rid, "error": reason, "model": self.model})
+        body = {"id": rid, "error": reason, "model": self.model}
+        self.send(topic, correlation, body, answer)
 
-    def send(self, topic: str | None, correlation: bytes | None, body: dict) -> None:
+    def send(
+        self,
+        topic: str | None,
+        correlation: bytes | None,
+        body: dict,
+        answer: Answer | None = None,
+    ) -> None:
+        """Publish `body` on `topic`; or, for a request of the HTTP door, hand it to
+        `answer` (its waiting request, which writes its own response)."""
+        if answer is not None:
+            try:
+                answer(body)
+            except Exception:  # the door's client went away; the loop must go on
+                log.exception("handing a reply to the HTTP door failed")
+                self.unsent += 1
+                return
+            self.sent += 1
+            return
         if topic is None:
             self.unsent += 1
             return

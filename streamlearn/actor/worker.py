@@ -1,4 +1,5 @@
-"""`streamlearn actor`: prediction requests over MQTT, answered with the latest weights."""
+"""`streamlearn actor`: prediction requests over MQTT (and, with `actor.http_port`, the Open
+Inference Protocol over HTTP), answered with the latest weights."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
 
 from streamlearn import mqtt, runtime
+from streamlearn.actor.http import HttpDoor
 from streamlearn.actor.loop import Actor
 from streamlearn.observe import metrics
 from streamlearn.store.weights import WeightsStore
@@ -51,7 +53,22 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     health = runtime.connected_health("actor", client, None)
     health.add("weights", lambda: None if actor.version else "no weights loaded yet")
     actor.heartbeat = health.beat
-    port = metrics.expose("actor", model.name, actor.metrics, settings.metrics_port, health=health)
+    door = None
+    if model.actor.http_port is not None:  # the Open Inference Protocol, beside MQTT
+        door = HttpDoor(actor, model.actor.http_host, model.actor.http_port)
+        http_port = door.start()
+        log.info("Open Inference Protocol on http://%s:%d/v2", door.host, http_port)
+
+    def snapshot() -> dict[str, object]:
+        figures: dict[str, object] = dict(actor.metrics())
+        if door is not None:
+            figures["http_responses_total"] = dict(door.responses)
+        return figures
+
+    labels = {"http_responses_total": "code"}
+    port = metrics.expose(
+        "actor", model.name, snapshot, settings.metrics_port, labels=labels, health=health
+    )
     if port is not None:
         log.info("metrics on port %d", port)
         latency = metrics.histogram(
@@ -67,9 +84,13 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     try:
         actor.run(stop)
         client.unsubscribe(requests)
+        if door is not None:
+            door.stop()
         drained = actor.drain()
         log.info("answered %d requests received before unsubscribing", drained)
     finally:
+        if door is not None:
+            door.stop()
         actor.clear_status()
         mqtt.close(client)
     log.info("actor stopped after %d replies in %d batches", actor.served, actor.batches)

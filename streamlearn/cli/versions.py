@@ -37,9 +37,16 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     pin = command("pin", PIN_HELP, _pin)
     pin.add_argument("--model", help="model name (default: the only model)")
     pin.add_argument("--version", type=int, required=True, help="the version to serve")
+    pin.add_argument(
+        "--label",
+        help="name the version instead (`stable`): requests may then ask for "
+        "`versions/stable` (HTTP) or `\"version\": \"stable\"` (MQTT); the actors go on "
+        "serving the latest, and the version is kept in Redis while labelled",
+    )
 
     unpin = command("unpin", "return the actors to the latest version", _unpin)
     unpin.add_argument("--model", help="model name (default: the only model)")
+    unpin.add_argument("--label", help="remove this version label instead")
 
 
 def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -68,6 +75,13 @@ def _export(args: argparse.Namespace) -> int:
 
 def _pin(args: argparse.Namespace) -> int:
     model, store = _store(args)
+    if args.label is not None:
+        store.label(args.label, args.version)
+        print(
+            f"labelled {model.name} version {args.version} {args.label!r}: requests may name "
+            f"it by the label; kept until `streamlearn unpin --label {args.label}`"
+        )
+        return 0
     store.pin(args.version)
     latest = store.latest_version()
     print(
@@ -79,6 +93,11 @@ def _pin(args: argparse.Namespace) -> int:
 
 def _unpin(args: argparse.Namespace) -> int:
     model, store = _store(args)
+    if args.label is not None:
+        was = store.labels().get(args.label)
+        store.label(args.label, None)
+        print(f"removed label {args.label!r} of {model.name} (was version {was})")
+        return 0
     was = store.unpin()
     latest = store.latest_version()
     if was is None:

@@ -7,14 +7,37 @@ that needs only its own policy imports it from here.
 
 from __future__ import annotations
 
+import ipaddress
 import os
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from streamlearn.nn import buckets
 
 PREFETCH_MIN_CORES = 4  # the learner's reading thread is on by default from this many cores
+
+
+def listen_address(value: str) -> str:
+    """An IP address to bind, not a name: what a server listens on is then plain to see.
+
+    >>> listen_address("[::1]"), listen_address("0.0.0.0")
+    ('::1', '0.0.0.0')
+    """
+    try:
+        return str(ipaddress.ip_address(value.strip("[]")))
+    except ValueError:
+        raise ValueError("must be an IP address to listen on (127.0.0.1, 0.0.0.0, ::)") from None
+
+
+ListenAddress = Annotated[str, AfterValidator(listen_address)]
 
 
 class Frozen(BaseModel):
@@ -263,6 +286,25 @@ class ActorConfig(Frozen):
         gt=0,
         description="a request that waited longer (or past its MQTT v5 Message Expiry "
         "Interval) is not computed: it gets a 'deadline exceeded' error reply",
+    )
+    http_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="serve the Open Inference Protocol (KServe V2 REST: /v2/models/NAME/infer) "
+        "on this port, beside MQTT (0: any free port); unset: no HTTP",
+    )
+    http_host: ListenAddress = Field(
+        "127.0.0.1",
+        description="the address the HTTP door listens on: loopback unless a deployment asks "
+        "for more (compose, Kubernetes: 0.0.0.0)",
+    )
+    kept_versions: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="older versions an actor keeps loaded for requests that name one "
+        "(least recently used first out); each holds a copy of the model",
     )
 
 

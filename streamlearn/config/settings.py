@@ -5,14 +5,13 @@ Read once at start; a bad value fails with a message that names the variable.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from streamlearn.config.policies import describe_error
+from streamlearn.config.policies import ListenAddress, describe_error
 from streamlearn.errors import ConfigError
 from streamlearn.stack import runfile
 
@@ -38,24 +37,13 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
     )
-    metrics_host: str = Field(
+    metrics_host: ListenAddress = Field(
         "127.0.0.1",
         description="the address /metrics, /livez and /readyz listen on: loopback unless "
         "another machine must scrape (compose: 0.0.0.0, inside its own network)",
     )
 
     _stack: runfile.StackRecord | None = PrivateAttr(None)
-
-    @field_validator("metrics_host")
-    @classmethod
-    def _an_address(cls, value: str) -> str:
-        """An IP address to bind, not a name: what it listens on is then plain to see."""
-        try:
-            return str(ipaddress.ip_address(value.strip("[]")))
-        except ValueError:
-            raise ValueError(
-                "must be an IP address to listen on (127.0.0.1, 0.0.0.0, ::)"
-            ) from None
 
     @model_validator(mode="wrap")
     @classmethod

@@ -28,30 +28,31 @@ import numpy as np
 from streamlearn.config import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
+from streamlearn.contract.schemas import version_ref
 from streamlearn.errors import PayloadError
 
 _F32_MAX = float(np.finfo(np.float32).max)
 # Fields of an object that are not inputs: the payload's own.
 SAMPLE_FIELDS = frozenset(("id", "key", "seq"))
-REQUEST_FIELDS = frozenset(("id", "key", "seq", "reply_to"))
+REQUEST_FIELDS = frozenset(("id", "key", "seq", "reply_to", "version"))
 MIN_FIELD_LIMIT = 256  # an object may carry this many fields (or 4 per input) at most
 
 
 class NamedFields:
     """Reads one model's named inputs out of decoded JSON objects.
 
-    >>> from streamlearn.config import ModelConfig
-    >>> m = ModelConfig(name="m", inputs=["t", "ENERGY.Power", "kind"], target="failed",
-    ...                 task="binary", categorical={"kind": ["press", "lathe"]})
-    >>> from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
-    >>> named, counts = NamedFields(m), FieldCounts()
-    >>> named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
-    ...            "rssi": -60}, counts, REQUEST_FIELDS), counts.extra
-    (([20.5, 3.0, 1.0], 1), 1)
-    >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS)[0]
-    [nan, 1.0, -1.0]
-    >>> dict(counts.missing), dict(counts.unseen)
-    ({'t': 1}, {'kind': 1})
+        >>> from streamlearn.config import ModelConfig
+        >>> m = ModelConfig(name="m", inputs=["t", "ENERGY.Power", "kind"], target="failed",
+        ...                 task="binary", categorical={"kind": ["press", "lathe"]})
+        >>> from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
+        >>> named, counts = NamedFields(m), FieldCounts()
+        >>> named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
+        ...            "rssi": -60}, counts, REQUEST_FIELDS), counts.extra
+        (([20.5, 3.0, 1.0], 1), 1)
+        >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS)[0]
+        [nan, 1.0, -1.0]
+        >>> dict(counts.missing), dict(counts.unseen)
+        ({'t': 1}, {'kind': 1})
     """
 
     def __init__(self, model: ModelConfig) -> None:
@@ -265,11 +266,13 @@ class NamedPayloads:
             type(reply_to) is str and 0 < len(reply_to) <= 512 and not set(reply_to) & {"#", "+"}
         ):
             raise PayloadError(f"reply_to: a topic without wildcards, got {_shown(reply_to)}")
+        version = version_ref(doc.get("version"))
         if "key" in doc and self.model.window is not None:
             seq = doc.get("seq")
             seq = None if seq is None else _seq(seq, None)
-            return Request(x[:1], False, rid, reply_to, key=_key(doc["key"]), seq=seq)
-        return Request(x, batched, rid, reply_to)
+            key = _key(doc["key"])
+            return Request(x[:1], False, rid, reply_to, key=key, seq=seq, version=version)
+        return Request(x, batched, rid, reply_to, version=version)
 
     def _target(self, y: Any) -> float:
         """A label's value, checked for the task as `PayloadParser.check_targets` does."""

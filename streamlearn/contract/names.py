@@ -106,6 +106,12 @@ class Names:
         return self.key("weights:pin")
 
     @property
+    def labels_key(self) -> str:
+        """Hash: version label (`stable`...) -> version, set by `streamlearn pin --label`;
+        the trim keeps a labelled version. Always the model's, as `pin_key`."""
+        return self.key("weights:labels")
+
+    @property
     def _weights(self) -> str:
         return "weights" if self.variant is None else f"variant:{self.variant}:weights"
 

@@ -50,6 +50,7 @@ from streamlearn.contract.schemas import (
     invalid,
     nested,
     reason,
+    version_ref,
 )
 from streamlearn.errors import PayloadError
 
@@ -369,7 +370,8 @@ class PayloadParser:
             x = (self._many if batched else self._one).validate_python(req.x)
         except ValidationError as exc:
             raise PayloadError(reason(exc, "x")) from None
-        return Request(self._to_array(x, batched), batched, req.id, req.reply_to)
+        x = self._to_array(x, batched)
+        return Request(x, batched, req.id, req.reply_to, version=version_ref(req.version))
 
     def _parse_keyed_request(self, doc: dict[str, Any]) -> Request:
         if self.model.window is None:
@@ -382,7 +384,8 @@ class PayloadParser:
         except ValidationError as exc:
             raise PayloadError(reason(exc)) from None
         x = self._step(req.x)
-        return Request(x, False, req.id, req.reply_to, key=req.key, seq=req.seq)
+        version = version_ref(req.version)
+        return Request(x, False, req.id, req.reply_to, key=req.key, seq=req.seq, version=version)
 
 
 def _positional(doc: dict[str, Any]) -> bool:

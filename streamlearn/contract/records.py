@@ -122,6 +122,7 @@ class Request:
     reply_to: str | None = None
     key: str | None = None
     seq: float | None = None
+    version: int | str | None = None  # asked for: a version or a label; None: the served one
 
 
 def concat(parts: list[Samples]) -> Samples | None:

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -27,6 +28,8 @@ Seq = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**53), le=2
 # rejected after counting, before validation, which would report each unknown field.
 MAX_FIELDS = 4
 FIELDS = frozenset(("x", "y", "id", "ids", "samples", "key", "seq"))
+# A version label (`streamlearn pin --label`): `stable`, `canary-2`.
+LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 # Reasons of rejected items a message's one dead letter lists (with their indexes).
 LISTED_REASONS = 5
 
@@ -62,6 +65,29 @@ class RequestDoc(Strict):
     x: list[Any] = Field(min_length=1)
     id: RequestId | None = None
     reply_to: Topic | None = None
+    version: Any = None  # `version_ref`
+
+
+def version_ref(value: Any) -> int | str | None:
+    """A request's `version`: a version number, or a label (`"stable"`, `"latest"`).
+
+    >>> version_ref(12), version_ref("stable"), version_ref("12"), version_ref(None)
+    (12, 'stable', 12, None)
+    >>> version_ref(0)
+    Traceback (most recent call last):
+    ...
+    streamlearn.errors.PayloadError: version: a version number (1 or more) or a label, got 0
+    """
+    if value is None:
+        return None
+    if type(value) is str and value.isdigit() and len(value) <= 18:
+        value = int(value)
+    if (type(value) is int and 1 <= value < 2**63) or (
+        type(value) is str and LABEL.fullmatch(value)
+    ):
+        return value
+    shown = repr(value)[:40]
+    raise PayloadError(f"version: a version number (1 or more) or a label, got {shown}")
 
 
 class KeyedRequestDoc(RequestDoc):

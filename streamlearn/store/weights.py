@@ -28,6 +28,7 @@ import redis
 from streamlearn.config import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
+from streamlearn.contract.schemas import LABEL
 from streamlearn.errors import WeightsError
 from streamlearn.store import lua
 
@@ -55,6 +56,7 @@ class WeightsStore:
         self.history_every_ms = round(history_every_s * 1000)
         self._publish = lua.load(client, "weights_publish")
         self._pin = lua.load(client, "weights_pin")
+        self._label = lua.load(client, "weights_label")
 
     def latest_version(self) -> int:
         """The newest version (of the variant or the model, whichever is higher); 0: none."""
@@ -71,9 +73,9 @@ class WeightsStore:
         args = [blob, after, self.keep, self.history_every_ms, self.history]
         args += [model.weights_channel]
         if self.variant is None:
-            keys += [model.pin_key]
+            keys += [model.pin_key, model.labels_key]
         else:
-            keys += [model.champion_key, *_weights_keys(model), model.pin_key]
+            keys += [model.champion_key, *_weights_keys(model), model.pin_key, model.labels_key]
             args += [self.variant, BASE_VARIANT]
         version, served = self._publish(keys=keys, args=args)
         return int(version), bool(served)
@@ -95,14 +97,16 @@ class WeightsStore:
 
     # -- pinning (the model's keys, whatever the variant) --------------------------------
 
-    def targets(self) -> tuple[int, int | None]:
-        """The model's latest version and the pinned one (None: none), in one round trip
-        of plain GETs (all an actor's Redis account may run)."""
+    def targets(self) -> tuple[int, int | None, dict[str, int]]:
+        """The model's latest version, the pinned one (None: none) and the version labels,
+        in one round trip of plain reads (all an actor's Redis account may run)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.get(self.model.latest_key)
         pipe.get(self.model.pin_key)
-        latest, pinned = pipe.execute()
-        return int(latest or 0), None if pinned is None else int(pinned)
+        pipe.hgetall(self.model.labels_key)
+        latest, pinned, labels = pipe.execute()
+        named = {k.decode(errors="replace"): int(v) for k, v in labels.items()}
+        return int(latest or 0), None if pinned is None else int(pinned), named
 
     def pinned_version(self) -> int | None:
         pinned = self.redis.get(self.model.pin_key)
@@ -121,11 +125,30 @@ class WeightsStore:
         """Make actors serve `version` until `unpin`; it must still be kept in Redis."""
         model = self.model
         keys = [model.pin_key, model.versions_key, model.history_key, model.blobs_key]
-        found = self._pin(keys=keys, args=[int(version), model.weights_channel])
+        self._kept_or_fail(
+            self._pin(keys=keys, args=[int(version), model.weights_channel]), version
+        )
+
+    def label(self, label: str, version: int | None) -> None:
+        """Let requests name `version` by `label` (None: remove the label); the trim keeps
+        a labelled version. It must still be kept in Redis."""
+        check_label(label)
+        model = self.model
+        keys = [model.labels_key, model.blobs_key]
+        arg = "" if version is None else int(version)
+        self._kept_or_fail(
+            self._label(keys=keys, args=[label, arg, model.weights_channel]), version
+        )
+
+    def labels(self) -> dict[str, int]:
+        """The model's version labels: `{"stable": 12}`."""
+        return self.targets()[2]
+
+    def _kept_or_fail(self, found: list, version: int | None = None) -> None:
         if not int(found[0]):
             kept = sorted(int(v) for v in found[1:])
             raise WeightsError(
-                f"model {model.model!r} has no version {version} in Redis; "
+                f"model {self.model.model!r} has no version {version} in Redis; "
                 f"versions kept: {kept or 'none (nothing published yet)'}"
             )
 
@@ -147,6 +170,24 @@ class WeightsStore:
             return None
         blob = self.redis.hget(names.blobs_key, version)
         return None if blob is None else (version, blob)
+
+
+LATEST = "latest"  # the label every model has: its newest version
+
+
+def check_label(label: str) -> None:
+    """A version label: a letter, then up to 63 letters, digits, `_`, `.` or `-`; not `latest`.
+
+    >>> check_label("stable")
+    >>> check_label("7")
+    Traceback (most recent call last):
+    ...
+    streamlearn.errors.WeightsError: label '7': a letter, then up to 63 letters, digits, _ . or -
+    """
+    if label == LATEST:
+        raise WeightsError(f"label {LATEST!r} always names the newest version: choose another")
+    if not LABEL.fullmatch(label):
+        raise WeightsError(f"label {label!r}: a letter, then up to 63 letters, digits, _ . or -")
 
 
 def _weights_keys(names: Names) -> list[str]:

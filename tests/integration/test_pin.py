@@ -80,12 +80,33 @@ def test_the_trim_keeps_the_pinned_version_until_unpinned(redis, settings):
         store.publish(blob(v))
     assert store.versions() == [2, 5, 6]
     assert store.fetch(2) == (2, blob(2)) and store.fetch(4) is None
-    assert store.targets() == (6, 2)
+    assert store.targets() == (6, 2, {})
 
-    assert store.unpin() == 2 and store.targets() == (6, None)
+    assert store.unpin() == 2 and store.targets() == (6, None, {})
     store.publish(blob(7))
     assert store.versions() == [6, 7] and store.fetch(2) is None
     assert store.unpin() is None
+
+
+def test_the_trim_keeps_labelled_and_pinned_versions_until_the_label_goes(redis, settings):
+    names = Names("l", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names, keep=KEEP, history=0)
+    store.publish(blob(1))
+    store.label("stable", 1)
+    for v in (2, 3):
+        store.publish(blob(v))
+    store.label("canary", 3)
+    store.pin(2)
+    for v in (4, 5, 6, 7):
+        store.publish(blob(v))
+    assert store.versions() == [1, 2, 3, 6, 7]
+    assert store.targets() == (7, 2, {"stable": 1, "canary": 3})
+    with pytest.raises(WeightsError, match=r"no version 4 in Redis; versions kept: \[1, 2, 3, 6, 7\]"):
+        store.label("stable", 4)
+    store.label("canary", None)
+    store.unpin()
+    store.publish(blob(8))
+    assert store.versions() == [1, 7, 8] and store.labels() == {"stable": 1}
 
 
 def test_the_history_keeps_one_version_per_interval_for_a_rollback_minutes_later(redis, settings):
