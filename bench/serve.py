@@ -37,12 +37,12 @@ import time
 import tomllib
 from pathlib import Path
 
+import keras
 import numpy as np
 
-from bench import _freshness, _reload
+from bench import _freshness, _http, _reload, _serve_load
 from bench._report import exit_status, goal, report
 from bench._stack import Proc, Stack, broker
-from bench.loadgen import LoadClient, closed_loop, open_loop
 from streamlearn.actor.loop import Actor
 from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
 from streamlearn.contract.names import Names
@@ -61,6 +61,8 @@ QUICK = {
     "fresh_warmup": 1.0,
 }
 
+HTTP = "dynamic batching over HTTP (Open Inference Protocol)"
+
 # label, actor table overrides
 VARIANTS = {
     "batching": ("dynamic batching (library)", ""),
@@ -72,8 +74,8 @@ VARIANTS = {
 class PredictEachActor(Actor):
     """Baseline: `model.predict` on each request, as a first attempt would."""
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.model.predict(x, verbose=0)
+    def predict(self, x: np.ndarray, model: keras.Model | None = None) -> np.ndarray:
+        return (model or self.model).predict(x, verbose=0)
 
 
 def _config(actor_table: str) -> ModelConfig:
@@ -110,74 +112,6 @@ def _wait_serving(stack: Stack, names: Names, timeout_s: float = 60) -> None:
         client.close()
 
 
-def _latencies(scheduled: list[float], client: LoadClient) -> tuple[np.ndarray, int]:
-    """Milliseconds per request (inf when unanswered) and how many replies were errors."""
-    lat = np.full(len(scheduled), np.inf)
-    errors = 0
-    for reply in list(client.replies):
-        i = int.from_bytes(reply.correlation, "big")
-        if b'"error"' in reply.payload:
-            errors += 1
-        elif 0 <= i < len(lat):
-            lat[i] = (reply.at - scheduled[i]) * 1000
-    return lat, errors
-
-
-def _pct(lat: np.ndarray, q: float) -> float | None:
-    value = float(np.percentile(lat, q, method="higher"))
-    return None if np.isinf(value) else value
-
-
-def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, secs: float) -> dict:
-    client, topic = stack.client(names), names.predict_topic
-    count = int(rate * secs)
-    packets = [
-        client.request(topic, payloads[i % len(payloads)], i.to_bytes(8, "big"))
-        for i in range(count)
-    ]
-    scheduled = open_loop(client, packets, rate)
-    deadline = time.monotonic() + 3.0
-    while len(client.replies) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
-    client.close()
-    lat, errors = _latencies(scheduled, client)
-    ok = lat[np.isfinite(lat)]
-    return {
-        "load": f"{rate}/s",
-        "sent": count,
-        "answered": len(ok),
-        "errors": errors,
-        "timed_out": count - len(ok) - errors,
-        "p50_ms": _pct(lat, 50),
-        "p99_ms": _pct(lat, 99),
-        "max_ms": float(ok.max()) if len(ok) == count else None,
-    }
-
-
-def measure_max(
-    stack: Stack, names: Names, payloads: list[bytes], window: int, secs: float
-) -> dict:
-    client, topic = stack.client(names), names.predict_topic
-    warmup = 0.5
-
-    def make(i: int) -> bytes:
-        return client.request(topic, payloads[i % len(payloads)], i.to_bytes(8, "big"))
-
-    t0 = time.monotonic()
-    sent = closed_loop(client, make, window, warmup + secs)
-    client.close()
-    start, end = t0 + warmup, t0 + warmup + secs
-    done = [r for r in client.replies if start <= r.at < end and b'"error"' not in r.payload]
-    return {
-        "load": f"max ({window} in flight)",
-        "sent": sent,
-        "replies": len(client.replies),
-        "counted": len(done),  # good replies inside the measured `secs`
-        "seconds": secs,
-        "replies_per_s": len(done) / secs,
-    }
-
-
 class _Served:
     """One actor variant: its process, topics and how to restart it."""
 
@@ -188,13 +122,21 @@ class _Served:
         self.names = Names("demo", self.prefix, self.prefix)
         table = VARIANTS[variant][1]
         config = stack.workdir / f"{variant}.toml"
-        config.write_text(DEMO_TOML + (f"\n[models.demo.actor]\n{table}\n" if table else ""))
+        # The library's actor opens its HTTP door too: both doors measured in one process.
+        self.http_port = embedded.free_port() if variant == "batching" else None
+        self.metrics_port = embedded.free_port() if variant == "batching" else None
+        door = "" if self.http_port is None else f"http_port = {self.http_port}"
+        actor = "\n".join(t for t in (table, door) if t)
+        config.write_text(DEMO_TOML + (f"\n[models.demo.actor]\n{actor}\n" if actor else ""))
         self.argv = ["bench.serve", "--serve", variant, "--config", str(config)]
         _publish_weights(stack, _config(table), self.names, 1)
         self.proc = self._launch()
 
     def _launch(self) -> Proc:
-        return Proc([sys.executable, "-m", *self.argv], self.stack.env(self.prefix))
+        env = self.stack.env(self.prefix)
+        if self.metrics_port is not None:
+            env["STREAMLEARN_METRICS_PORT"] = str(self.metrics_port)
+        return Proc([sys.executable, "-m", *self.argv], env)
 
     def wait(self) -> None:
         try:
@@ -214,6 +156,8 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
     payloads = _request_payloads(_config(""))
     variants = [v for v in VARIANTS if not (args.quick and v == "predict")]
     actors = [_Served(stack, variant) for variant in variants]  # start side by side
+    door = actors[0]  # the library's actor: its HTTP door
+    http_bodies = _http.infer_body([json.loads(p)["x"] for p in payloads])
     rows: list[dict] = []
     saturated: dict[str, str] = {}
     try:
@@ -226,7 +170,7 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                         {"actor": a.label, "load": f"{rate}/s", "note": saturated[a.variant]}
                     )
                     continue
-                row = measure_rate(stack, a.names, payloads, rate, args.seconds)
+                row = _serve_load.measure_rate(stack, a.names, payloads, rate, args.seconds)
                 rows.append({"actor": a.label, **row})
                 print(
                     f"  {a.label} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
@@ -236,10 +180,20 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 if row["timed_out"] or row["errors"] or (row["p99_ms"] or 0) > 1000:
                     saturated[a.variant] = f"skipped: saturated at {rate}/s"
                     a.restart()
+            row = _http.measure_rate(
+                door.http_port, _serve_load.INFER, http_bodies, rate, args.seconds
+            )
+            rows.append({"actor": HTTP, **row})
+            print(
+                f"  {HTTP} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms", flush=True
+            )
         rounds: dict[str, list[float]] = {a.variant: [] for a in actors}
+        rounds["http"] = []
         for r in range(args.rounds):
             for a in _turns(actors, r):
-                row = measure_max(stack, a.names, payloads, args.window, args.max_seconds)
+                row = _serve_load.measure_max(
+                    stack, a.names, payloads, args.window, args.max_seconds
+                )
                 rounds[a.variant].append(row["replies_per_s"])
                 rows.append({"actor": a.label, **row, "round": r + 1})
                 print(
@@ -247,11 +201,19 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 )
                 if row["replies"] < row["sent"] - args.window:
                     a.restart()  # replies still due would land in the next one's turn
+            row = _http.measure_max(
+                door.http_port, _serve_load.INFER, http_bodies, args.max_seconds
+            )
+            rounds["http"].append(row["replies_per_s"])
+            rows.append({"actor": HTTP, **row, "round": r + 1})
+            print(f"  {HTTP} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True)
+        mixed = _serve_load.mixed(stack, door, payloads, http_bodies, args.mixed_rate, args.seconds)
+        rows.append(mixed)
     finally:
         for a in actors:
             a.proc.stop(kill=True)
     maxima = {v: float(np.median(values)) for v, values in rounds.items()}
-    return rows, {"median": maxima, "rounds": rounds}
+    return rows, {"median": maxima, "rounds": rounds, "mixed": mixed}
 
 
 def _turns(actors: list[_Served], r: int) -> list[_Served]:
@@ -270,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh-rate", type=float, default=100.0, help="samples/s published")
     parser.add_argument("--fresh-seconds", type=float, default=12.0)
     parser.add_argument("--fresh-warmup", type=float, default=2.0, help="seconds not counted")
+    parser.add_argument("--mixed-rate", type=int, default=500, help="requests/s per door, at once")
     parser.add_argument("--nagle", action="store_true", help="broker without TCP_NODELAY")
     parser.add_argument("--quick", action="store_true", help="CI smoke: < 60 s, half of each goal")
     parser.add_argument("--serve", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -351,6 +314,25 @@ def main(argv: list[str] | None = None) -> int:
     if p99_500 is not None or not q:  # --quick measures no 500/s
         label = f"batching p99 at 500 req/s <= 20 ms (got {p99_500 or float('inf'):.1f} ms)"
         checks[label] = p99_500 is not None and p99_500 <= 20
+    http_500 = by.get((HTTP, "500/s"), {}).get("p99_ms")
+    if http_500 is not None or not q:
+        label = f"HTTP p99 at 500 req/s <= 10 ms (got {http_500 or float('inf'):.1f} ms)"
+        checks[label] = http_500 is not None and http_500 <= 10
+    http_max = maxima["http"]
+    checks[
+        f"HTTP max throughput from one actor >= 2,000 requests/s (got {http_max:.0f}; "
+        f"MQTT {maxima['batching']:.0f}: {http_max / max(maxima['batching'], 1e-9):.2f}x)"
+    ] = goal(http_max, 2000, q)
+    checks["HTTP: no failed or timed-out request at any rate"] = all(
+        r.get("timed_out") == 0 and r.get("errors") == 0
+        for r in rows
+        if r["actor"] == HTTP and "sent" in r
+    )
+    mixed = throughput["mixed"]
+    checks[
+        f"both doors at once: requests of HTTP and MQTT batched together "
+        f"({mixed['shared_batches']:.0f} of {mixed['batches']:.0f} batches), none lost"
+    ] = mixed["shared_batches"] > 0 and mixed["answered"] == mixed["sent"]
     figures = {
         "p50_low_ms": p50_low,
         "p50_low_per_request_ms": p50_low_each,
@@ -359,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         "max_per_request_per_s": maxima["per_request"],
         "max_vs_per_request": ratio,
         "p99_500_ms": p99_500,
+        "http_max_per_s": maxima["http"],
+        "http_p99_500_ms": http_500,
+        "shared_batches": mixed["shared_batches"],
         "freshness_p50_ms": fresh["p50_ms"],
     }
     meta = {

@@ -1,0 +1,140 @@
+"""The serving bench's load: MQTT requests (`bench.loadgen`), and both doors at once.
+
+`measure_rate` is an open loop (latency from each request's scheduled send, so a stalled
+actor cannot hide its backlog), `measure_max` a closed loop; `mixed` runs MQTT and HTTP
+(`bench._http`) open loops at once on one actor and reads from its /metrics how many of
+its batches held requests of both doors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+import numpy as np
+
+from bench._http import delta, scrape
+from bench._http import measure_rate as http_rate
+from bench._stack import Stack
+from bench.loadgen import LoadClient, closed_loop, open_loop
+from streamlearn.contract.names import Names
+
+INFER = "/v2/models/demo/infer"
+
+
+class Door(Protocol):
+    """An actor serving both doors: its topics, HTTP port and metrics port."""
+
+    names: Names
+    http_port: int | None
+    metrics_port: int | None
+
+
+def _latencies(scheduled: list[float], client: LoadClient) -> tuple[np.ndarray, int]:
+    """Milliseconds per request (inf when unanswered) and how many replies were errors."""
+    lat = np.full(len(scheduled), np.inf)
+    errors = 0
+    for reply in list(client.replies):
+        i = int.from_bytes(reply.correlation, "big")
+        if b'"error"' in reply.payload:
+            errors += 1
+        elif 0 <= i < len(lat):
+            lat[i] = (reply.at - scheduled[i]) * 1000
+    return lat, errors
+
+
+def _pct(lat: np.ndarray, q: float) -> float | None:
+    value = float(np.percentile(lat, q, method="higher"))
+    return None if np.isinf(value) else value
+
+
+def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, secs: float) -> dict:
+    client, topic = stack.client(names), names.predict_topic
+    count = int(rate * secs)
+    packets = [
+        client.request(topic, payloads[i % len(payloads)], i.to_bytes(8, "big"))
+        for i in range(count)
+    ]
+    scheduled = open_loop(client, packets, rate)
+    deadline = time.monotonic() + 3.0
+    while len(client.replies) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    client.close()
+    lat, errors = _latencies(scheduled, client)
+    ok = lat[np.isfinite(lat)]
+    return {
+        "load": f"{rate}/s",
+        "sent": count,
+        "answered": len(ok),
+        "errors": errors,
+        "timed_out": count - len(ok) - errors,
+        "p50_ms": _pct(lat, 50),
+        "p99_ms": _pct(lat, 99),
+        "max_ms": float(ok.max()) if len(ok) == count else None,
+    }
+
+
+def measure_max(
+    stack: Stack, names: Names, payloads: list[bytes], window: int, secs: float
+) -> dict:
+    client, topic = stack.client(names), names.predict_topic
+    warmup = 0.5
+
+    def make(i: int) -> bytes:
+        return client.request(topic, payloads[i % len(payloads)], i.to_bytes(8, "big"))
+
+    t0 = time.monotonic()
+    sent = closed_loop(client, make, window, warmup + secs)
+    client.close()
+    start, end = t0 + warmup, t0 + warmup + secs
+    done = [r for r in client.replies if start <= r.at < end and b'"error"' not in r.payload]
+    return {
+        "load": f"max ({window} in flight)",
+        "sent": sent,
+        "replies": len(client.replies),
+        "counted": len(done),  # good replies inside the measured `secs`
+        "seconds": secs,
+        "replies_per_s": len(done) / secs,
+    }
+
+
+def mixed(
+    stack: Stack,
+    door: Door,
+    payloads: list[bytes],
+    bodies: list[bytes],
+    rate: int,
+    secs: float,
+) -> dict:
+    """Both doors at once, each at the mixed rate: how many batches held requests of both."""
+    assert door.metrics_port is not None and door.http_port is not None
+    before = scrape(door.metrics_port)
+    result: dict = {}
+    mqtt = threading.Thread(
+        target=lambda: result.update(measure_rate(stack, door.names, payloads, rate, secs))
+    )
+    mqtt.start()
+    http = http_rate(door.http_port, INFER, bodies, rate, secs)
+    mqtt.join()
+    time.sleep(0.2)
+    batches = delta(scrape(door.metrics_port), before)
+    print(
+        f"  both doors @ {rate}/s each: {batches['shared']:.0f} of "
+        f"{batches['batches']:.0f} batches held HTTP and MQTT requests; "
+        f"p99 HTTP {http['p99_ms']} ms, MQTT {result.get('p99_ms')} ms",
+        flush=True,
+    )
+    sizes = {k: v for k, v in batches.items() if k.startswith("le ")}
+    return {
+        "actor": "both doors: HTTP + MQTT",
+        "load": f"{rate}/s each",
+        "sent": http["sent"] + result.get("sent", 0),
+        "answered": http["answered"] + result.get("answered", 0),
+        "errors": http["errors"] + result.get("errors", 0),
+        "timed_out": http["timed_out"] + result.get("timed_out", 0),
+        "p99_ms": max(http["p99_ms"] or float("inf"), result.get("p99_ms") or float("inf")),
+        "batches": batches["batches"],
+        "shared_batches": batches["shared"],
+        "batch_size_histogram": sizes,
+    }
