@@ -34,11 +34,13 @@
 #            sl:*:weights* (MULTI/EXEC), PUBLISH on channel sl:*:weights; plus EXISTS/XLEN
 #            so `streamlearn status` works with its credentials. With variants: their
 #            weights (sl:*:variant:*:weights*, matched by sl:*:weights*) and version lists
-#            (RPUSH/LPOP/LLEN/LRANGE), the pin (`streamlearn pin`/`unpin`: GETDEL), the champion pointer and last promotion (GET/SET), the
+#            (RPUSH/LPOP/LLEN/LRANGE), the pin (`streamlearn pin`/`unpin`: GETDEL) and version
+#            labels (HSET/HVALS, kept from the trim), the champion pointer and last promotion (GET/SET), the
 #            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA);
 #            read-only: the served score (sl:*:served*) and the field counts (sl:*:fields)
 #            it puts in the model's status.
-#   actor    read-only GET of sl:*:weights*, SUBSCRIBE to channel sl:*:weights; read-only
+#   actor    read-only GET of sl:*:weights* (HGETALL: the version labels of `streamlearn
+#            pin --label`), SUBSCRIBE to channel sl:*:weights; read-only
 #            ZREVRANGEBYSCORE of sl:*:window:* (the stored steps of key-only requests), through
 #            its read-only Lua script (EVALSHA_RO, SCRIPT LOAD; it runs with the actor's rights).
 #            Read-write only sl:*:pending* (each served prediction of a request with an id,
@@ -96,8 +98,8 @@ trap 'rm -f "$tmp"' EXIT
     # may touch the other keys, and nothing else. So UNLINK, DEL and SET never reach the
     # sample stream or the dead letters, directly or from a script.
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat)"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi
