@@ -1,0 +1,175 @@
+"""The Open Inference Protocol documents the actor reads and writes (no server).
+
+The HTTP door itself, against a real actor, Redis and Mosquitto and with a client no one
+here wrote, is `tests/integration/test_http_door.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from streamlearn.actor import oip
+from streamlearn.config import ModelConfig
+from streamlearn.contract.payloads import PayloadParser
+from streamlearn.errors import PayloadError
+
+NAMED = ModelConfig(
+    name="m",
+    inputs=["t", "ENERGY.Power", "kind"],
+    target="failed",
+    task="binary",
+    categorical={"kind": ["press", "lathe"]},
+)
+POSITIONAL = ModelConfig(name="p", inputs=3, task="multiclass", classes=4)
+
+
+def read(cfg: ModelConfig, doc: dict, tail: bytes = b"") -> np.ndarray:
+    head = json.dumps(doc).encode()
+    x, _ = oip.read_infer(cfg, PayloadParser(cfg), head + tail, len(head) if tail else None)
+    return x
+
+
+def test_named_inputs_are_one_tensor_per_field_and_read_as_the_mqtt_door_reads_them():
+    doc = {
+        "inputs": [
+            {"name": "t", "shape": [2, 1], "datatype": "FP32", "data": [20.5, 21.0]},
+            {"name": "ENERGY.Power", "shape": [2], "datatype": "INT32", "data": [3, 4]},
+            {"name": "kind", "shape": [2, 1], "datatype": "BYTES", "data": ["lathe", "press"]},
+        ]
+    }
+    x = read(NAMED, doc)
+    mqtt = PayloadParser(NAMED).parse_request(
+        {
+            "samples": [
+                {"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe"},
+                {"t": 21.0, "ENERGY": {"Power": 4}, "kind": "press"},
+            ]
+        }
+    )
+    np.testing.assert_array_equal(x, mqtt.x)
+    assert x.tolist() == [[20.5, 3.0, 1.0], [21.0, 4.0, 0.0]]
+    meta = oip.model_metadata(NAMED, [3, 4])
+    assert [(i["name"], i["datatype"]) for i in meta["inputs"]] == [
+        ("t", "FP32"),
+        ("ENERGY.Power", "FP32"),
+        ("kind", "BYTES"),
+    ]
+    assert meta["versions"] == ["3", "4"]
+
+
+def test_binary_tensors_read_as_their_json_form():
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    doc = {
+        "inputs": [
+            {
+                "name": "x",
+                "shape": [2, 3],
+                "datatype": "FP64",
+                "parameters": {"binary_data_size": x.nbytes},
+            }
+        ]
+    }
+    np.testing.assert_array_equal(read(POSITIONAL, doc, x.tobytes()), x.astype(np.float32))
+    kinds = b"".join(struct.pack("<I", len(s)) + s for s in (b"press", b"lathe"))
+    named = {
+        "inputs": [
+            {"name": "t", "shape": [2], "datatype": "FP32", "data": [1, 2]},
+            {
+                "name": "kind",
+                "shape": [2],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(kinds)},
+            },
+        ]
+    }
+    assert read(NAMED, named, kinds)[:, 2].tolist() == [0.0, 1.0]
+
+
+def test_the_response_is_y_rows_by_classes_with_the_version():
+    reply = {"y": [[0.1, 0.2, 0.3, 0.4]], "version": 7, "variant": "base"}
+    doc = oip.response(POSITIONAL, reply, "r1")
+    assert doc["model_version"] == "7" and doc["id"] == "r1"
+    out = doc["outputs"][0]
+    assert (out["name"], out["datatype"], out["shape"]) == ("y", "FP32", [1, 4])
+    assert out["data"] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    assert oip.model_metadata(POSITIONAL, [])["outputs"][0]["shape"] == [-1, 4]
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        (
+            {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2]}]},
+            "2 values for shape [1, 3]",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, "a"]}]},
+            "data must be numbers",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 1e39]}]},
+            "out of float32 range",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [2000, 3], "datatype": "FP32", "data": [0] * 6000}]},
+            "max_request_rows",
+        ),
+        (
+            {"inputs": [{"name": "x", "shape": [-1, 3], "datatype": "FP32", "data": [1, 2, 3]}]},
+            "shape must be a list",
+        ),
+        (
+            {"inputs": [{"name": "y", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]},
+            "one tensor named 'x'",
+        ),
+        (
+            {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "shape": [1, 3],
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": 99},
+                    }
+                ]
+            },
+            "past the body's end",
+        ),
+        (
+            {
+                "inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}],
+                "outputs": [{"name": "z"}],
+            },
+            "one output, 'y'",
+        ),
+        ({"inputs": "x"}, "inputs: a list"),
+        (
+            {
+                "inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}],
+                "id": 5,
+            },
+            "id: a string",
+        ),
+    ],
+)
+def test_a_bad_request_says_what_is_wrong(doc: dict, reason: str):
+    with pytest.raises(PayloadError, match=reason.replace("[", r"\[").replace("(", r"\(")):
+        read(POSITIONAL, doc)
+
+
+def test_a_named_request_with_an_unknown_or_short_field_is_refused():
+    bad = {"inputs": [{"name": "rpm", "shape": [1], "datatype": "FP32", "data": [1]}]}
+    with pytest.raises(PayloadError, match="'rpm'"):
+        read(NAMED, bad)
+    uneven = {
+        "inputs": [
+            {"name": "t", "shape": [2], "datatype": "FP32", "data": [1, 2]},
+            {"name": "kind", "shape": [1], "datatype": "BYTES", "data": ["press"]},
+        ]
+    }
+    with pytest.raises(PayloadError, match="1 rows, the others have 2"):
+        read(NAMED, uneven)
