@@ -21,6 +21,8 @@ need_debian_packages() {
     [ -f /usr/include/mosquitto.h ] || missing+=(libmosquitto-dev)
     # kubectl's built-in kustomize renders deploy/k8s (tests/unit/test_k8s_manifests.py).
     command -v kubectl >/dev/null || command -v kustomize >/dev/null || missing+=(kubernetes-client)
+    # promtool and prometheus: the alerting rules' tests (deploy/prometheus/alerts.yml).
+    command -v promtool >/dev/null || missing+=(prometheus)
   fi
   [ ${#missing[@]} -eq 0 ] && return
   echo "installing Debian packages: ${missing[*]}"
@@ -28,6 +30,16 @@ need_debian_packages() {
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+    # The package enables and starts its own server on :9090 where an init system lets
+    # it; the tests start theirs on free ports, so stop and disable that one.
+    if [ -d /run/systemd/system ]; then
+      $sudo systemctl disable --now prometheus.service
+    else
+      $sudo /etc/init.d/prometheus stop >/dev/null || true
+      $sudo update-rc.d prometheus disable >/dev/null 2>&1 || true
+    fi
+  fi
 }
 
 python_env() {

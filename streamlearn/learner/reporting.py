@@ -145,10 +145,14 @@ def served_metrics(
 ) -> dict[str, float | int | None]:
     """The served score as Prometheus figures, from the last status (no Redis at scrape)."""
     served = served or {}
+    labels, loss = served.get("labels"), served.get("loss")
     return {
-        "served_labels_total": served.get("labels"),
+        "served_labels_total": labels,
         "served_unknown_labels_total": served.get("unknown"),
-        "served_loss": served.get("loss"),
+        "served_loss": loss,
+        # the loss summed over the labels: with `served_labels_total`, the served loss of
+        # any window (an alert compares the last hour with the one before)
+        "served_loss_sum_total": None if loss is None or labels is None else loss * labels,
         f"served_{metric}": served.get(metric),
         "served_label_delay_p50_seconds": served.get("delay_p50_s"),
         "served_label_delay_p95_seconds": served.get("delay_p95_s"),

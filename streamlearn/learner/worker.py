@@ -80,19 +80,22 @@ def main(argv: list[str] | None = None) -> int:
     stop = runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
 
-    def snapshot() -> dict[str, object]:
-        """The learner's counters plus its stream's length, pending and dead letters."""
-        figures = queue_figures(redis, names, group_of(variant), cfg.ingest.partitions)
-        return {**learner.metrics(), **figures}
-
-    health = runtime.connected_health("learner", client, settings)
-    # Not ready when samples wait and none is trained: a stuck learner (a loop that does
-    # not turn at all fails /livez instead).
     probe = quick_redis(settings.redis)
     waiting = [
         Appender(probe, names.of_partition(i), cfg.sample_shape, group_of(variant))
         for i in (partitions or range(cfg.ingest.partitions))
     ]
+
+    def snapshot() -> dict[str, object]:
+        """The learner's counters plus its stream's length, pending and dead letters, and
+        the samples waiting for it (the alert on a stale learner reads them)."""
+        figures = queue_figures(redis, names, group_of(variant), cfg.ingest.partitions)
+        backlog = sum(a.backlog() for a in waiting)
+        return {**learner.metrics(), **figures, "backlog_samples": backlog}
+
+    health = runtime.connected_health("learner", client, settings)
+    # Not ready when samples wait and none is trained: a stuck learner (a loop that does
+    # not turn at all fails /livez instead).
 
     def trained() -> int:
         """Samples trained on or dead-lettered: grows while a backlog is worked off."""
