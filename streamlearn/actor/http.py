@@ -74,9 +74,7 @@ class HttpDoor:
             loop.run_until_complete(self._runner.cleanup())
             loop.close()
             raise
-        server = site._server
-        assert isinstance(server, asyncio.base_events.Server)
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = self._runner.addresses[0][1]
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="http-door", daemon=True)
         self._thread.start()
