@@ -8,8 +8,9 @@ least recently used first out, `actor.kept_versions` of them (each a copy of the
 
 The first request for a version not loaded costs its fetch and load on the serving path
 (~1-3 ms for the demo MLP), and, while fewer than `kept_versions` models exist, building one
-(~0.1-0.5 s, once per model). A version the store no longer keeps, or a label no one set,
-gets an error reply naming what there is.
+(~0.1-0.5 s, once per model). Labels are read with each poll of the latest version; a
+label not known yet is read again from the store before it is refused. A version the store
+no longer keeps, or a label no one set, gets an error reply naming what there is.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ class KeptVersions:
             return ref
         if ref == LATEST:
             return latest
+        if ref not in labels:  # set since the last poll? One read, only for a miss
+            try:
+                labels = self.store.labels()
+            except redis.RedisError as exc:
+                reason = f"label {ref!r}: the weights store is unavailable ({exc})"
+                raise WeightsError(reason) from None
         if ref not in labels:
             known = ", ".join(sorted(labels)) or "none set"
             raise WeightsError(
