@@ -40,7 +40,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     pin.add_argument(
         "--label",
         help="name the version instead (`stable`): requests may then ask for "
-        "`versions/stable` (HTTP) or `\"version\": \"stable\"` (MQTT); the actors go on "
+        '`versions/stable` (HTTP) or `"version": "stable"` (MQTT); the actors go on '
         "serving the latest, and the version is kept in Redis while labelled",
     )
 

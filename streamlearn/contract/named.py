@@ -41,18 +41,18 @@ MIN_FIELD_LIMIT = 256  # an object may carry this many fields (or 4 per input) a
 class NamedFields:
     """Reads one model's named inputs out of decoded JSON objects.
 
-        >>> from streamlearn.config import ModelConfig
-        >>> m = ModelConfig(name="m", inputs=["t", "ENERGY.Power", "kind"], target="failed",
-        ...                 task="binary", categorical={"kind": ["press", "lathe"]})
-        >>> from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
-        >>> named, counts = NamedFields(m), FieldCounts()
-        >>> named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
-        ...            "rssi": -60}, counts, REQUEST_FIELDS), counts.extra
-        (([20.5, 3.0, 1.0], 1), 1)
-        >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS)[0]
-        [nan, 1.0, -1.0]
-        >>> dict(counts.missing), dict(counts.unseen)
-        ({'t': 1}, {'kind': 1})
+    >>> from streamlearn.config import ModelConfig
+    >>> m = ModelConfig(name="m", inputs=["t", "ENERGY.Power", "kind"], target="failed",
+    ...                 task="binary", categorical={"kind": ["press", "lathe"]})
+    >>> from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
+    >>> named, counts = NamedFields(m), FieldCounts()
+    >>> named.row({"t": 20.5, "ENERGY": {"Power": 3}, "kind": "lathe", "failed": 1,
+    ...            "rssi": -60}, counts, REQUEST_FIELDS), counts.extra
+    (([20.5, 3.0, 1.0], 1), 1)
+    >>> named.row({"t": None, "ENERGY": {"Power": 1}, "kind": "mill"}, counts, SAMPLE_FIELDS)[0]
+    [nan, 1.0, -1.0]
+    >>> dict(counts.missing), dict(counts.unseen)
+    ({'t': 1}, {'kind': 1})
     """
 
     def __init__(self, model: ModelConfig) -> None:
