@@ -114,6 +114,12 @@ def measure_rate(port: int, path: str, bodies: list[bytes], rate: int, secs: flo
     count = int(rate * secs)
     packets = [_request(port, path, bodies[i % len(bodies)]) for i in range(count)]
     lat, errors = asyncio.run(_open_loop(port, packets, rate, CONNECTIONS))
+    return rate_row(rate, lat, errors)
+
+
+def rate_row(rate: int, lat: np.ndarray, errors: int) -> dict:
+    """An open loop's row: milliseconds per request (inf: unanswered) and error replies."""
+    count = len(lat)
     ok = lat[np.isfinite(lat)]
 
     def pct(q: float) -> float | None:

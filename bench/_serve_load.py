@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from bench._http import delta, scrape
+from bench._http import delta, rate_row, scrape
 from bench._http import measure_rate as http_rate
 from bench._stack import Stack
 from bench.loadgen import LoadClient, closed_loop, open_loop
@@ -44,11 +44,6 @@ def _latencies(scheduled: list[float], client: LoadClient) -> tuple[np.ndarray, 
     return lat, errors
 
 
-def _pct(lat: np.ndarray, q: float) -> float | None:
-    value = float(np.percentile(lat, q, method="higher"))
-    return None if np.isinf(value) else value
-
-
 def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, secs: float) -> dict:
     client, topic = stack.client(names), names.predict_topic
     count = int(rate * secs)
@@ -62,17 +57,7 @@ def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, s
         time.sleep(0.02)
     client.close()
     lat, errors = _latencies(scheduled, client)
-    ok = lat[np.isfinite(lat)]
-    return {
-        "load": f"{rate}/s",
-        "sent": count,
-        "answered": len(ok),
-        "errors": errors,
-        "timed_out": count - len(ok) - errors,
-        "p50_ms": _pct(lat, 50),
-        "p99_ms": _pct(lat, 99),
-        "max_ms": float(ok.max()) if len(ok) == count else None,
-    }
+    return rate_row(rate, lat, errors)
 
 
 def measure_max(

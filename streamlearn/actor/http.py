@@ -115,6 +115,8 @@ class HttpDoor:
     async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
         try:
             response = await handler(request)
+        except PayloadError as exc:  # the body, or the path's version or label
+            response = self._error(400, str(exc))
         except web.HTTPException as exc:  # 404 of an unknown path, 413 of a large body
             response = self._error(exc.status, exc.reason)
         key = str(response.status)
@@ -157,12 +159,9 @@ class HttpDoor:
         if problem is not None:
             return problem
         body = await request.read()
-        try:
-            header = request.headers.get("Inference-Header-Content-Length")
-            x, rid = oip.read_infer(self.cfg, self.parser, body, _int(header))
-            version = self._version(request)
-        except PayloadError as exc:
-            return self._error(400, str(exc))
+        header = request.headers.get("Inference-Header-Content-Length")
+        x, rid = oip.read_infer(self.cfg, self.parser, body, _int(header))
+        version = self._version(request)
         loop = asyncio.get_running_loop()
         replied: asyncio.Future[dict[str, Any]] = loop.create_future()
 

@@ -245,10 +245,10 @@ class Admission:
     def admit(self, arrival: Arrival | Pending) -> Pending | None:
         """The request ready to compute, or None when it was answered with an error."""
         if isinstance(arrival, Pending):  # read by its door already: only its deadline
-            waited = time.monotonic() - arrival.arrived
-            if time.monotonic() <= arrival.deadline:
+            now = time.monotonic()
+            if now <= arrival.deadline:
                 return arrival
-            self._expire(None, None, arrival.id, waited, arrival.answer)
+            self._expire(None, None, arrival.id, now - arrival.arrived, arrival.answer)
             return None
         policy = self.cfg.actor
         topic, correlation, rid = None, None, None

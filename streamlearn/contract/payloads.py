@@ -15,7 +15,6 @@ that device's windows itself (`streamlearn.store.windows`); and key-only predict
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,6 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from streamlearn.config import ModelConfig
-from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.fastparse import FastSamples
 from streamlearn.contract.named import NamedPayloads
 from streamlearn.contract.records import (
@@ -52,11 +50,8 @@ from streamlearn.contract.schemas import (
     reason,
     version_ref,
 )
+from streamlearn.contract.width import RequestWidth
 from streamlearn.errors import PayloadError
-
-# Characters a valid request's strings hold at most (id 256, reply_to 512, key 128), each
-# of which may be a `,` or `:`.
-REQUEST_TEXT_CHARS = 1024
 
 
 class PayloadParser:
@@ -74,16 +69,7 @@ class PayloadParser:
         self._many = nested(len(self.shape) + 1)
         self._fast = FastSamples(model) if fast and model.fields is None else None
         self._named = None if model.fields is None else NamedPayloads(model, self.check_targets)
-        # A valid request's `,` and `:` (two per number of its largest batch) and `[`, `{`.
-        rows, size = model.actor.max_request_rows, math.prod(self.shape)
-        self._request_marks = 2 * rows * size + REQUEST_TEXT_CHARS
-        self._request_opens = (len(self.shape) + 1) * rows * size + REQUEST_TEXT_CHARS
-        self._object_marks = 0  # per object of a named request: its fields, their values
-        if self._named is not None:
-            categorical = MAX_CATEGORY_CHARS * len(model.categorical)
-            self._object_marks = 2 * self._named.fields.field_limit + categorical
-            opens = rows * (2 + len(self._named.fields.names)) + REQUEST_TEXT_CHARS
-            self._request_opens = max(self._request_opens, opens)
+        self._width = RequestWidth(model, None if self._named is None else self._named.fields)
 
     # -- samples -------------------------------------------------------------------------
 
@@ -320,35 +306,8 @@ class PayloadParser:
     # -- prediction requests -------------------------------------------------------------
 
     def check_request_width(self, raw: bytes) -> int:
-        """Refuse, unread, a request with more `:`/`,` (fields, values) or `[`/`{` than the
-        model's largest valid request holds (`max_request_rows` rows; named: the fields each
-        `{` may have; plus what strings may hold): a scan of the bytes, where decoding 80,000
-        made-up fields costs a hundred valid requests. Returns its lists and objects."""
-        limit = self._request_marks
-        marks, commas = raw.count(b":"), -1
-        if marks <= limit:
-            commas = raw.count(b",")
-            marks += commas
-        objects = raw.count(b"{") if marks > limit and self._object_marks else -1
-        if objects >= 0:
-            limit = max(limit, self._object_marks * objects + REQUEST_TEXT_CHARS)
-            if commas < 0 and marks <= limit:
-                marks += raw.count(b",")
-        if marks > limit:
-            raise PayloadError(
-                f"request too wide: at least {marks} fields and values (counted by ':' and "
-                f"','), a request of model {self.model.name!r} holds at most {limit}; "
-                f"refused unread",
-                "oversize",
-            )
-        opens = raw.count(b"[") + (raw.count(b"{") if objects < 0 else objects)
-        if opens > self._request_opens:
-            raise PayloadError(
-                f"request too deep or too wide: {opens} lists and objects, a request of "
-                f"model {self.model.name!r} holds at most {self._request_opens}; refused unread",
-                "oversize",
-            )
-        return opens
+        """`RequestWidth.check`: refuse, unread, a request wider than any valid one."""
+        return self._width.check(raw)
 
     def parse_request(self, raw: bytes | dict[str, Any]) -> Request:
         """Validate a prediction request; one sample or a batch of rows. `raw` may be the
