@@ -159,8 +159,9 @@ class WeightsReloader:
     def _provide(self, variant: str) -> None:
         """Make sure a spare model of `variant` exists, building one outside the lock: the
         serving loop goes on serving (and taking staged versions) while it is built."""
-        with self._lock:
-            if self._spares.get(variant):
+        with self._lock:  # a staged version not taken yet gives its model up (`_stage`)
+            staged = self._ready is not None and self._ready.variant == variant
+            if self._spares.get(variant) or staged:
                 return
         if self.build is None:
             raise WeightsError(f"learned by variant {variant!r}, which this actor cannot build")

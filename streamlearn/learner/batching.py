@@ -159,7 +159,7 @@ class Drainer:
             stale = self.stream.claim_stale(self.consumer, self.stale_after_ms)
             self._accept(Packed.of(stale, self.stream.sample_shape))
         if self._carry.available == 0:
-            self._read(limit, idle_block_ms)
+            self._first(limit, idle_block_ms)
             if self._carry.available == 0:
                 return self._take(0) if self._carry.skipped else None
         # Waiting for more reads without blocking, then sleeps: Redis ends a blocked read
@@ -195,6 +195,22 @@ class Drainer:
         count = min(self._count(_READ_BATCHES * limit - self._carry.available), limit)
         sent = send(self.consumer, count)
         self._ahead = lambda: self._took(self.stream.packed(sent.result()), count)
+
+    def _first(self, limit: int, block_ms: int | None) -> int:
+        """A read for the first entry, waiting up to `block_ms`. Redis ends a blocked read
+        that times out only at its next timer tick (up to 100 ms at its default hz of 10),
+        so a shorter wait (the learner's, until an unpublished step may be published)
+        polls instead: a blocked read of 10 ms held the learner until the next message,
+        and the steps replayed since the last publish never reached the actors before it."""
+        if block_ms is None or block_ms >= _IDLE_BLOCK_MS:
+            return self._read(limit, block_ms)
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            got = self._read(limit, None)
+            left = deadline - time.monotonic()
+            if got or left <= 0:
+                return got
+            time.sleep(min(_POLL_S, left))
 
     def _read(self, samples: int, block_ms: int | None) -> int:
         # Reads of a few batches at once spread the cost of a round trip.
