@@ -245,3 +245,28 @@ def test_actors_share_the_load_and_one_can_die(settings, redis, template, tmp_pa
         "answered, before the broker dropped it"
     )
     assert set(load.answers.values()) == {1}, "no request is answered twice"
+
+
+def test_a_staged_version_not_served_yet_lends_its_model_to_the_next(settings, redis, template):
+    """Versions that come faster than the actor serves (the learner publishes during its
+    replay) replace one another in the spare model: none builds a model of its own. It
+    did for the second one, which then came ~100 ms late: the next message was answered
+    by weights that had not finished learning the last."""
+    from streamlearn.actor.reloader import WeightsReloader
+
+    store = WeightsStore(redis, Names("r", settings.topic_prefix, settings.key_prefix))
+    built: list[str] = []
+
+    def build(variant: str) -> object:
+        built.append(variant)
+        return networks.build_model(CFG)
+
+    serving = networks.build_model(CFG)
+    reloader = WeightsReloader(store, networks.build_model(CFG), 1000, build=build)
+    for v in (1, 2, 3):  # staged one after another while the serving loop waits
+        store.publish(blob(template, v))
+        reloader.poll(block=True)
+    staged = reloader.take(serving)
+    assert built == [], "no model was built: the staged one's was reused"
+    assert staged is not None and staged.version == 3
+    assert float(staged.model.predict_on_batch(np.zeros((1, 2), np.float32))[0, 0]) == 1004 * 3
