@@ -69,8 +69,7 @@ class Heads(keras.layers.Layer):
         self.bias = self.add_weight(shape=(width,), initializer="zeros", name="bias")
         mask = np.zeros((sum(dims), width), np.float32)
         for k, (lo, dim) in enumerate(zip(np.cumsum([0, *dims]), dims, strict=False)):
-            cols = slice(k * self.outputs, (k + 1) * self.outputs)
-            mask[lo : lo + dim, cols] = self.gain if k == 0 else 1.0
+            mask[lo : lo + dim, k * self.outputs : (k + 1) * self.outputs] = self.gain if k == 0 else 1.0
         self.mask = mask
 
     def call(self, taps):  # type: ignore[no-untyped-def]
