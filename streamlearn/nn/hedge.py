@@ -25,7 +25,6 @@ from typing import Any
 import keras
 import numpy as np
 
-LINEAR_GAIN = 4.0  # the linear head's step against the others' (`Heads`)
 HEAD_LOSSES = "head_losses"  # the log of each head's mean loss over the step's batch
 # The per-row form of each built-in head's metric (`networks._HEADS`), by its log name.
 PER_ROW_METRICS = {
@@ -43,21 +42,11 @@ class Heads(keras.layers.Layer):
     its diagonal blocks (head k reads tap k alone): one variable instead of one per head,
     which halves what the heads add to a step (each variable costs the optimizer's update
     and the step's finiteness check a few operations).
-
-    The linear head's block of the mask is `LINEAR_GAIN`, not 1: its weights are the
-    kernel's times that gain. Adam moves a weight by about the learning rate a step,
-    whatever its gradient, so the linear head moves `LINEAR_GAIN` times as fast as the
-    others: a linear concept is learned at a linear model's speed, and a convex head
-    cannot overshoot into another basin (quality bench, 2 seeds: linear4 MAE 0.056 ->
-    0.049, sine_drift 0.934 -> 0.952; no stream worse by more than its seeds' spread).
     """
 
-    def __init__(
-        self, outputs: int, activation: str | None = None, gain: float = 1.0, **kwargs: Any
-    ) -> None:
+    def __init__(self, outputs: int, activation: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.outputs = outputs
-        self.gain = gain  # of the linear head (head 0)
         self.activation = keras.activations.get(activation)
         self._activation = activation
 
@@ -69,7 +58,7 @@ class Heads(keras.layers.Layer):
         self.bias = self.add_weight(shape=(width,), initializer="zeros", name="bias")
         mask = np.zeros((sum(dims), width), np.float32)
         for k, (lo, dim) in enumerate(zip(np.cumsum([0, *dims]), dims, strict=False)):
-            mask[lo : lo + dim, k * self.outputs : (k + 1) * self.outputs] = self.gain if k == 0 else 1.0
+            mask[lo : lo + dim, k * self.outputs : (k + 1) * self.outputs] = 1.0
         self.mask = mask
 
     def call(self, taps):  # type: ignore[no-untyped-def]
@@ -82,18 +71,17 @@ class Heads(keras.layers.Layer):
 
     def blocks(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each head's (kernel, bias), as a `Dense` of its tap holds them."""
-        kernel = keras.ops.convert_to_numpy(self.kernel) * self.mask
+        kernel = keras.ops.convert_to_numpy(self.kernel)
         bias = keras.ops.convert_to_numpy(self.bias)
         out = []
         for k in range(self.heads):
             cols = slice(k * self.outputs, (k + 1) * self.outputs)
-            rows = np.flatnonzero(self.mask[:, k * self.outputs])  # tap k's
+            rows = np.flatnonzero(self.mask[:, k * self.outputs])
             out.append((kernel[rows, cols], bias[cols]))
         return out
 
     def get_config(self) -> dict:
-        config = {"outputs": self.outputs, "activation": self._activation, "gain": self.gain}
-        return {**super().get_config(), **config}
+        return {**super().get_config(), "outputs": self.outputs, "activation": self._activation}
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")

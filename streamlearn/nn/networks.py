@@ -76,7 +76,7 @@ def _build(cfg: ModelConfig) -> keras.Model:
             h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
             taps.append(h)
     if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
-        heads = hedge.Heads(cfg.outputs, activation, hedge.LINEAR_GAIN, name="heads")(taps)
+        heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
         outputs = hedge.HedgeMix(name="hedge")(heads)
         losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
         metrics.append(hedge.HeadLosses(loss, len(taps)))
