@@ -118,7 +118,7 @@ class LockstepLearner(Learner):
         steps = 0
         with self.reading():
             while True:
-                spare = not burst and self.trainer.replay.due() and self._caught_up()
+                spare = not burst and self.trainer.spare() and self._caught_up()
                 batch = self._held or self.next_batch(spare)
                 self._held = None
                 ending = stop.is_set() or (max_steps is not None and steps >= max_steps)

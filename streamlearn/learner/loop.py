@@ -157,7 +157,7 @@ class Learner:
         steps = 0
         with self.reading():
             while not stop.is_set() and (max_steps is None or steps < max_steps):
-                spare = not burst and self.trainer.replay.due() and self._caught_up()
+                spare = not burst and self.trainer.spare() and self._caught_up()
                 batch = self.next_batch(spare)
                 if batch is not None:
                     self.train_step(batch)

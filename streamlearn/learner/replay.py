@@ -77,6 +77,10 @@ class Replay:
         w = np.ones(self.batch, np.float32)
         return Batch(self.x[rows], self.y[rows], w, self.batch)
 
+    def held(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample held (x and y), in no particular order: views, not copies."""
+        return self.x[: self.size], self.y[: self.size]
+
     def keep_newest(self, n: int) -> None:
         """Forget all but the newest `n` samples (after a drift: the old concept)."""
         n = min(n, self.size)

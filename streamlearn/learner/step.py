@@ -9,7 +9,8 @@
 - Sample efficiency: the model's `Standardize` layer (and a regression's `Unstandardize`)
   takes each fresh batch's statistics once its step scored and learned it (`standardize`);
   fresh samples go to the replay buffer, and `replay_step` trains on a batch from it
-  (`replay`), never scored; a drift detector on the online loss makes the learner start
+  (`replay`), never scored, and then the linear head is solved over that buffer
+  (`linear`); a drift detector on the online loss makes the learner start
   afresh on the new concept (`drift`, `changed`); the step size follows the recent loss
   (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`).
 """
@@ -29,6 +30,7 @@ from streamlearn.learner.batching import Batch
 from streamlearn.learner.collective import Collective
 from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.guard import StepGuard
+from streamlearn.learner.linear import LinearHead
 from streamlearn.learner.mixing import Hedge
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
@@ -79,6 +81,7 @@ class Trainer:
         self.step_size = StepSize(self.model.optimizer)
         mix = hedge.find(self.model)
         self.hedge = Hedge(mix) if mix is not None else None
+        self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
@@ -128,6 +131,8 @@ class Trainer:
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
             stats.update((batch.y if target else batch.x)[:n])
         self.replay.add(batch.x[:n], batch.y[:n])
+        if self.linear is not None:
+            self.linear.pending = True
         if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
             log.warning(
                 "drift at sample %d: the online loss rose; the replay buffer, the optimizer "
@@ -157,11 +162,17 @@ class Trainer:
                 if v.path.startswith("head"):
                     v.assign(keras.ops.zeros(v.shape, v.dtype))
 
+    def spare(self) -> bool:
+        """Whether there is work for spare time (`replay_step`)."""
+        return self.replay.due() or (self.linear is not None and self.linear.pending)
+
     def replay_step(self) -> bool:
-        """One step on a batch from the replay buffer, if its budget allows; not scored.
-        A non-finite outcome is undone (its samples were learned fine once already)."""
+        """Spare-time work: one step on a batch from the replay buffer, if its budget
+        allows, not scored; once it is spent, the linear head solved over the buffer
+        (`linear`). False when there is none. A non-finite step is undone (its samples
+        were learned fine once already)."""
         if not self.replay.due():
-            return False
+            return self.linear is not None and self.linear.solve(self.replay)
         batch = self.replay.sample()
         self.step_size.replayed(batch.n, self.replay.size)
         logs = self.fit(batch.x, batch.y, batch.w)
@@ -200,6 +211,7 @@ class Trainer:
             "traces": self.probe.traces,
             "retraces": self.retraces,
             "replay_steps": self.replay_steps,
+            "linear_solves": self.linear.solves if self.linear else 0,
             **self.replay.figures(),
             **(self.drift.figures() if self.drift else {}),
             **(self.hedge.figures() if self.hedge else {}),
@@ -212,6 +224,8 @@ class Trainer:
 
     def _undone(self) -> None:
         self.guard.undo()
+        if self.linear is not None:
+            self.linear.pending = True  # a solve since the rollback point may be undone
         self.step_size.forget()
         if self.hedge is not None:
             self.hedge.read()

@@ -1,0 +1,91 @@
+"""The linear head, solved: a hedge model's head 0 fitted over the replay buffer.
+
+Head 0 reads the standardised inputs (`streamlearn.nn.hedge`): a linear model, or a
+logistic one for a binary task. Trained by the step's optimizer alone it learns at the
+optimizer's pace, and Adam keeps jittering around the fit by its step size: the linear
+head held linear4's error at 0.056 (River's ARF: 0.035) and hyperplane at 0.907 (River's
+logistic regression: 0.912). A linear model has a better way to learn, so in the
+learner's spare time, once the replay of the last fresh samples is done, the head's
+weights are solved over the replay buffer (the most recent `replay_buffer` samples, none
+from before a drift): ridge regression in closed form, on the standardised target, for a
+regression; for a binary task `NEWTON_STEPS` Newton steps of ridge logistic regression,
+from the weights the head has. The bias is not penalised.
+
+The solve writes the head's block of the heads' kernel and bias (`hedge.Heads`), which
+are published, checkpointed and exported as the rest; it is skipped, leaving the head as
+it was, when its outcome is not finite. A multiclass head stays with the optimizer (a
+softmax head's Newton step solves a system of (inputs x classes) unknowns).
+
+Cost: the inputs' standardisation over the buffer (one forward pass of the model's first
+layers) and a system of (inputs + 1) unknowns: ~2 ms for 2,000 samples of 10 inputs on
+one core. It runs only in spare time, never while a backlog waits.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from streamlearn.learner.replay import Replay
+from streamlearn.nn import hedge, standardize
+
+RIDGE = 1.0  # the penalty on the weights, in units of standardised inputs
+NEWTON_STEPS = 3  # per solve (a binary head starts from its last weights)
+
+
+class LinearHead:
+    """Head 0 of one hedge model, and when it is next solved."""
+
+    def __init__(self, model: keras.Model, task: str) -> None:
+        self.heads: hedge.Heads = model.get_layer("heads")
+        tap = self.heads.input[0]
+        self.features = keras.Model(model.inputs[0], tap, name="linear_features")
+        self.inputs = int(tap.shape[-1])
+        self.outputs = self.heads.outputs
+        self.binary = task == "binary"
+        self.target = standardize.find(model, standardize.Unstandardize)
+        self.pending = False  # fresh samples since the last solve
+        self.solves = 0
+
+    @classmethod
+    def of(cls, model: keras.Model, task: str) -> LinearHead | None:
+        """The model's solvable linear head; None for a model without one (no hedge heads,
+        a multiclass task)."""
+        if task == "multiclass" or hedge.find(model) is None:
+            return None
+        return cls(model, task)
+
+    def solve(self, replay: Replay) -> bool:
+        """Fit the head over `replay`'s samples; False when there was nothing to do."""
+        if not self.pending or replay.size < 2:
+            return False
+        self.pending = False
+        x, y = replay.held()
+        a = np.asarray(self.features(x, training=False), np.float64).reshape(len(x), -1)
+        a = np.hstack([a, np.ones((len(a), 1))])
+        penalty = RIDGE * np.eye(a.shape[1])
+        penalty[-1, -1] = 1e-6  # the bias: all but free
+        kernel = keras.ops.convert_to_numpy(self.heads.kernel)
+        bias = keras.ops.convert_to_numpy(self.heads.bias)
+        y = y.reshape(len(y), -1).astype(np.float64)
+        if self.binary:
+            theta = np.append(kernel[: self.inputs, 0], bias[0]).astype(np.float64)[:, None]
+            for _ in range(NEWTON_STEPS):
+                p = 1.0 / (1.0 + np.exp(-np.clip(a @ theta, -30.0, 30.0)))
+                grad = a.T @ (p - y) + penalty @ theta
+                hess = a.T @ (a * (p * (1.0 - p))) + penalty
+                theta = theta - np.linalg.solve(hess, grad)
+        else:
+            if self.target is not None:  # the head predicts the standardised target
+                mean, var = self.target.moments()
+                y = (y - mean) / np.sqrt(np.maximum(var, standardize.EPSILON))
+            theta = np.linalg.solve(a.T @ a + penalty, a.T @ y)
+        if not np.all(np.isfinite(theta)):
+            return True
+        kernel, bias = kernel.copy(), bias.copy()
+        kernel[: self.inputs, : self.outputs] = theta[:-1]
+        bias[: self.outputs] = theta[-1]
+        self.heads.kernel.assign(kernel)
+        self.heads.bias.assign(bias)
+        self.solves += 1
+        return True
