@@ -2,8 +2,14 @@
 
 In the spirit of Reverb's samples-per-insert rate limiter: every fresh sample the learner
 trains on also goes into a bounded ring buffer of the most recent `replay_buffer` samples,
-and while no fresh batch is waiting the learner trains on batches drawn uniformly from
-that buffer, until it has replayed `replay_ratio` samples per fresh one. A slow stream so
+and while no fresh batch is waiting the learner trains on batches drawn from that
+buffer, until it has replayed `replay_ratio` samples per fresh one. A sample's chance to
+be drawn halves with every `HALF_LIFE` x `replay_buffer` samples that came after it: the
+newest are replayed most. On the quality bench, in-process, against uniform draws, this
+gained where the concept moves (sine_drift 0.942 -> 0.960, stagger_drift 0.967 -> 0.973,
+mixed_drift 0.907 -> 0.912, rbf_drift 0.842 -> 0.849) for ~0.004 on sea and rbf; a
+half-life of a quarter of the buffer gained more on rbf_drift (0.856) and lost more on
+the stationary streams. A slow stream so
 gives each sample about `1 + replay_ratio` steps; a fast one keeps the learner busy with
 fresh batches and replays nothing. Replayed steps never count in the online metric: a
 sample is scored only on its first sight, before it is learned.
@@ -18,6 +24,8 @@ import bisect
 import numpy as np
 
 from streamlearn.learner.batching import Batch
+
+HALF_LIFE = 0.5  # of the buffer's capacity, in samples of age: a draw's weight halves
 
 
 class Replay:
@@ -70,9 +78,12 @@ class Replay:
         )
 
     def sample(self) -> Batch:
-        """A batch drawn uniformly from the buffer (with replacement)."""
-        newest = (self._next - 1 - np.arange(self.size)) % self.capacity
-        rows = newest[self._rng.integers(0, self.size, self.batch)]
+        """A batch drawn from the buffer (with replacement), a sample's weight halving
+        with every `HALF_LIFE` of the capacity in age: a truncated exponential on ages."""
+        scale = HALF_LIFE * self.capacity / np.log(2.0)
+        u = self._rng.random(self.batch) * -np.expm1(-self.size / scale)
+        age = np.minimum((-scale * np.log1p(-u)).astype(np.int64), self.size - 1)
+        rows = (self._next - 1 - age) % self.capacity
         self.replayed += self.batch
         w = np.ones(self.batch, np.float32)
         return Batch(self.x[rows], self.y[rows], w, self.batch)
