@@ -55,9 +55,14 @@ class LinearHead:
             return None
         return cls(model, task)
 
+    def due(self, replay: Replay) -> bool:
+        """Whether fresh samples came since the last solve (and `replay` holds some: none
+        without replay, `replay_ratio` 0)."""
+        return self.pending and replay.size >= 2
+
     def solve(self, replay: Replay) -> bool:
         """Fit the head over `replay`'s samples; False when there was nothing to do."""
-        if not self.pending or replay.size < 2:
+        if not self.due(replay):
             return False
         self.pending = False
         x, y = replay.held()

@@ -3,16 +3,17 @@
 In the spirit of Reverb's samples-per-insert rate limiter: every fresh sample the learner
 trains on also goes into a bounded ring buffer of the most recent `replay_buffer` samples,
 and while no fresh batch is waiting the learner trains on batches drawn from that
-buffer, until it has replayed `replay_ratio` samples per fresh one. A sample's chance to
-be drawn halves with every `HALF_LIFE` x `replay_buffer` samples that came after it: the
-newest are replayed most. On the quality bench, in-process, against uniform draws, this
-gained where the concept moves (sine_drift 0.942 -> 0.960, stagger_drift 0.967 -> 0.973,
-mixed_drift 0.907 -> 0.912, rbf_drift 0.842 -> 0.849) for ~0.004 on sea and rbf; a
-half-life of a quarter of the buffer gained more on rbf_drift (0.856) and lost more on
-the stationary streams. A slow stream so
+buffer, until it has replayed `replay_ratio` samples per fresh one. A slow stream so
 gives each sample about `1 + replay_ratio` steps; a fast one keeps the learner busy with
 fresh batches and replays nothing. Replayed steps never count in the online metric: a
 sample is scored only on its first sight, before it is learned.
+
+A sample's chance to be drawn halves with every `HALF_LIFE` x `replay_buffer` samples
+that came after it: the newest are replayed most. On the quality bench, in-process,
+against uniform draws, this gained where the concept moves (sine_drift 0.942 -> 0.960,
+stagger_drift 0.967 -> 0.973, mixed_drift 0.907 -> 0.912, rbf_drift 0.842 -> 0.849) for
+~0.004 on sea and rbf; a half-life of a quarter of the buffer gained more on rbf_drift
+(0.856) and lost more on the stationary streams.
 
 Memory: `replay_buffer` x (bytes per x row + bytes per y row), allocated once, reported.
 """

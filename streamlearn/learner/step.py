@@ -164,7 +164,7 @@ class Trainer:
 
     def spare(self) -> bool:
         """Whether there is work for spare time (`replay_step`)."""
-        return self.replay.due() or (self.linear is not None and self.linear.pending)
+        return self.replay.due() or (self.linear is not None and self.linear.due(self.replay))
 
     def replay_step(self) -> bool:
         """Spare-time work: one step on a batch from the replay buffer, if its budget

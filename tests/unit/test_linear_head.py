@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from streamlearn.actor.forward import Forward
-from streamlearn.config import ModelConfig
+from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner.batching import padded
 from streamlearn.learner.step import Trainer
 from streamlearn.nn import export
@@ -86,3 +86,14 @@ def test_the_solved_head_is_what_the_actors_and_the_export_serve(task, tmp_path)
     export.standalone(trainer.model).save(tmp_path / "model.keras")
     plain = keras.saving.load_model(tmp_path / "model.keras")
     np.testing.assert_allclose(plain.predict(x[:50], verbose=0), served, rtol=1e-4, atol=1e-4)
+
+
+def test_without_replay_there_is_no_solve_and_no_spare_work():
+    """`replay_ratio` 0 keeps no buffer: nothing to solve over, so spare time stays idle
+    (a learner that thought otherwise would spin on it)."""
+    cfg = ModelConfig(name="lin", inputs=4, learner=LearnerConfig(replay_ratio=0))
+    trainer = Trainer(cfg, lambda *_: None)
+    trainer.warm_up()
+    x, y = linear_target(80, seed=3)
+    learn(trainer, x, y)
+    assert trainer.linear.solves == 0 and not trainer.spare()
