@@ -44,7 +44,7 @@ class LinearHead:
         self.outputs = self.heads.outputs
         self.binary = task == "binary"
         self.target = standardize.find(model, standardize.Unstandardize)
-        self.pending = False  # fresh samples since the last solve
+        self._solved_at = -1  # the buffer's `inserted` count at the last solve
         self.solves = 0
 
     @classmethod
@@ -58,13 +58,17 @@ class LinearHead:
     def due(self, replay: Replay) -> bool:
         """Whether fresh samples came since the last solve (and `replay` holds some: none
         without replay, `replay_ratio` 0)."""
-        return self.pending and replay.size >= 2
+        return replay.inserted != self._solved_at and replay.size >= 2
+
+    def forget(self) -> None:
+        """The last solve may be undone (a rollback): solve again at the next chance."""
+        self._solved_at = -1
 
     def solve(self, replay: Replay) -> bool:
         """Fit the head over `replay`'s samples; False when there was nothing to do."""
         if not self.due(replay):
             return False
-        self.pending = False
+        self._solved_at = replay.inserted
         x, y = replay.held()
         a = np.asarray(self.features(x, training=False), np.float64).reshape(len(x), -1)
         a = np.hstack([a, np.ones((len(a), 1))])

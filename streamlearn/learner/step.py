@@ -131,8 +131,6 @@ class Trainer:
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
             stats.update((batch.y if target else batch.x)[:n])
         self.replay.add(batch.x[:n], batch.y[:n])
-        if self.linear is not None:
-            self.linear.pending = True
         if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
             log.warning(
                 "drift at sample %d: the online loss rose; the replay buffer, the optimizer "
@@ -225,7 +223,7 @@ class Trainer:
     def _undone(self) -> None:
         self.guard.undo()
         if self.linear is not None:
-            self.linear.pending = True  # a solve since the rollback point may be undone
+            self.linear.forget()  # a solve since the rollback point may be undone
         self.step_size.forget()
         if self.hedge is not None:
             self.hedge.read()
