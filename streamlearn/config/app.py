@@ -51,6 +51,7 @@ VARIANT_FIELDS = (
     "architecture",
     "hidden",
     "heads",
+    "memory",
     "learning_rate",
     "optimizer",
     "standardize",
@@ -78,6 +79,7 @@ class VariantConfig(Frozen):
     architecture: str | None = None  # checked as the model's field, once merged
     hidden: tuple[int, ...] | None = None
     heads: Literal["hedge", "last"] | None = None
+    memory: int | None = Field(None, ge=0)
     learning_rate: float | None = Field(None, gt=0)
     optimizer: Literal["adam", "sgd"] | None = None
     standardize: bool | None = None
@@ -116,6 +118,11 @@ Task = Literal["regression", "binary", "multiclass"]
 Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
 # Architectures whose x is a window of `window` steps of `inputs` features.
 SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
+# The memory head's slots (`streamlearn.nn.memory`): each costs (inputs + outputs + 1)
+# floats of every published version. Off by default: its ops cost a backlog's step ~8%
+# (`bench.learner`: 0.86x of the one-head model with it, 0.94x without; the bar is 0.9x).
+MEMORY = 0
+MAX_MEMORY = 10_000
 
 
 class ModelConfig(Frozen):
@@ -154,6 +161,14 @@ class ModelConfig(Frozen):
         description="hedge: an output head on the inputs and after every hidden layer, the "
         "prediction their mixture, weighted by each head's recent loss (Hedge); last: one "
         "head after the last hidden layer (built-in architectures)",
+    )
+    memory: int = Field(
+        MEMORY,
+        ge=0,
+        le=MAX_MEMORY,
+        description="hedge heads: the recent samples a nearest-neighbour head predicts from "
+        "(kept in the model's weights, written from the replay buffer); 0: no such head; "
+        "500 gains most where the concept is local (rbf_drift 0.85 -> 0.92)",
     )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0)

@@ -64,7 +64,7 @@ class LinearHead:
         """The last solve may be undone (a rollback): solve again at the next chance."""
         self._solved_at = -1
 
-    def solve(self, replay: Replay) -> bool:
+    def update(self, replay: Replay) -> bool:
         """Fit the head over `replay`'s samples; False when there was nothing to do."""
         if not self.due(replay):
             return False
@@ -86,8 +86,7 @@ class LinearHead:
                 theta = theta - np.linalg.solve(hess, grad)
         else:
             if self.target is not None:  # the head predicts the standardised target
-                mean, var = self.target.moments()
-                y = (y - mean) / np.sqrt(np.maximum(var, standardize.EPSILON))
+                y = self.target.standardized(y)
             theta = np.linalg.solve(a.T @ a + penalty, a.T @ y)
         if not np.all(np.isfinite(theta)):
             return True

@@ -93,13 +93,17 @@ class Replay:
         """Every sample held (x and y), in no particular order: views, not copies."""
         return self.x[: self.size], self.y[: self.size]
 
+    def newest(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The newest `n` samples held (x and y), oldest first: copies."""
+        rows = (self._next - 1 - np.arange(min(n, self.size))[::-1]) % max(self.capacity, 1)
+        return self.x[rows], self.y[rows]
+
     def keep_newest(self, n: int) -> None:
         """Forget all but the newest `n` samples (after a drift: the old concept)."""
         n = min(n, self.size)
         if n == self.size:
             return
-        newest = (self._next - 1 - np.arange(n)[::-1]) % self.capacity
-        self.x[:n], self.y[:n] = self.x[newest], self.y[newest]
+        self.x[:n], self.y[:n] = self.newest(n)
         self.size, self._next = n, n % self.capacity if self.capacity else 0
 
     def figures(self) -> dict[str, int | float]:

@@ -31,6 +31,7 @@ from streamlearn.learner.collective import Collective
 from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.guard import StepGuard
 from streamlearn.learner.linear import LinearHead
+from streamlearn.learner.memory import MemoryWriter
 from streamlearn.learner.mixing import Hedge
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
@@ -82,6 +83,7 @@ class Trainer:
         mix = hedge.find(self.model)
         self.hedge = Hedge(mix) if mix is not None else None
         self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
+        self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
@@ -162,7 +164,11 @@ class Trainer:
 
     def spare(self) -> bool:
         """Whether there is work for spare time (`replay_step`)."""
-        return self.replay.due() or (self.linear is not None and self.linear.due(self.replay))
+        return self.replay.due() or any(head.due(self.replay) for head in self._solved())
+
+    def _solved(self) -> list[LinearHead | MemoryWriter]:
+        """The heads set from the replay buffer in spare time rather than trained."""
+        return [head for head in (self.linear, self.memory) if head is not None]
 
     def replay_step(self) -> bool:
         """Spare-time work: one step on a batch from the replay buffer, if its budget
@@ -170,7 +176,7 @@ class Trainer:
         (`linear`). False when there is none. A non-finite step is undone (its samples
         were learned fine once already)."""
         if not self.replay.due():
-            return self.linear is not None and self.linear.solve(self.replay)
+            return any([head.update(self.replay) for head in self._solved()])
         batch = self.replay.sample()
         self.step_size.replayed(batch.n, self.replay.size)
         logs = self.fit(batch.x, batch.y, batch.w)
@@ -210,6 +216,7 @@ class Trainer:
             "retraces": self.retraces,
             "replay_steps": self.replay_steps,
             "linear_solves": self.linear.solves if self.linear else 0,
+            **(self.memory.figures() if self.memory else {}),
             **self.replay.figures(),
             **(self.drift.figures() if self.drift else {}),
             **(self.hedge.figures() if self.hedge else {}),
@@ -222,8 +229,8 @@ class Trainer:
 
     def _undone(self) -> None:
         self.guard.undo()
-        if self.linear is not None:
-            self.linear.forget()  # a solve since the rollback point may be undone
+        for head in self._solved():
+            head.forget()  # a solve (or write) since the rollback point may be undone
         self.step_size.forget()
         if self.hedge is not None:
             self.hedge.read()

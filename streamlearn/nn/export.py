@@ -7,7 +7,9 @@ standardisation included, and is made of built-in Keras layers only, so
 variance, followed, when some feature has been constant so far, by a `Rescaling` that
 zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
 `Normalization`; a hedge model's heads become a `Dense` each, and their mixture a `Dense`
-whose kernel is the mixture weights (`streamlearn.nn.hedge.as_builtin`). (A model whose
+whose kernel is the mixture weights (`streamlearn.nn.hedge.as_builtin`), and the memory
+head a softmax `Dense` over its slots and a `Dense` reading their values
+(`streamlearn.nn.memory.as_builtin`). (A model whose
 graph Keras cannot rebuild, a factory's subclassed model, is saved as it is: its custom
 layers need their code, and streamlearn for `Standardize`, where it is loaded; so does a
 model of named inputs, whose `Encode` layer, imputing missing inputs and one-hot encoding
@@ -27,10 +29,13 @@ import numpy as np
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
-from streamlearn.nn import hedge, networks, standardize
+from streamlearn.nn import hedge, memory, networks, standardize
+from streamlearn.nn.memory import Memory
 from streamlearn.store.weights import WeightsStore
 
 Format = Literal["keras", "savedmodel"]
+# Layers whose standalone form is built from built-in layers as it is called.
+BUILT_AS_CALLED = (hedge.Heads, hedge.HedgeMix, Memory)
 
 
 @dataclass(frozen=True)
@@ -114,7 +119,7 @@ def standalone(model: keras.Model) -> keras.Model:
         )
 
     def clone(old: keras.layers.Layer) -> keras.layers.Layer:
-        if isinstance(old, hedge.Heads | hedge.HedgeMix):
+        if isinstance(old, BUILT_AS_CALLED):
             return old  # made of built-in layers as it is called (`call`)
         if old is layer:
             return normalize
@@ -123,6 +128,8 @@ def standalone(model: keras.Model) -> keras.Model:
         return old.__class__.from_config(old.get_config())
 
     def call(new: keras.layers.Layer, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(new, Memory):
+            return memory.as_builtin(new, *args)
         if isinstance(new, hedge.Heads | hedge.HedgeMix):
             return hedge.as_builtin(new, *args)
         out = new(*args, **kwargs)
@@ -138,6 +145,6 @@ def standalone(model: keras.Model) -> keras.Model:
         copy.compile(loss=base, weighted_metrics=[networks.metric_of_loss(base)])
     for old in model.layers:
         kept = old is not layer and old is not target
-        if kept and old.weights and not isinstance(old, hedge.Heads | hedge.HedgeMix):
+        if kept and old.weights and not isinstance(old, BUILT_AS_CALLED):
             copy.get_layer(old.name).set_weights(old.get_weights())
     return copy

@@ -25,6 +25,7 @@ from streamlearn.config.tfconfig import Workers  # noqa: E402
 from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
 from streamlearn.nn import hedge  # noqa: E402
 from streamlearn.nn.encode import Encode  # noqa: E402
+from streamlearn.nn.memory import Memory  # noqa: E402
 from streamlearn.nn.standardize import Standardize, Unstandardize  # noqa: E402
 
 _HEADS = {
@@ -77,9 +78,13 @@ def _build(cfg: ModelConfig) -> keras.Model:
             taps.append(h)
     if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
         heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
+        if cfg.memory:  # a nearest-neighbour head on the inputs, after the others
+            prior = {"binary": 0.5, "multiclass": 1.0 / cfg.outputs}.get(cfg.task, 0.0)
+            near = Memory(cfg.memory, cfg.outputs, prior, name="memory")([taps[0], heads])
+            heads = keras.layers.Concatenate(axis=1, name="all_heads")([heads, near])
         outputs = hedge.HedgeMix(name="hedge")(heads)
         losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
-        metrics.append(hedge.HeadLosses(loss, len(taps)))
+        metrics.append(hedge.HeadLosses(loss, len(taps) + (1 if cfg.memory else 0)))
     else:
         outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(taps[-1])
         losses, metrics = loss, [metric]

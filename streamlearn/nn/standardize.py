@@ -72,6 +72,11 @@ class Unstandardize(Standardize):
     def call(self, z):  # type: ignore[no-untyped-def]
         return z * keras.ops.sqrt(keras.ops.maximum(self.var, EPSILON)) + self.mean
 
+    def standardized(self, y: np.ndarray) -> np.ndarray:
+        """The targets `y` as the layers before this one learn them (its inverse)."""
+        mean, var = self.moments()
+        return (y - mean) / np.sqrt(np.maximum(var, EPSILON))
+
 
 def find(model: keras.Model, kind: type[Standardize] = Standardize) -> Standardize | None:
     """The model's `Standardize` (or `Unstandardize`) layer, None when it has none."""

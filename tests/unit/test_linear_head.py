@@ -85,6 +85,7 @@ def test_the_solved_head_is_what_the_actors_and_the_export_serve(task, tmp_path)
     served = Forward(trainer.model, (4,))(x[:50])
     export.standalone(trainer.model).save(tmp_path / "model.keras")
     plain = keras.saving.load_model(tmp_path / "model.keras")
+    assert all(type(layer).__module__.startswith("keras.") for layer in plain.layers)
     np.testing.assert_allclose(plain.predict(x[:50], verbose=0), served, rtol=1e-4, atol=1e-4)
 
 

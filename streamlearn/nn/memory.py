@@ -1,0 +1,100 @@
+"""The memory head: a soft nearest-neighbour prediction from the most recent samples.
+
+One more head for a hedge model (`hedge`), beside the linear head and the hidden layers'
+heads: it reads the standardised inputs (head 0's tap) and predicts the targets of the
+recent samples near them, weighted by a Gaussian kernel of the squared distance:
+
+    w = softmax_j(-|q - k_j|^2 / tau),   prediction = sum_j w_j * v_j
+
+over `size` slots of keys `k_j` (inputs) and values `v_j` (a class's probabilities, or the
+standardised target). As |q|^2 is the same for every slot, the softmax's argument is
+affine in q, `q @ kernel + bias` with kernel `2 k_j / tau` and bias `-|k_j|^2 / tau`; the
+layer holds it in that form, so the head is a `Dense` with a softmax and a `Dense` without
+a bias (`as_builtin`, for `export`), and the actors serve it as the learner scores it.
+
+Its weights are not trained: the learner writes them in its spare time from the replay
+buffer's newest samples, the bandwidth `tau` chosen there (`streamlearn.learner.memory`).
+Until the first write every slot weighs alike and every value is the prior (`prior`), so
+the head predicts it. A nearest-neighbour model is what River does best on the streams
+whose concept is local (moving centroids, digits, small tables), and where the concept
+changes it follows at once: the memory holds only what came since.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+
+# A training step of more rows than this is a backlog's (full batches): there the memory,
+# written only in spare time, is not scored (its softmax over every slot for every row
+# would cost the step ~10%); it stands in as the other heads' plain mean, no gradient.
+SCORED_ROWS = 64
+
+
+@keras.saving.register_keras_serializable(package="streamlearn")
+class Memory(keras.layers.Layer):
+    """[(batch, inputs), the other heads (batch, heads, outputs)] -> (batch, 1, outputs):
+    one head, stacked as the others are."""
+
+    def __init__(self, size: int, outputs: int, prior: float = 0.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.size = size
+        self.outputs = outputs
+        self.prior = prior
+
+    def build(self, input_shape: Any) -> None:
+        dim = int(input_shape[0][-1])
+        const = keras.initializers.Constant
+        self.kernel = self.add_weight((dim, self.size), "zeros", trainable=False, name="kernel")
+        self.bias = self.add_weight((self.size,), "zeros", trainable=False, name="bias")
+        self.values = self.add_weight(
+            (self.size, self.outputs), const(self.prior), trainable=False, name="values"
+        )
+
+    def call(self, inputs, training=None):  # type: ignore[no-untyped-def]
+        q, heads = inputs
+
+        def near():  # type: ignore[no-untyped-def]
+            w = keras.ops.softmax(keras.ops.matmul(q, self.kernel) + self.bias, axis=-1)
+            return keras.ops.expand_dims(keras.ops.matmul(w, self.values), 1)
+
+        if not training:
+            return near()
+
+        heads = keras.ops.stop_gradient(heads)  # (no gradient path through the branch)
+
+        def others():  # type: ignore[no-untyped-def]
+            return keras.ops.mean(heads, axis=1, keepdims=True)
+
+        rows = keras.ops.shape(q)[0]
+        return keras.ops.cond(rows > SCORED_ROWS, others, near)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return (input_shape[0][0], 1, self.outputs)
+
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "size": self.size,
+            "outputs": self.outputs,
+            "prior": self.prior,
+        }
+
+
+def as_builtin(layer: Memory, inputs: list[Any]) -> Any:
+    """What `layer` computes on `inputs` (inference), as built-in Keras layers holding its
+    weights: the other heads are not read."""
+    name, inputs = layer.name, inputs[0]
+    weigh = keras.layers.Dense(layer.size, activation="softmax", name=f"{name}_weights")
+    read = keras.layers.Dense(layer.outputs, use_bias=False, name=f"{name}_read")
+    z = read(weigh(inputs))
+    weigh.set_weights(
+        [keras.ops.convert_to_numpy(layer.kernel), keras.ops.convert_to_numpy(layer.bias)]
+    )
+    read.set_weights([keras.ops.convert_to_numpy(layer.values)])
+    return keras.layers.Reshape((1, layer.outputs), name=f"{name}_row")(z)
+
+
+def find(model: keras.Model) -> Memory | None:
+    return next((layer for layer in model.layers if isinstance(layer, Memory)), None)
