@@ -26,15 +26,17 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from streamlearn.learner.replay import Replay
+from streamlearn.learner.replay import FromReplay, Replay
 from streamlearn.nn import hedge, standardize
 
 RIDGE = 1.0  # the penalty on the weights, in units of standardised inputs
 NEWTON_STEPS = 3  # per solve (a binary head starts from its last weights)
 
 
-class LinearHead:
+class LinearHead(FromReplay):
     """Head 0 of one hedge model, and when it is next solved."""
+
+    MIN_HELD = 2
 
     def __init__(self, model: keras.Model, task: str) -> None:
         self.heads: hedge.Heads = model.get_layer("heads")
@@ -44,7 +46,6 @@ class LinearHead:
         self.outputs = self.heads.outputs
         self.binary = task == "binary"
         self.target = standardize.find(model, standardize.Unstandardize)
-        self._solved_at = -1  # the buffer's `inserted` count at the last solve
         self.solves = 0
 
     @classmethod
@@ -55,20 +56,11 @@ class LinearHead:
             return None
         return cls(model, task)
 
-    def due(self, replay: Replay) -> bool:
-        """Whether fresh samples came since the last solve (and `replay` holds some: none
-        without replay, `replay_ratio` 0)."""
-        return replay.inserted != self._solved_at and replay.size >= 2
-
-    def forget(self) -> None:
-        """The last solve may be undone (a rollback): solve again at the next chance."""
-        self._solved_at = -1
-
     def update(self, replay: Replay) -> bool:
         """Fit the head over `replay`'s samples; False when there was nothing to do."""
         if not self.due(replay):
             return False
-        self._solved_at = replay.inserted
+        self.setting(replay)
         x, y = replay.held()
         a = np.asarray(self.features(x, training=False), np.float64).reshape(len(x), -1)
         a = np.hstack([a, np.ones((len(a), 1))])

@@ -23,7 +23,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from streamlearn.learner.replay import Replay
+from streamlearn.learner.replay import FromReplay, Replay
 from streamlearn.nn import memory, standardize
 
 NEIGHBOURS = 5  # the scale of the bandwidth: distance to the 5th nearest (River's k)
@@ -32,7 +32,7 @@ SMOOTHING = 0.02  # of a class's probability, spread over all classes
 EMPTY = -1e9  # an unwritten slot's bias: its softmax weight is 0
 
 
-class MemoryWriter:
+class MemoryWriter(FromReplay):
     """One model's memory head, and when it is next written."""
 
     def __init__(self, model: keras.Model, task: str) -> None:
@@ -41,7 +41,6 @@ class MemoryWriter:
         self.task = task
         self.target = standardize.find(model, standardize.Unstandardize)
         self.tau: float | None = None
-        self._written_at = -1  # the buffer's `inserted` count at the last write
         self._tuned_at = -1
         self.writes = 0
 
@@ -50,19 +49,11 @@ class MemoryWriter:
         """The model's memory head's writer; None for a model without one."""
         return None if memory.find(model) is None else cls(model, task)
 
-    def due(self, replay: Replay) -> bool:
-        """Whether fresh samples came since the last write (and `replay` holds some)."""
-        return replay.inserted != self._written_at and replay.size >= 1
-
-    def forget(self) -> None:
-        """The last write may be undone (a rollback): write again at the next chance."""
-        self._written_at = -1
-
     def update(self, replay: Replay) -> bool:
         """The newest samples of `replay` into the head; False when there was nothing to do."""
         if not self.due(replay):
             return False
-        self._written_at = replay.inserted
+        self.setting(replay)
         x, y = replay.newest(self.layer.size)
         keys = np.asarray(self.features(x, training=False), np.float64).reshape(len(x), -1)
         values = self._values(y)

@@ -113,3 +113,24 @@ class Replay:
             "replayed_samples": self.replayed,
             "replay_per_sample": self.replayed / self.inserted if self.inserted else 0.0,
         }
+
+
+class FromReplay:
+    """A head set from the buffer's samples in spare time (`linear`, `memory`), not
+    trained: due again once fresh samples came since it was last set."""
+
+    MIN_HELD = 1  # samples the buffer must hold to set it from
+    _set_at = -1  # the buffer's `inserted` count when it was last set
+
+    def due(self, replay: Replay) -> bool:
+        """Whether fresh samples came since it was last set (and `replay` holds enough:
+        none without replay, `replay_ratio` 0)."""
+        return replay.inserted != self._set_at and replay.size >= self.MIN_HELD
+
+    def forget(self) -> None:
+        """The last setting may be undone (a rollback): set it again at the next chance."""
+        self._set_at = -1
+
+    def setting(self, replay: Replay) -> None:
+        """It is being set from `replay` now."""
+        self._set_at = replay.inserted
