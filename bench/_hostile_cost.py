@@ -51,11 +51,11 @@ def _model(named: bool) -> ModelConfig:
 
 def _server(cfg: ModelConfig) -> tuple[Callable[[bytes], str | None], list[bytes]]:
     """The actor's path for one request (admission, forward pass, reply) and the replies."""
-    from streamlearn.actor.forward import Forward
     from streamlearn.actor.inbox import Admission, Arrival
     from streamlearn.actor.replies import Replier, ReplyRoutes
     from streamlearn.contract.names import Names
     from streamlearn.nn import networks
+    from streamlearn.nn.forward import Forward
 
     sent: list[bytes] = []
     replier = Replier(lambda _t, payload, *_a: sent.append(payload), cfg.name, 1_048_576)

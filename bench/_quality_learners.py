@@ -134,8 +134,8 @@ class InProcess:
     """
 
     def __init__(self, cfg: object) -> None:
-        from streamlearn.actor.forward import Forward
         from streamlearn.learner.step import Trainer
+        from streamlearn.nn.forward import Forward
 
         self.trainer = Trainer(cfg, deadletter=lambda _reason, _payload: None)
         self.trainer.warm_up()

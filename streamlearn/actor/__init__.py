@@ -1,5 +1,5 @@
 """The actor role: prediction requests in (`inbox`), answered in dynamic batches by the
-compiled forward pass (`forward`) with hot-reloaded weights (`reloader`), replies
+compiled forward pass (`streamlearn.nn.forward`) with hot-reloaded weights (`reloader`), replies
 routed and checked (`replies`), by the loop (`loop`); `worker` is its process.
 """
 
@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from streamlearn._lazy import exports
 
-__all__ = ["Actor", "Forward", "Inbox", "Replier", "WeightsReloader"]
+__all__ = ["Actor", "Inbox", "Replier", "WeightsReloader"]
 
 __getattr__ = exports(
     __name__,
     {
         "Actor": "loop",
         "Inbox": "inbox",
-        "Forward": "forward",
         "WeightsReloader": "reloader",
         "Replier": "replies",
     },

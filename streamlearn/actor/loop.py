@@ -38,7 +38,6 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 
 from streamlearn.actor import inbox
-from streamlearn.actor.forward import Forward
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.kept import Keeper
 from streamlearn.actor.keyed import complete_windows
@@ -48,6 +47,7 @@ from streamlearn.actor.versions import Group, KeptVersions
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.nn import buckets, networks
+from streamlearn.nn.forward import Forward
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.weights import WeightsStore
 from streamlearn.store.windows import WindowStore

@@ -119,9 +119,8 @@ Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
 # Architectures whose x is a window of `window` steps of `inputs` features.
 SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
 # The memory head's slots (`streamlearn.nn.memory`): each costs (inputs + outputs + 1)
-# floats of every published version. Off by default: its ops cost a backlog's step ~8%
-# (`bench.learner`: 0.86x of the one-head model with it, 0.94x without; the bar is 0.9x).
-MEMORY = 0
+# floats of every published version, and the actor's forward pass a softmax over them.
+MEMORY = 500
 MAX_MEMORY = 10_000
 
 
@@ -168,7 +167,7 @@ class ModelConfig(Frozen):
         le=MAX_MEMORY,
         description="hedge heads: the recent samples a nearest-neighbour head predicts from "
         "(kept in the model's weights, written from the replay buffer); 0: no such head; "
-        "500 gains most where the concept is local (rbf_drift 0.85 -> 0.92)",
+        "it gains most where the concept is local (rbf_drift 0.85 -> 0.92 with 500)",
     )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0)

@@ -12,7 +12,8 @@
   (`replay`), never scored, and then the linear head is solved over that buffer
   (`linear`); a drift detector on the online loss makes the learner start
   afresh on the new concept (`drift`, `changed`); the step size follows the recent loss
-  (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`).
+  (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`); the
+  memory head, which the step does not compute, is scored outside it (`memory`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from streamlearn.learner.collective import Collective
 from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.guard import StepGuard
 from streamlearn.learner.linear import LinearHead
-from streamlearn.learner.memory import MemoryWriter
+from streamlearn.learner.memory import SCORED_ROWS, MemoryWriter, Scorer
 from streamlearn.learner.mixing import Hedge
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
@@ -84,6 +85,10 @@ class Trainer:
         self.hedge = Hedge(mix) if mix is not None else None
         self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
         self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
+        # the memory head's score outside the step (one device: a mirrored model's
+        # forward pass would run per replica); otherwise the step's stand-in counts
+        one = self.memory is not None and self.replicas == 1 and not self.collective
+        self.scorer = Scorer.of(self.model, cfg.task, cfg.sample_shape) if one else None
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
@@ -95,6 +100,9 @@ class Trainer:
                 # Keras builds the compiled loss and metrics from a plain (undivided) batch.
                 self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
             logs = self.fit(x, y, np.zeros(size, np.float32))
+            if size == self.buckets[0] and not self.collective:
+                self.probe.complete()  # the metrics, built by that step, zeroed by the next
+                logs = self.fit(x, y, np.zeros(size, np.float32))
         networks.restore(self.variables, before)
         if self.hedge is not None:
             self.hedge.read()
@@ -111,24 +119,34 @@ class Trainer:
         """One step on `batch` of fresh samples, scored before it learns; a non-finite
         outcome undoes it and dead-letters the batch (False)."""
         n = batch.n
+        scored = None
+        if self.scorer is not None and n <= SCORED_ROWS:  # before the step learns the batch
+            scored = self.scorer.score(batch.x[:n], batch.y[:n], batch.w[:n])
         logs = self.fit(batch.x, batch.y, batch.w)
         loss = float(logs["loss"])
         if not self.guard.finite(logs):
             what = "loss" if not math.isfinite(loss) else "weights or optimizer state"
             self._undo(batch, f"non-finite {what} at step {self.state.step + 1} (loss {loss})")
             return False
+        if self.memory is not None:  # the trained heads' mean, the memory's stand-in not in it
+            loss = float(np.mean(logs[hedge.HEAD_LOSSES][:-1]))
         s = self.state
         s.step += 1
         s.samples_seen += n
         rate = 1.0 if s.online_loss is None else 1 - 0.995**n
         s.online_loss = _ema(s.online_loss, loss, rate)
         metric = None if self.metric_name is None else float(logs[self.metric_name])
+        if scored is not None:
+            metric = scored[0]  # as served, the memory head's own prediction in it
         if metric is not None:
             s.online_metric = _ema(s.online_metric, metric, rate)
         self.recent.add(n, loss, metric)
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
-            self.hedge.update(n, logs[hedge.HEAD_LOSSES])
+            losses = np.array(logs[hedge.HEAD_LOSSES], np.float64)
+            if scored is not None:
+                losses[-1] = scored[1]  # the memory head's own loss, not its stand-in's
+            self.hedge.update(n, losses)
         self.guard.kept(batch)
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
             stats.update((batch.y if target else batch.x)[:n])

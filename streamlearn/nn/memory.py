@@ -18,6 +18,12 @@ Until the first write every slot weighs alike and every value is the prior (`pri
 the head predicts it. A nearest-neighbour model is what River does best on the streams
 whose concept is local (moving centroids, digits, small tables), and where the concept
 changes it follows at once: the memory holds only what came since.
+
+A training step does not compute the head (its softmax over every slot for every row
+would cost a backlog's step ~10%, and the ops around any test of the batch's rows ~7%):
+there it stands in as the other heads' plain mean, with no gradient. The learner scores
+the served prediction and the head's own loss outside the step, on the fresh batches of
+a live stream (`streamlearn.learner.memory.Scorer`).
 """
 
 from __future__ import annotations
@@ -25,11 +31,6 @@ from __future__ import annotations
 from typing import Any
 
 import keras
-
-# A training step of more rows than this is a backlog's (full batches): there the memory,
-# written only in spare time, is not scored (its softmax over every slot for every row
-# would cost the step ~10%); it stands in as the other heads' plain mean, no gradient.
-SCORED_ROWS = 64
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -54,21 +55,10 @@ class Memory(keras.layers.Layer):
 
     def call(self, inputs, training=None):  # type: ignore[no-untyped-def]
         q, heads = inputs
-
-        def near():  # type: ignore[no-untyped-def]
-            w = keras.ops.softmax(keras.ops.matmul(q, self.kernel) + self.bias, axis=-1)
-            return keras.ops.expand_dims(keras.ops.matmul(w, self.values), 1)
-
-        if not training:
-            return near()
-
-        heads = keras.ops.stop_gradient(heads)  # (no gradient path through the branch)
-
-        def others():  # type: ignore[no-untyped-def]
-            return keras.ops.mean(heads, axis=1, keepdims=True)
-
-        rows = keras.ops.shape(q)[0]
-        return keras.ops.cond(rows > SCORED_ROWS, others, near)
+        if training:  # not computed in a training step: scored outside it (see above)
+            return keras.ops.mean(keras.ops.stop_gradient(heads), axis=1, keepdims=True)
+        w = keras.ops.softmax(keras.ops.matmul(q, self.kernel) + self.bias, axis=-1)
+        return keras.ops.expand_dims(keras.ops.matmul(w, self.values), 1)
 
     def compute_output_shape(self, input_shape: Any) -> tuple:
         return (input_shape[0][0], 1, self.outputs)

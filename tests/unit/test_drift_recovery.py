@@ -12,10 +12,10 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.actor.forward import Forward
 from streamlearn.config import ModelConfig
 from streamlearn.learner.batching import padded
 from streamlearn.learner.step import Trainer
+from streamlearn.nn.forward import Forward
 
 MESSAGE = 10
 SWAP = 1500

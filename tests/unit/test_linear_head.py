@@ -11,11 +11,11 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.actor.forward import Forward
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner.batching import padded
 from streamlearn.learner.step import Trainer
 from streamlearn.nn import export
+from streamlearn.nn.forward import Forward
 
 MESSAGE = 40
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pytest
 
-from streamlearn.actor.forward import Forward
 from streamlearn.config import ModelConfig
+from streamlearn.learner.batching import padded
 from streamlearn.learner.step import Trainer
 from streamlearn.nn import export, memory
+from streamlearn.nn.forward import Forward
 from tests.unit.test_linear_head import MESSAGE, learn
 
 
@@ -96,8 +98,6 @@ def test_the_multiclass_memory_is_what_the_actors_and_the_export_serve(tmp_path)
 
 
 def learn_multiclass(trainer: Trainer, x: np.ndarray, y: np.ndarray) -> None:
-    from streamlearn.learner.batching import padded
-
     for lo in range(0, len(y), MESSAGE):
         trainer.step(padded([x[lo : lo + MESSAGE]], [y[lo : lo + MESSAGE]], trainer.buckets, ()))
         while trainer.replay_step():
@@ -116,3 +116,22 @@ def test_a_head_held_at_the_floor_does_not_serve():
     np.testing.assert_allclose(served, [1.0, 0.0, 0.0, 0.0], atol=1e-6)
     before = mix.alpha.copy()
     np.testing.assert_allclose(mix.read(), before, atol=0.02)
+
+
+def test_the_learner_scores_what_the_actors_serve():
+    """A training step does not compute the memory head; the learner scores a live
+    message with the model as served (the memory head's own prediction in it) before it
+    learns it: its online metric is the served accuracy, and Hedge weighs the memory by
+    its own loss (on moving clusters it carries the prediction)."""
+    x, y = moving_centroids(1200, seed=1)
+    trainer = trainer_for("binary", 5, size=300)
+    learn(trainer, x[:1160], y[:1160])
+    weights = trainer.hedge.alpha
+    assert weights[-1] == max(weights) and weights[-1] > 0.5, weights
+    xs, ys = x[1160:], y[1160:]
+    served = Forward(trainer.model, (5,))(xs)[:, 0]
+    before = trainer.state.online_metric
+    trainer.step(padded([xs], [ys], trainer.buckets, (1,)))
+    rate = 1 - 0.995 ** len(ys)
+    metric = before + (trainer.state.online_metric - before) / rate
+    assert metric == pytest.approx(np.mean((served > 0.5) == (ys > 0.5)), abs=1e-6)

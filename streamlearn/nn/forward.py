@@ -1,4 +1,5 @@
-"""The actor's compiled forward pass.
+"""A model's compiled forward pass: the actor's serving, the learner's scoring of heads
+the training step does not compute (`streamlearn.learner.memory`).
 
 Serving pads each batch to the next bucket size (`streamlearn.nn.buckets`), so a forward pass
 compiled (and warmed up) once per bucket at start never traces again while serving.
@@ -17,7 +18,8 @@ class Forward:
 
     On TensorFlow a concrete function of `model(x)`: it cannot retrace and costs half of
     `predict_on_batch` per call (no distribution-strategy wrapper). Other backends use
-    `predict_on_batch`, which the padding to bucket sizes keeps from retracing.
+    `predict_on_batch`, which the padding to bucket sizes keeps from retracing. A model of
+    several outputs gives a list of arrays.
     """
 
     def __init__(self, model: keras.Model, sample_shape: tuple[int, ...]) -> None:
@@ -30,8 +32,11 @@ class Forward:
             spec = tf.TensorSpec((None, *sample_shape), tf.float32)
             function = tf.function(lambda x: model(x, training=False), input_signature=[spec])
             concrete = function.get_concrete_function()
-            self._call = lambda x: concrete(tf.constant(x)).numpy()
+            self._call = lambda x: concrete(tf.constant(x))
             self.traces = function.experimental_get_tracing_count
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return np.asarray(self._call(x))
+    def __call__(self, x: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        out = self._call(x)
+        if isinstance(out, list | tuple):
+            return [np.asarray(o) for o in out]
+        return np.asarray(out)
