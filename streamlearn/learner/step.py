@@ -82,7 +82,8 @@ class Trainer:
         self.replay_steps = 0
         self.step_size = StepSize(self.model.optimizer)
         mix = hedge.find(self.model)
-        self.hedge = Hedge(mix) if mix is not None else None
+        relative = cfg.task == "regression"  # a squared error has the target's units
+        self.hedge = Hedge(mix, relative=relative) if mix is not None else None
         self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
         self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
         # the memory head's score outside the step (one device: a mirrored model's

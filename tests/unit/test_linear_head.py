@@ -98,3 +98,18 @@ def test_without_replay_there_is_no_solve_and_no_spare_work():
     x, y = linear_target(80, seed=3)
     learn(trainer, x, y)
     assert trainer.linear.solves == 0 and not trainer.spare()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_hedge_gives_a_noise_free_linear_target_to_the_linear_head(seed):
+    """A regression's head losses count relative to their mean: in the target's units
+    (squared errors of ~1e-4 once a noise-free target is learned) Hedge stopped moving,
+    and the deep heads kept the share they won in the first messages."""
+    keras.utils.set_random_seed(seed)
+    x = np.random.default_rng(seed).normal(0, 1, (1200, 4)).astype(np.float32)
+    y = (x @ np.array([0.5, -1.0, 0.3, 0.0], np.float32) + 0.2).astype(np.float32)
+    trainer = Trainer(ModelConfig(name="lin", inputs=4, task="regression"), lambda *_: None)
+    trainer.warm_up()
+    served = learn(trainer, x, y)
+    assert trainer.hedge.alpha[0] >= 0.8, trainer.hedge.alpha
+    assert np.abs(served - y)[400:].mean() < 0.01
