@@ -145,8 +145,9 @@ class Trainer:
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
             losses = np.array(logs[hedge.HEAD_LOSSES], np.float64)
-            if scored is not None:
-                losses[-1] = scored[1]  # the memory head's own loss, not its stand-in's
+            if self.memory is not None:  # its own loss, not its stand-in's; not scored (a
+                # backlog's batch), as the worst head: it gains no weight it did not earn
+                losses[-1] = scored[1] if scored is not None else losses[:-1].max()
             self.hedge.update(n, losses)
         self.guard.kept(batch)
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
