@@ -5,8 +5,9 @@ logistic one for a binary task. Trained by the step's optimizer alone it learns 
 optimizer's pace, and Adam keeps jittering around the fit by its step size: the linear
 head held linear4's error at 0.056 (River's ARF: 0.035) and hyperplane at 0.907 (River's
 logistic regression: 0.912). A linear model has a better way to learn, so in the
-learner's spare time, once the replay of the last fresh samples is done, the head's
-weights are solved over the replay buffer (the most recent `replay_buffer` samples, none
+learner's spare time the head's weights are solved over the replay buffer as soon as
+fresh samples came (first, so that the next publish has it), and again once their replay
+is done, which moved them (the most recent `replay_buffer` samples, none
 from before a drift): ridge regression in closed form, on the standardised target, for a
 regression; for a binary task `NEWTON_STEPS` Newton steps of ridge logistic regression,
 from the weights the head has. The bias is not penalised.

@@ -8,12 +8,13 @@
   last good snapshot, replay the good batches since: `guard`) and its batch dead-lettered.
 - Sample efficiency: the model's `Standardize` layer (and a regression's `Unstandardize`)
   takes each fresh batch's statistics once its step scored and learned it (`standardize`);
-  fresh samples go to the replay buffer, and `replay_step` trains on a batch from it
-  (`replay`), never scored, and then the linear head is solved over that buffer
-  (`linear`); a drift detector on the online loss makes the learner start
-  afresh on the new concept (`drift`, `changed`); the step size follows the recent loss
-  (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`); the
-  memory head, which the step does not compute, is scored outside it (`memory`).
+  fresh samples go to the replay buffer; in spare time `replay_step` sets the linear and
+  memory heads from it (`linear`, `memory`), trains on batches from it (`replay`), never
+  scored, and solves the linear head again; a drift detector on the online loss makes the
+  learner start afresh on the new concept (`drift`, `changed`); the step size follows the
+  recent loss (`stepsize`); a hedge model's mixture weights follow each head's loss
+  (`mixing`); the memory head, which the step does not compute, is scored outside it
+  (`memory`).
 """
 
 from __future__ import annotations
@@ -86,10 +87,9 @@ class Trainer:
         self.hedge = Hedge(mix, relative=relative) if mix is not None else None
         self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
         self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
-        # the memory head's score outside the step (one device: a mirrored model's
-        # forward pass would run per replica); otherwise the step's stand-in counts
-        one = self.memory is not None and self.replicas == 1 and not self.collective
-        self.scorer = Scorer.of(self.model, cfg.task, cfg.sample_shape) if one else None
+        self._resolve = False  # replayed steps moved the solved linear head since its solve
+        # the memory head's score outside the step (a model has one on one device only)
+        self.scorer = Scorer.of(self.model, cfg.task, cfg.sample_shape)
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
@@ -184,19 +184,34 @@ class Trainer:
 
     def spare(self) -> bool:
         """Whether there is work for spare time (`replay_step`)."""
-        return self.replay.due() or any(head.due(self.replay) for head in self._solved())
+        return (
+            self.replay.due()
+            or self._resolve
+            or any(head.due(self.replay) for head in self._solved())
+        )
 
     def _solved(self) -> list[LinearHead | MemoryWriter]:
         """The heads set from the replay buffer in spare time rather than trained."""
         return [head for head in (self.linear, self.memory) if head is not None]
 
     def replay_step(self) -> bool:
-        """Spare-time work: one step on a batch from the replay buffer, if its budget
-        allows, not scored; once it is spent, the linear head solved over the buffer
-        (`linear`). False when there is none. A non-finite step is undone (its samples
-        were learned fine once already)."""
+        """Spare-time work, one piece a call, the most valuable first: the heads set from
+        the buffer (`linear`, `memory`) once fresh samples came, so that the next publish
+        has them; then a step on a batch from the buffer while the replay budget allows,
+        not scored; then the linear head solved again, as the replayed steps moved it.
+        False when there is none. A non-finite step is undone (its samples were learned
+        fine once already)."""
+        fresh = [head for head in self._solved() if head.due(self.replay)]
+        if fresh:
+            for head in fresh:
+                head.update(self.replay)
+            return True
         if not self.replay.due():
-            return any([head.update(self.replay) for head in self._solved()])
+            if not self._resolve:
+                return False
+            self._resolve = False
+            self.linear.forget()
+            return self.linear.update(self.replay)
         batch = self.replay.sample()
         self.step_size.replayed(batch.n, self.replay.size)
         logs = self.fit(batch.x, batch.y, batch.w)
@@ -206,6 +221,7 @@ class Trainer:
             self.state.rollbacks += 1
             return False
         self.replay_steps += 1
+        self._resolve = self.linear is not None
         self.guard.kept(batch)
         return True
 

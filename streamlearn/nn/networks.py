@@ -78,13 +78,13 @@ def _build(cfg: ModelConfig) -> keras.Model:
             taps.append(h)
     if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
         heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
-        if cfg.memory:  # a nearest-neighbour head on the inputs, after the others
+        if cfg.memory_slots:  # a nearest-neighbour head on the inputs, after the others
             prior = {"binary": 0.5, "multiclass": 1.0 / cfg.outputs}.get(cfg.task, 0.0)
-            near = Memory(cfg.memory, cfg.outputs, prior, name="memory")([taps[0], heads])
+            near = Memory(cfg.memory_slots, cfg.outputs, prior, name="memory")([taps[0], heads])
             heads = keras.layers.Concatenate(axis=1, name="all_heads")([heads, near])
         outputs = hedge.HedgeMix(name="hedge")(heads)
         losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
-        metrics.append(hedge.HeadLosses(loss, len(taps) + (1 if cfg.memory else 0)))
+        metrics.append(hedge.HeadLosses(loss, len(taps) + (1 if cfg.memory_slots else 0)))
     else:
         outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(taps[-1])
         losses, metrics = loss, [metric]

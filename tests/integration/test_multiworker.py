@@ -170,9 +170,10 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
     assert "chief of 2 workers" in workers[0].output
     assert "worker 1 of 2, from the chief" in workers[1].output
 
-    # One learner, distribute = "none", from the same initial weights, on the same batches.
+    # One learner, distribute = "none", from the same initial weights, on the same batches
+    # (and the same model: on several devices it has no memory head).
     single = cfg.model_copy(
-        update={"learner": cfg.learner.model_copy(update={"distribute": "none"})}
+        update={"learner": cfg.learner.model_copy(update={"distribute": "none"}), "memory": 0}
     )
     trainer = Trainer(single, lambda reason, payload: None)
     trainer.warm_up()  # as a learner's start: it names the metric of the figures

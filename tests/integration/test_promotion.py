@@ -33,6 +33,7 @@ task = "regression"
 hidden = [8]
 optimizer = "sgd"
 learning_rate = 0.0001
+memory = 0  # a memory head learns without a learning rate: base must hardly learn
 
 [models.r.learner]
 max_batch = 64

@@ -392,3 +392,14 @@ def test_bad_environment_value_names_the_variable(clean_env, var, value):
     message = str(info.value)
     assert message.startswith(f"environment: {var}: ")
     assert f"got {value!r}" in message
+
+
+def test_a_memory_head_is_for_a_learner_on_one_device():
+    """On several devices the model has no memory head (its mirrored step could not score
+    it); asked for there, it is a config error that names the field."""
+    toml = "[models.demo]\ninputs = 9\n[models.demo.learner]\ndistribute = 'mirrored'\n"
+    cfg = parse_config(tomllib.loads(toml)).model("demo")
+    assert cfg.memory == 500 and cfg.memory_slots == 0
+    message = config_error(toml.replace("inputs = 9\n", "inputs = 9\nmemory = 200\n"))
+    assert "memory: a memory head needs a learner on one device" in message
+    assert "got learner.distribute = 'mirrored'" in message
