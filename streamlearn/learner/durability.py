@@ -140,6 +140,7 @@ class Durability:
         When Redis refuses, training goes on and `tick` tries again after the backoff."""
         t = self.trainer
         t.flush_statistics()  # the actors get the statistics of every sample trained on
+        t.settle()  # and the linear head solved, not as the replay left it
         arrays = networks.get_arrays(t.model)
         try:
             codec.check_fits(arrays, t.spec)

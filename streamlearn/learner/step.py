@@ -207,11 +207,7 @@ class Trainer:
                 head.update(self.replay)
             return True
         if not self.replay.due():
-            if not self._resolve:
-                return False
-            self._resolve = False
-            self.linear.forget()
-            return self.linear.update(self.replay)
+            return self.settle()
         batch = self.replay.sample()
         self.step_size.replayed(batch.n, self.replay.size)
         logs = self.fit(batch.x, batch.y, batch.w)
@@ -224,6 +220,16 @@ class Trainer:
         self._resolve = self.linear is not None
         self.guard.kept(batch)
         return True
+
+    def settle(self) -> bool:
+        """The linear head solved again if replayed steps moved it since its solve (at the
+        end of the replay, and before a publish: no version holds a head the replay
+        moved); False when it needs none."""
+        if not self._resolve:
+            return False
+        self._resolve = False
+        self.linear.forget()
+        return self.linear.update(self.replay)
 
     def flush_statistics(self) -> None:
         """The input (and target) statistics of every sample trained on, into the model."""
