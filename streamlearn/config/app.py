@@ -118,8 +118,7 @@ Task = Literal["regression", "binary", "multiclass"]
 Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
 # Architectures whose x is a window of `window` steps of `inputs` features.
 SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
-# The memory head's slots (`streamlearn.nn.memory`): each costs (inputs + outputs + 1)
-# floats of every published version, and the actor's forward pass a softmax over them.
+# The memory head's slots (`nn.memory`): (inputs + outputs + 1) floats each in a version.
 MEMORY = 500
 MAX_MEMORY = 10_000
 
@@ -165,10 +164,8 @@ class ModelConfig(Frozen):
         MEMORY,
         ge=0,
         le=MAX_MEMORY,
-        description="hedge heads: the recent samples a nearest-neighbour head predicts from "
-        "(kept in the model's weights, written from the replay buffer); 0: no such head; "
-        "it gains most where the concept is local (rbf_drift 0.85 -> 0.92 with 500); "
-        "none with learner.distribute (one device only)",
+        description="hedge heads on one device: the recent samples a nearest-neighbour head "
+        "predicts from (in the model's weights, written from the replay buffer); 0: none",
     )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0)
@@ -235,24 +232,17 @@ class ModelConfig(Frozen):
             raise ValueError(f"architecture {self.architecture!r} needs window = W")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
-        if "memory" in self.model_fields_set and self.memory and not self.one_device:
+        if "memory" in self.model_fields_set and self.memory and self.memory_slots == 0:
             raise ValueError(
-                f"memory: a memory head needs a learner on one device (it is scored outside "
-                f"the compiled step), got learner.distribute = {self.learner.distribute!r}; "
-                "set memory = 0"
+                "memory: a memory head needs a learner on one device (it is scored outside "
+                f"the step), got learner.distribute = {self.learner.distribute!r}; set 0"
             )
         return self
 
     @property
-    def one_device(self) -> bool:
-        """Whether the learner trains on one device (`learner.distribute = "none"`)."""
-        return self.learner.distribute == "none"
-
-    @property
     def memory_slots(self) -> int:
-        """The memory head's slots: `memory`, or 0 for a learner on several devices (a
-        mirrored step cannot score the head outside it, `streamlearn.learner.memory`)."""
-        return self.memory if self.one_device else 0
+        """`memory`, or 0 on several devices (no scoring outside a mirrored step)."""
+        return self.memory if self.learner.distribute == "none" else 0
 
     @model_validator(mode="after")
     def _check_variants(self) -> ModelConfig:
