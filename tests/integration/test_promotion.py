@@ -1,7 +1,7 @@
 """Variants and promotion end to end: real mosquitto, Redis, ingest, two learners, an actor.
 
-The model's own config (`base`) is a learner that can hardly learn (SGD with a tiny
-learning rate); its variant `fast` (Adam, a wider hidden layer: another architecture, so the
+The model's own config (`base`) is a learner that can hardly learn (one head, SGD with a
+tiny learning rate); its variant `fast` (Adam, a wider hidden layer: another architecture, so the
 actor must build a new model for it) learns y = 2 x0 - x1 + 0.5 x2 in a few hundred samples.
 A client keeps asking for predictions throughout; `fast` is promoted, the promotion is
 announced, and the replies move to `fast`'s weights without one failed request.
@@ -33,7 +33,7 @@ task = "regression"
 hidden = [8]
 optimizer = "sgd"
 learning_rate = 0.0001
-memory = 0  # a memory head learns without a learning rate: base must hardly learn
+heads = "last"  # one head: a solved linear head or a memory head learns without SGD
 
 [models.r.learner]
 max_batch = 64
