@@ -35,7 +35,7 @@ import keras
 import numpy as np
 
 from streamlearn.learner.replay import FromReplay, Replay
-from streamlearn.nn import memory, networks, standardize
+from streamlearn.nn import memory, standardize
 from streamlearn.nn.forward import Forward
 
 NEIGHBOURS = 5  # the scale of the bandwidth: distance to the 5th nearest (River's k)
@@ -146,7 +146,6 @@ class Scorer:
         both = keras.Model(model.inputs, [model.outputs[0], layer.output], name="memory_scored")
         self.forward = Forward(both, sample_shape)
         self.task = task
-        self.metric = networks.head_metric(task)
         self.target = standardize.find(model, standardize.Unstandardize)
 
     @classmethod
