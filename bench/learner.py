@@ -159,6 +159,7 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.warm_up()  # train_step is driven directly with padded in-memory batches
     plain = networks.build_model(cfg)
+    plain.jit_compile = False  # each new size a trace (with XLA, also a compile: ~1 s)
     probe = networks.TrainProbe(plain)
     rng = np.random.default_rng(4)
     sizes = rng.integers(1, batch + 1, steps)

@@ -234,8 +234,8 @@ class ModelConfig(Frozen):
             raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
         if "memory" in self.model_fields_set and self.memory and self.memory_slots == 0:
             raise ValueError(
-                "memory: a memory head needs a learner on one device (it is scored outside "
-                f"the step), got learner.distribute = {self.learner.distribute!r}; set 0"
+                "memory: a memory head needs a learner on one device (its step compiled by "
+                f"XLA), got learner.distribute = {self.learner.distribute!r}; set 0"
             )
         return self
 

@@ -1,5 +1,5 @@
-"""The memory head, written and scored: the replay buffer's newest samples into a hedge
-model's nearest-neighbour head (`streamlearn.nn.memory`), and its score on fresh samples.
+"""The memory head, written: the replay buffer's newest samples into a hedge model's
+nearest-neighbour head (`streamlearn.nn.memory`).
 
 In the learner's spare time, after the replay and the linear head's solve, the newest
 `memory` samples of the replay buffer become the head's slots: their standardised inputs
@@ -17,16 +17,6 @@ when the buffer starts again from a few samples, at every write while the memory
 Cost: the first layers' forward pass over `memory` samples and, when the bandwidth is
 chosen, a (memory x memory) distance matrix: ~5 ms for 500 samples of 10 inputs. It runs
 only in spare time, never while a backlog waits.
-
-Scored (`Scorer`): a training step does not compute the head, so before a fresh batch of
-at most `SCORED_ROWS` rows (a live stream's) is learned, one forward pass of the model as
-it serves gives the served prediction and the head's own; the step's metric and the
-head's loss for Hedge are taken from them. A larger batch (a backlog's) is not scored
-outside the step: its metric is the step's, the head counted as the other heads' mean
-(as the step computes it), and Hedge counts the head's loss as the worst head's, so that
-it gains no weight it did not earn (a backlog of a linear target, learned with the head's
-stand-in scored, left it served at 0.45 MAE; without the head, under 0.1). Cost:
-~0.2 ms a scored batch, none under a backlog.
 """
 
 from __future__ import annotations
@@ -36,14 +26,11 @@ import numpy as np
 
 from streamlearn.learner.replay import FromReplay, Replay
 from streamlearn.nn import memory, standardize
-from streamlearn.nn.forward import Forward
 
 NEIGHBOURS = 5  # the scale of the bandwidth: distance to the 5th nearest (River's k)
 BANDWIDTHS = (0.125, 0.25, 0.5, 1.0, 2.0)  # candidates, x the median 5th-nearest distance^2
 SMOOTHING = 0.02  # of a class's probability, spread over all classes
 EMPTY = -1e9  # an unwritten slot's bias: its softmax weight is 0
-SCORED_ROWS = 64  # a fresh batch of more rows (a backlog's) is not scored outside the step
-CLIP = 1e-7  # probabilities are clipped to [CLIP, 1 - CLIP] in a loss, as Keras does
 
 
 class MemoryWriter(FromReplay):
@@ -136,52 +123,3 @@ def bandwidth(keys: np.ndarray, values: np.ndarray, loss) -> float:  # type: ign
         if lost < best_loss:
             best, best_loss = tau, lost
     return best
-
-
-class Scorer:
-    """The served prediction's metric and the memory head's loss on a fresh batch."""
-
-    def __init__(self, model: keras.Model, task: str, sample_shape: tuple[int, ...]) -> None:
-        layer = memory.find(model)
-        both = keras.Model(model.inputs, [model.outputs[0], layer.output], name="memory_scored")
-        self.forward = Forward(both, sample_shape)
-        self.task = task
-        self.target = standardize.find(model, standardize.Unstandardize)
-
-    @classmethod
-    def of(cls, model: keras.Model, task: str, sample_shape: tuple[int, ...]) -> Scorer | None:
-        return None if memory.find(model) is None else cls(model, task, sample_shape)
-
-    def score(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-        """(the served prediction's metric, the head's loss): means over the rows, by `w`."""
-        served, near = self.forward(x)
-        near = near[:, 0]
-        if self.target is not None:  # the head predicts the standardised target
-            near = self.target.unstandardized(near)
-        weight = np.maximum(w.astype(np.float64), 0.0)
-        total = max(float(weight.sum()), 1e-12)
-        metric = float(per_row_metric(self.task, y, served) @ weight) / total
-        return metric, float(per_row_loss(self.task, y, near) @ weight) / total
-
-
-def per_row_metric(task: str, y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """The task's compiled metric (`networks.head_metric`) of each row, as Keras has it."""
-    if task == "multiclass":
-        return (np.argmax(p, axis=-1) == y.reshape(-1)).astype(np.float64)
-    y = y.reshape(p.shape)
-    if task == "binary":
-        return np.mean((p > 0.5) == (y > 0.5), axis=-1)
-    return np.mean(np.abs(p - y), axis=-1)
-
-
-def per_row_loss(task: str, y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """The task's loss of each row (cross-entropy of probabilities, or squared error)."""
-    p = p.astype(np.float64)
-    if task == "multiclass":
-        p = np.clip(p / np.sum(p, axis=-1, keepdims=True), CLIP, 1 - CLIP)
-        return -np.log(p[np.arange(len(p)), y.reshape(-1).astype(np.int64)])
-    y = y.reshape(p.shape).astype(np.float64)
-    if task == "binary":
-        p = np.clip(p, CLIP, 1 - CLIP)
-        return -np.mean(y * np.log(p) + (1 - y) * np.log(1 - p), axis=-1)
-    return np.mean((p - y) ** 2, axis=-1)

@@ -13,8 +13,7 @@
   scored, and solves the linear head again; a drift detector on the online loss makes the
   learner start afresh on the new concept (`drift`, `changed`); the step size follows the
   recent loss (`stepsize`); a hedge model's mixture weights follow each head's loss
-  (`mixing`); the memory head, which the step does not compute, is scored outside it
-  (`memory`).
+  (`mixing`).
 """
 
 from __future__ import annotations
@@ -33,13 +32,14 @@ from streamlearn.learner.collective import Collective
 from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.guard import StepGuard
 from streamlearn.learner.linear import LinearHead
-from streamlearn.learner.memory import SCORED_ROWS, MemoryWriter, Scorer
+from streamlearn.learner.memory import MemoryWriter
 from streamlearn.learner.mixing import Hedge
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
 from streamlearn.learner.stepsize import StepSize
 from streamlearn.learner.variants import RecentFigures
 from streamlearn.nn import hedge, networks, standardize
+from streamlearn.nn.memory import SCORED_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,6 @@ class Trainer:
         self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
         self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
         self._resolve = False  # replayed steps moved the solved linear head since its solve
-        # the memory head's score outside the step (a model has one on one device only)
-        self.scorer = Scorer.of(self.model, cfg.task, cfg.sample_shape)
 
     def warm_up(self) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects."""
@@ -120,9 +118,6 @@ class Trainer:
         """One step on `batch` of fresh samples, scored before it learns; a non-finite
         outcome undoes it and dead-letters the batch (False)."""
         n = batch.n
-        scored = None
-        if self.scorer is not None and n <= SCORED_ROWS:  # before the step learns the batch
-            scored = self.scorer.score(batch.x[:n], batch.y[:n], batch.w[:n])
         logs = self.fit(batch.x, batch.y, batch.w)
         loss = float(logs["loss"])
         if not self.guard.finite(logs):
@@ -137,17 +132,15 @@ class Trainer:
         rate = 1.0 if s.online_loss is None else 1 - 0.995**n
         s.online_loss = _ema(s.online_loss, loss, rate)
         metric = None if self.metric_name is None else float(logs[self.metric_name])
-        if scored is not None:
-            metric = scored[0]  # as served, the memory head's own prediction in it
         if metric is not None:
             s.online_metric = _ema(s.online_metric, metric, rate)
         self.recent.add(n, loss, metric)
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
             losses = np.array(logs[hedge.HEAD_LOSSES], np.float64)
-            if self.memory is not None:  # its own loss, not its stand-in's; not scored (a
-                # backlog's batch), as the worst head: it gains no weight it did not earn
-                losses[-1] = scored[1] if scored is not None else losses[:-1].max()
+            if self.memory is not None and len(batch.x) > SCORED_ROWS:  # a backlog's batch:
+                # the head not computed, counted as the worst: it gains no weight not earned
+                losses[-1] = losses[:-1].max()
             self.hedge.update(n, losses)
         self.guard.kept(batch)
         for stats, target in self.stats:  # after the step: nothing learns from a sample before

@@ -1,5 +1,4 @@
-"""A model's compiled forward pass: the actor's serving, the learner's scoring of heads
-the training step does not compute (`streamlearn.learner.memory`).
+"""A model's compiled forward pass, as the actors serve it.
 
 Serving pads each batch to the next bucket size (`streamlearn.nn.buckets`), so a forward pass
 compiled (and warmed up) once per bucket at start never traces again while serving.

