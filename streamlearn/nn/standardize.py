@@ -77,11 +77,6 @@ class Unstandardize(Standardize):
         mean, var = self.moments()
         return (y - mean) / np.sqrt(np.maximum(var, EPSILON))
 
-    def unstandardized(self, z: np.ndarray) -> np.ndarray:
-        """What this layer makes of `z` (its `call`, in numpy)."""
-        mean, var = self.moments()
-        return z * np.sqrt(np.maximum(var, EPSILON)) + mean
-
 
 def find(model: keras.Model, kind: type[Standardize] = Standardize) -> Standardize | None:
     """The model's `Standardize` (or `Unstandardize`) layer, None when it has none."""
