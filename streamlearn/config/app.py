@@ -241,7 +241,7 @@ class ModelConfig(Frozen):
 
     @property
     def memory_slots(self) -> int:
-        """`memory`, or 0 on several devices (no scoring outside a mirrored step)."""
+        """`memory`, or 0 on several devices (a mirrored step is not compiled by XLA)."""
         return self.memory if self.learner.distribute == "none" else 0
 
     @model_validator(mode="after")

@@ -39,7 +39,7 @@ from streamlearn.learner.state import LearnerState
 from streamlearn.learner.stepsize import StepSize
 from streamlearn.learner.variants import RecentFigures
 from streamlearn.nn import hedge, networks, standardize
-from streamlearn.nn.memory import SCORED_ROWS
+from streamlearn.nn.memory import computed_in_step
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,8 @@ class Trainer:
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
             losses = np.array(logs[hedge.HEAD_LOSSES], np.float64)
-            if self.memory is not None and len(batch.x) > SCORED_ROWS:  # a backlog's batch:
-                # the head not computed, counted as the worst: it gains no weight not earned
+            if self.memory is not None and not computed_in_step(len(batch.x)):  # a backlog's
+                # batch: the head's stand-in, counted as the worst: it gains no weight unearned
                 losses[-1] = losses[:-1].max()
             self.hedge.update(n, losses)
         self.guard.kept(batch)

@@ -38,6 +38,12 @@ import keras
 SCORED_ROWS = 64  # padded rows of a step that computes the head (a live stream's batch)
 
 
+def computed_in_step(rows: Any) -> Any:
+    """Whether a training step of `rows` padded rows (an int, or a traced scalar) computes
+    the head, rather than its stand-in."""
+    return rows <= SCORED_ROWS
+
+
 @keras.saving.register_keras_serializable(package="streamlearn")
 class Memory(keras.layers.Layer):
     """[(batch, inputs), the other heads (batch, heads, outputs)] -> (batch, 1, outputs):
@@ -65,8 +71,8 @@ class Memory(keras.layers.Layer):
         standin = keras.ops.mean(keras.ops.stop_gradient(heads), axis=1, keepdims=True)
         rows = q.shape[0]
         if rows is not None:  # a trace of one batch size (JAX, PyTorch)
-            return self._read(q) if rows <= SCORED_ROWS else standin
-        scored = keras.ops.shape(q)[0] <= SCORED_ROWS
+            return self._read(q) if computed_in_step(rows) else standin
+        scored = computed_in_step(keras.ops.shape(q)[0])
         return keras.ops.cond(scored, lambda: self._read(q), lambda: standin)
 
     def _read(self, q):  # type: ignore[no-untyped-def]
