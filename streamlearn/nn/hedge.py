@@ -54,7 +54,9 @@ class Heads(keras.layers.Layer):
         dims = [int(shape[-1]) for shape in input_shape]
         self.heads = len(dims)
         width = self.heads * self.outputs
-        self.kernel = self.add_weight(shape=(sum(dims), width), name="kernel")
+        # zero: every head predicts the prior (0.5, the classes alike, the target's mean)
+        # until it learns, as after a drift, rather than a random guess on raw inputs
+        self.kernel = self.add_weight(shape=(sum(dims), width), initializer="zeros", name="kernel")
         self.bias = self.add_weight(shape=(width,), initializer="zeros", name="bias")
         mask = np.zeros((sum(dims), width), np.float32)
         for k, (lo, dim) in enumerate(zip(np.cumsum([0, *dims]), dims, strict=False)):

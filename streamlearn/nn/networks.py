@@ -86,7 +86,10 @@ def _build(cfg: ModelConfig) -> keras.Model:
         losses, metrics = hedge.HeadsLoss(loss), [hedge.served_metric(metric)]
         metrics.append(hedge.HeadLosses(loss, len(taps) + (1 if cfg.memory_slots else 0)))
     else:
-        outputs = keras.layers.Dense(cfg.outputs, activation=activation, name="head")(taps[-1])
+        head = keras.layers.Dense(
+            cfg.outputs, activation=activation, kernel_initializer="zeros", name="head"
+        )
+        outputs = head(taps[-1])
         losses, metrics = loss, [metric]
     if cfg.standardize and cfg.task == "regression":
         outputs = Unstandardize(name="unstandardize")(outputs)
