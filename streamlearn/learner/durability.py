@@ -90,8 +90,12 @@ class Durability:
         """Nothing fresh is waiting: publish what was learned (fresh or replayed steps) now
         rather than at the next cadence, so that actors answer with weights that know the
         newest samples, at most once per `publish_min_ms`. Under a backlog the learner is
-        never caught up, and `publish_every_*` alone rule."""
+        never caught up, and `publish_every_*` alone rule. The heads set from the replay
+        buffer are set first (spare time, a few ms): a version published between a step
+        and its spare time would serve them as they were before its samples (at a stream's
+        start, the prior), until the next publish."""
         if self.publish_wait_s() == 0:
+            self.trainer.set_heads()
             self.publish()
 
     def publish_wait_s(self) -> float | None:
@@ -102,17 +106,22 @@ class Durability:
         since_ms = (self.clock() - self._last_publish) * 1000
         return max(0.0, self.policy.publish_min_ms - since_ms) / 1000
 
-    def tick(self) -> None:
-        """Publish, checkpoint and acknowledge when they are due."""
-        now, policy = self.clock(), self.policy
-        if (
+    def publish_due(self) -> bool:
+        """Whether `tick` publishes now (`publish_every_steps` or `_ms` reached)."""
+        policy = self.policy
+        return bool(
             self.steps_since_publish
             and (
                 self.steps_since_publish >= policy.publish_every_steps
-                or (now - self._last_publish) * 1000 >= policy.publish_every_ms
+                or (self.clock() - self._last_publish) * 1000 >= policy.publish_every_ms
             )
             and self.writes.publishing.due()
-        ):
+        )
+
+    def tick(self) -> None:
+        """Publish, checkpoint and acknowledge when they are due."""
+        now, policy = self.clock(), self.policy
+        if self.publish_due():
             self.publish()
         if self.checkpoints is None:
             if self.writes.unacked and not self.steps_since_publish:

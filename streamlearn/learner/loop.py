@@ -162,6 +162,10 @@ class Learner:
                 if batch is not None:
                     self.train_step(batch)
                     steps += 1
+                    if batch.n < self.policy.max_batch and self.durability.publish_due():
+                        # a batch that did not fill came from a stream caught up: time to
+                        # spare for the heads set from the buffer, before `_tick` publishes
+                        self.trainer.set_heads()
                 elif burst and self._caught_up():
                     break
                 else:

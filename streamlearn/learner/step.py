@@ -187,17 +187,21 @@ class Trainer:
         """The heads set from the replay buffer in spare time rather than trained."""
         return [head for head in (self.linear, self.memory) if head is not None]
 
+    def set_heads(self) -> bool:
+        """The heads set from the buffer (`linear`, `memory`), if fresh samples came since
+        they were last set; False when none was due. Spare time only (a few ms)."""
+        fresh = [head for head in self._solved() if head.due(self.replay)]
+        for head in fresh:
+            head.update(self.replay)
+        return bool(fresh)
+
     def replay_step(self) -> bool:
         """Spare-time work, one piece a call, the most valuable first: the heads set from
-        the buffer (`linear`, `memory`) once fresh samples came, so that the next publish
-        has them; then a step on a batch from the buffer while the replay budget allows,
-        not scored; then the linear head solved again, as the replayed steps moved it.
-        False when there is none. A non-finite step is undone (its samples were learned
-        fine once already)."""
-        fresh = [head for head in self._solved() if head.due(self.replay)]
-        if fresh:
-            for head in fresh:
-                head.update(self.replay)
+        the buffer (`set_heads`), so that the next publish has them; then a step on a
+        batch from the buffer while the replay budget allows, not scored; then the linear
+        head solved again, as the replayed steps moved it. False when there is none. A
+        non-finite step is undone (its samples were learned fine once already)."""
+        if self.set_heads():
             return True
         if not self.replay.due():
             return self.settle()

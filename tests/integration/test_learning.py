@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+import keras
 import numpy as np
 import pytest
 
@@ -22,6 +23,7 @@ from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.loop import Learner
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.step import Trainer
+from streamlearn.nn import networks, standardize
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import eventually, settled
@@ -195,6 +197,37 @@ def test_a_backlog_is_worked_off_before_any_replay(redis, settings):
         stop.set()
         worker.join()
     assert replayed_before_caught_up == [0]
+
+
+def test_the_first_version_after_a_message_has_the_heads_set_from_it(redis, settings):
+    """The heads set from the replay buffer (the solved linear head) are set as soon as the
+    learner has caught up, before the publish that follows the step: otherwise the first
+    version after a message would serve them as they were before it (at a stream's start,
+    the prior) until the next publish."""
+    cfg = ModelConfig(name="first", inputs=4, task="regression")
+    names = Names("first", settings.topic_prefix, settings.key_prefix)
+    store = WeightsStore(redis, names)
+    learner = Learner(cfg, SampleStream(redis, names, (4,)), store)
+    learner.start()  # publishes version 1, the untrained model
+    time.sleep(0.3)  # the first message comes later than the publish cadence (250 ms)
+    x, y = linear_samples(40, seed=7)
+    learner.queue.write([Samples(x, y)])
+    stop = threading.Event()
+    worker = threading.Thread(target=learner.run, args=(stop,))
+    worker.start()
+    try:
+        eventually(lambda: (store.latest_version() or 0) >= 2, 60, "a version after the step")
+    finally:
+        stop.set()
+        worker.join()
+    model = networks.build_model(cfg)
+    networks.set_arrays(model, codec.decode(store.fetch(2)[1])[0])
+    linear = keras.Model(model.inputs, model.get_layer("heads").output)
+    fresh_x, fresh_y = linear_samples(200, seed=8)
+    target = standardize.find(model, standardize.Unstandardize)
+    want = target.standardized(fresh_y.reshape(-1, 1))[:, 0]
+    got = keras.ops.convert_to_numpy(linear(fresh_x))[:, 0, 0]
+    assert np.mean(np.abs(got - want)) < 0.05, np.mean(np.abs(want))
 
 
 def drifting_losses(
