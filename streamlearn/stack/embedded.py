@@ -27,11 +27,35 @@ from pathlib import Path
 
 from streamlearn.errors import StreamlearnError
 
+LOWEST_PORT = 10_000  # free_port draws from here up to the kernel's ephemeral range
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A free port on 127.0.0.1 for a server that binds it next. Drawn below the kernel's
+    ephemeral range: a port from that range (what binding port 0 gives) can be taken by
+    any outbound connection (a client's to Redis or the broker) before the server, seconds
+    later, binds it; below it only another bind competes."""
+    ceiling = _ephemeral_low()
+    for _ in range(100):
+        port = secrets.randbelow(ceiling - LOWEST_PORT) + LOWEST_PORT
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # all taken: the kernel's pick
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (Linux; 32768 elsewhere)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+    return low if low > LOWEST_PORT + 1_000 else 32_768
 
 
 def die_with_parent() -> None:
