@@ -82,11 +82,12 @@ class Trainer:
         self.drift = DriftDetector() if policy.drift_detection else None
         self.replay_steps = 0
         self.step_size = StepSize(self.model.optimizer)
-        mix = hedge.find(self.model)
-        relative = cfg.task == "regression"  # a squared error has the target's units
-        self.hedge = Hedge(mix, relative=relative) if mix is not None else None
         self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
         self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
+        mix = hedge.find(self.model)
+        relative = cfg.task == "regression"  # a squared error has the target's units
+        favoured = 0 if self.linear is not None else None  # the solved head starts ahead
+        self.hedge = None if mix is None else Hedge(mix, relative=relative, favoured=favoured)
         self._resolve = False  # replayed steps moved the solved linear head since its solve
 
     def warm_up(self) -> None:

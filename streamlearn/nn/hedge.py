@@ -99,7 +99,8 @@ class Heads(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(package="streamlearn")
 class HedgeMix(keras.layers.Layer):
-    """`sum_k alpha_k * head_k`, alpha a non-trainable weight (uniform at start)."""
+    """`sum_k alpha_k * head_k`, alpha a non-trainable weight (uniform when built; the
+    learner sets its prior: `streamlearn.learner.mixing`)."""
 
     def build(self, input_shape: Any) -> None:
         self.heads = int(input_shape[1])

@@ -113,3 +113,20 @@ def test_hedge_gives_a_noise_free_linear_target_to_the_linear_head(seed):
     served = learn(trainer, x, y)
     assert trainer.hedge.alpha[0] >= 0.8, trainer.hedge.alpha
     assert np.abs(served - y)[400:].mean() < 0.01
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_second_message_is_served_mostly_by_the_solved_head(seed):
+    """Hedge starts the solved linear head ahead of the hidden layers' heads: on the second
+    message it is fitted to the first, while they have had one step from zero. With every
+    head alike at the start, the second message's error was 5.4 to 6.9 (the target's
+    spread: ~22); favoured, 3.2 to 4.1."""
+    x, y = linear_target(80, seed=seed)
+    errors = {}
+    for favoured in (True, False):
+        trainer = trainer_for("regression", 4)
+        if not favoured:  # every head alike, as before
+            trainer.hedge.prior[:] = 1.0 / len(trainer.hedge.prior)
+            trainer.hedge.reset()
+        errors[favoured] = float(np.abs(learn(trainer, x, y) - y)[MESSAGE:].mean())
+    assert errors[True] < 0.7 * errors[False], errors
