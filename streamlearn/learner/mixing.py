@@ -72,7 +72,6 @@ class Hedge:
         if favoured is not None:
             self.prior[favoured] = FAVOURED
         self.prior /= self.prior.sum()
-        self.alpha = self.written = self.read()
         self.reset()
 
     def read(self) -> np.ndarray:
