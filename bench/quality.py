@@ -45,6 +45,7 @@ from bench._quality_plot import plot
 from bench._report import RESULTS, report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+RECOVERY = 1000  # samples after an abrupt change over which recovery is scored
 
 
 def _margin(stream: streams.Stream, score: float | None, best: float) -> float | None:
@@ -65,7 +66,7 @@ def evaluate(
     try:
         outcomes = {kind: learners.run_river(kind, stream) for kind in learners.REFERENCES}
         per_message = {
-            kind: learners.run_river(kind, stream, args.message_size).score
+            kind: learners.run_river(kind, stream, args.message_size)
             for kind in learners.REFERENCES
         }
         learner = learners.InProcess(learners.model_config(stream, args.overrides))
@@ -80,14 +81,16 @@ def evaluate(
 
 
 def _row(
-    stream: streams.Stream, outcomes: dict[str, learners.Outcome], per_message: dict[str, float]
+    stream: streams.Stream,
+    outcomes: dict[str, learners.Outcome],
+    per_message: dict[str, learners.Outcome],
 ) -> dict:
-    """`per_message`: River's scores given the labels a message at a time, as the service."""
+    """`per_message`: River's outcomes given the labels a message at a time, as the service."""
     pick = max if stream.classification else min
     refs = {k: outcomes[k].score for k in learners.REFERENCES}
     best_kind = pick(refs, key=refs.__getitem__)
     best = refs[best_kind]
-    best_msg = pick(per_message.values())
+    best_msg = pick(o.score for o in per_message.values())
     service = outcomes.get("service")
     row: dict = {
         "stream": stream.name,
@@ -105,7 +108,36 @@ def _row(
     }
     for kind, outcome in outcomes.items():
         row[f"{kind}/s"] = outcome.samples_per_s
-    return row
+    return row | _recovery(stream, outcomes, per_message)
+
+
+def _recovery(
+    stream: streams.Stream,
+    outcomes: dict[str, learners.Outcome],
+    per_message: dict[str, learners.Outcome],
+) -> dict:
+    """How fast each learner recovers from the stream's first abrupt change: its score over
+    the `RECOVERY` samples after it (fewer where the stream or the next change comes
+    sooner), as the issue's independent evaluation scores a label swap. `after_vs_arf`
+    is the service's (else in-process) margin over River's ARF there, signed as `margin`;
+    `after_best` River's best one at a time, `after_river_msg` its best a message at a time."""
+    if not stream.changes:
+        return {}
+    at = stream.changes[0]
+    end = min(at + RECOVERY, *stream.changes[1:], stream.n)
+    after = {k: float(o.scores[at:end].mean()) for k, o in outcomes.items()}
+    pick = max if stream.classification else min
+    refs = {k: after[k] for k in learners.REFERENCES}
+    ours = after.get("service", after["inproc"])
+    return {
+        "after_n": end - at,
+        "after_best": pick(refs.values()),
+        "after_arf": after["arf"],
+        "after_river_msg": pick(float(o.scores[at:end].mean()) for o in per_message.values()),
+        "after_inproc": after["inproc"],
+        "after_service": after.get("service"),
+        "after_vs_arf": _margin(stream, ours, after["arf"]),
+    }
 
 
 def _details(stream: streams.Stream, outcomes: dict[str, learners.Outcome]) -> dict:
@@ -207,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         f"the labels {args.message_size} at a time": r["margin_msg"] >= 0
         for r in rows
         if r["margin_msg"] is not None
+    }
+    checks |= {
+        f"{r['stream']}: {'service' if r['service'] is not None else 'in-process'} over the "
+        f"{r['after_n']} samples after the change {'>=' if r['metric'] == 'acc' else '<='} "
+        f"River's ARF ({r['after_vs_arf']:+.3f})": r["after_vs_arf"] >= 0
+        for r in rows
+        if "after_n" in r
     }
     report(
         "quality",
