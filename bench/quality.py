@@ -17,10 +17,16 @@ same run, signed so that positive is better (accuracy points, or MAE units saved
 `river_msg` is the best River model given the labels as the service gets them, a message
 at a time (each message's rows predicted before any of them is learned), and `margin_msg`
 the service against it: what is left once the protocol's own cost (the first message is
-a guess, every later one is up to a message behind) is taken out. Writes
-bench/results/quality.json and bench/results/quality.png (rolling-window curves).
+a guess, every later one is up to a message behind) is taken out.
 
-    .venv/bin/python -m bench.quality                      # about 8 minutes on 2 cores
+Recovery: on every stream with an abrupt change (River's drifting generators, and
+breast_cancer and digits with their labels swapped halfway, as the issue's independent
+evaluation swaps a real stream's), each learner is also scored over the 1,000 samples
+after the change (`after_*`; fewer where the stream or its next change comes sooner), and
+the service is checked against River's ARF there, the tree ensemble that recovers fastest.
+Writes bench/results/quality.json and bench/results/quality.png (rolling-window curves).
+
+    .venv/bin/python -m bench.quality                      # about 10 minutes on 2 cores
     .venv/bin/python -m bench.quality --streams sea,wine --samples 1000
     .venv/bin/python -m bench.quality --set learning_rate=0.003 --set learner.max_wait_ms=5
 
