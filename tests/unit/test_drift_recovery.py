@@ -21,20 +21,22 @@ MESSAGE = 10
 SWAP = 1500
 
 
-def concept(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A curved boundary in 4 inputs (one irrelevant); the labels swapped from `SWAP` on."""
+def concept(n: int, seed: int, swap: int = SWAP) -> tuple[np.ndarray, np.ndarray]:
+    """A curved boundary in 4 inputs (one irrelevant); the labels swapped from `swap` on."""
     x = np.random.default_rng(seed).uniform(-1, 1, (n, 4)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] ** 2 - 0.5 * x[:, 2] > 0.2).astype(np.float32)
-    y[SWAP:] = 1 - y[SWAP:]
+    y[swap:] = 1 - y[swap:]
     return x, y
 
 
-def prequential(trainer: Trainer, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+def prequential(
+    trainer: Trainer, x: np.ndarray, y: np.ndarray, message: int = MESSAGE
+) -> np.ndarray:
     """1/0 per sample: right or wrong, predicted before its message was learned."""
     forward = Forward(trainer.model, (x.shape[1],))
     right = np.zeros(len(y))
-    for lo in range(0, len(y), MESSAGE):
-        xs, ys = x[lo : lo + MESSAGE], y[lo : lo + MESSAGE]
+    for lo in range(0, len(y), message):
+        xs, ys = x[lo : lo + message], y[lo : lo + message]
         right[lo : lo + len(ys)] = (forward(xs)[:, 0] > 0.5) == (ys > 0.5)
         trainer.step(padded([xs], [ys], trainer.buckets, (1,)))
         while trainer.replay_step():
@@ -54,4 +56,20 @@ def test_after_a_label_swap_the_next_500_samples_score_within_5_points_of_the_50
     assert after >= before - 0.05, (
         f"500 samples after the swap {after:.3f}, before {before:.3f}; "
         f"per 50 after: {right[SWAP:].reshape(-1, 50).mean(axis=1).round(2).tolist()}"
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_swap_in_a_short_stream_of_40_sample_messages_is_caught_on_its_first_message(seed):
+    """The labels swapped at the 8th message: the detector tests once it has a few steps'
+    spread to judge by, so the swap shows on the step of that message (it waited for the
+    9th step, and a short stream such as breast_cancer's 569 samples, swapped at 284, paid
+    a whole message more for it)."""
+    keras.utils.set_random_seed(seed)
+    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer.warm_up()
+    right = prequential(trainer, *concept(440, seed, swap=280), message=40)
+    assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
+    assert right[320:].mean() >= 0.75, (
+        f"per message after it: {right[280:].reshape(-1, 40).mean(1)}"
     )
