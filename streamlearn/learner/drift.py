@@ -13,8 +13,12 @@ with sigma the per-sample spread of the loss, judged from the differences of nei
 steps' means over the last SPREAD_STEPS steps (a trimmed mean: the steps at a change or
 at the start of the stream do not count). A significant fall (the model learning) drops
 the older part without a drift, so that the start of a stream, whose loss was high, is no
-reference; on drift the older part is dropped too, so the test starts over on the new
-concept, and the learner starts afresh (`step.Trainer.changed`).
+reference; but the newest `min_samples` samples stay, so that a change right after the
+fall has a reference to rise from (with only the fall's newer part left, 80 samples, a
+label swap on the next step could not be tested, and once it was in the older part it
+never showed: the model stayed on the old concept); on drift the older part is dropped
+too, so the test starts over on the new concept, and the learner starts afresh
+(`step.Trainer.changed`).
 
 Bounded: at most `max_steps` steps in the window and SPREAD_STEPS differences (16 and 8
 bytes each, allocated once).
@@ -98,6 +102,10 @@ class DriftDetector:
         if found is None:
             return False
         split, rose = found
+        if not rose:  # the newest `min_samples` stay, a reference for a rise right after
+            held = np.cumsum(steps[0, : self._len][::-1])  # samples in the newest k steps
+            split = min(split, self._len - 1 - int(np.searchsorted(held, self.min_samples)))
+            split = max(split, 0)
         newer = steps[:, split : self._len].copy()  # the new concept's steps stay
         self._len = newer.shape[1]
         steps[:, : self._len] = newer

@@ -14,6 +14,7 @@ import pytest
 
 from streamlearn.config import ModelConfig
 from streamlearn.learner.batching import padded
+from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.step import Trainer
 from streamlearn.nn.forward import Forward
 
@@ -73,3 +74,15 @@ def test_a_swap_in_a_short_stream_of_40_sample_messages_is_caught_on_its_first_m
     assert right[320:].mean() >= 0.75, (
         f"per message after it: {right[280:].reshape(-1, 40).mean(1)}"
     )
+
+
+def test_a_rise_right_after_a_fall_is_a_drift():
+    """The losses of the test above, seed 0, step by step: at the 7th step the detector sees
+    the model learning (a fall from the start's 0.69) and drops the older part; the swap's
+    6.2 comes on the next step. With only the fall's newer part left (80 samples) there was
+    no reference to rise from, and once the swap's step was in the older part it never
+    showed."""
+    detector = DriftDetector()
+    losses = [0.693, 0.304, 0.272, 0.345, 0.333, 0.248, 0.205, 6.204, 1.917, 1.201, 0.956]
+    fired = [40 * (i + 1) for i, loss in enumerate(losses) if detector.add(40, loss, 40 * (i + 1))]
+    assert fired == [320]
