@@ -124,10 +124,9 @@ def logistic(a: np.ndarray, y: np.ndarray, theta: np.ndarray, penalty: np.ndarra
         z = a @ t
         return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * (t.T @ penalty @ t).item())
 
-    best = objective(theta)
-    zero = np.zeros_like(theta)
-    if objective(zero) < best:
-        theta, best = zero, objective(zero)
+    best, zero = objective(theta), np.zeros_like(theta)
+    if (at_zero := objective(zero)) < best:
+        theta, best = zero, at_zero
     for _ in range(NEWTON_STEPS):
         p = 1.0 / (1.0 + np.exp(-np.clip(a @ theta, -30.0, 30.0)))
         grad = a.T @ (p - y) + penalty @ theta
