@@ -94,7 +94,8 @@ class Service:
             learner = self._learner_status(client, s.n)
         finally:
             client.close()
-        versions = [int(v) for v in result.versions[::message_size] if v >= 0]
+        per_message = [int(v) for v in result.versions[::message_size]]  # -1: no answer
+        versions = [v for v in per_message if v >= 0]
         info = {
             "requests": -(-s.n // message_size),
             "answered": len(versions),
@@ -102,6 +103,7 @@ class Service:
             "first_version": versions[0] if versions else None,
             "last_version": versions[-1] if versions else None,
             "versions_served": len(set(versions)),
+            "versions": per_message,  # the version that answered each message, -1: none
             "learner": {k: learner.get(k) for k in LEARNER_FIGURES} if learner else None,
         }
         return Outcome(scores(s, result.predicted), result.seconds, info)

@@ -80,11 +80,11 @@ class Actor:
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
         self.buckets = buckets.ladder(self.policy.max_batch)
-        serving, spare = networks.build_model(cfg), networks.build_model(cfg)
-        self._forward = {id(m): self._compile(m) for m in (serving, spare)}
+        serving, *spares = (networks.build_model(cfg) for _ in range(3))  # see WeightsReloader
+        self._forward = {id(m): self._compile(m) for m in (serving, *spares)}
         self.model = serving
         self.reloader = WeightsReloader(
-            store, spare, self.policy.reload_check_ms, build=self._build_variant
+            store, spares, self.policy.reload_check_ms, build=self._build_variant
         )
         self.variant = BASE_VARIANT  # of the model's variants, the one whose weights serve
         if windows is None and cfg.window is not None:
@@ -139,7 +139,7 @@ class Actor:
         stop = stop or threading.Event()
         start = self.served
         self.reloader.poll(block=True)
-        self.reload(block=True)
+        self.reload()
         self.reloader.start()
         try:
             while not stop.is_set() and (
@@ -169,9 +169,9 @@ class Actor:
                 self.serve(batch)
         return self.served - start
 
-    def reload(self, block: bool = False) -> None:
+    def reload(self) -> None:
         """Swap in the staged version, if there is one: two references, between batches."""
-        staged = self.reloader.take(self.model, block)
+        staged = self.reloader.take(self.model)
         if staged is not None:
             self.model, self.version = staged.model, staged.version
             self.variant = staged.variant
@@ -197,7 +197,7 @@ class Actor:
     def _serve(self, batch: list[Pending]) -> None:
         if self.version == 0:  # block on first use: the first version may just have appeared
             self.reloader.poll(block=True)
-            self.reload(block=True)
+            self.reload()
         if self.version == 0:
             reason = f"no weights published yet for model {self.cfg.name!r}"
             for p in batch:

@@ -2,15 +2,20 @@
 
 Acme's VariableClient pattern: the actor asks cheaply and often (`take()` between batches),
 the fetch runs in the background, is skipped while one is in flight, blocks only on first
-use, and a failed fetch keeps the last good weights. A version is staged into a second copy
-of the model, so the swap between batches exchanges two references instead of assigning
-every variable on the serving path (about a millisecond for a small MLP on 2 cores).
+use, and a failed fetch keeps the last good weights. A version is loaded into a spare copy
+of the model and staged, so the swap between batches exchanges two references instead of
+assigning every variable on the serving path (1-10 ms for a small MLP on 2 cores). The
+load runs off the lock that guards the swap: a version being loaded never holds up the
+take of the one staged before it (it did, and the actor went on serving the version
+before both: at 10 messages a second, a message's reply came from weights two messages
+old). Three models of the serving variant are kept: serving, staged, being loaded.
 
 Variants (`streamlearn.learner.variants`): a blob's metadata names the variant that learned it.
 When the champion changes, the first version of the new variant is loaded into a model
 built for that variant's config, in the reload thread, and warmed up by the actor's `build`
-callback before it is staged; the swap stays an exchange of references. At most two models
-per variant are kept (the serving or staged one, and a spare).
+callback before it is staged; the swap stays an exchange of references. Another variant
+gets models as it needs them: one, then more only when a version of it comes while the last
+is still being loaded.
 
 Pinning (`WeightsStore.pin`): each poll reads the latest and the pinned version in one
 round trip, and stages the pinned one while there is one, newer or older than what
@@ -59,14 +64,15 @@ class WeightsReloader:
     `check_ms` as the fallback. A blob that fails validation is refused once, with a log
     line, and remembered: it is not fetched again, and serving goes on with the old weights.
 
-    `spare` is a model of `variant`, the one serving; `build(name)` returns a ready (warmed
-    up) model of another variant. Without it, another variant's blob is refused.
+    `spares` are models of `variant`, the one serving (two: one staged while another loads);
+    `build(name)` returns a ready (warmed up) model of another variant. Without it, another
+    variant's blob is refused.
     """
 
     def __init__(
         self,
         store: WeightsStore,
-        spare: keras.Model,
+        spares: list[keras.Model],
         check_ms: float,
         *,
         variant: str = BASE_VARIANT,
@@ -80,9 +86,10 @@ class WeightsReloader:
         self.latest_seen = 0
         self.pinned: int | None = None  # the pinned version, as last read
         self.labels: dict[str, int] = {}  # version labels (`stable` -> 12), as last read
-        # Models not serving, by variant; a staged one is in _ready instead.
-        self._spares: dict[str, list[keras.Model]] = {variant: [spare]}
-        self._specs = {variant: networks.spec(spare)}
+        # Models not serving, by variant; a staged one is in _ready instead, one being
+        # loaded in neither.
+        self._spares: dict[str, list[keras.Model]] = {variant: list(spares)}
+        self._specs = {variant: networks.spec(spares[0])}
         self._serving_variant = variant
         self._ready: Staged | None = None
         self._staged = 0
@@ -106,18 +113,15 @@ class WeightsReloader:
             thread.join(2.0)
         self._threads.clear()
 
-    def take(self, serving: keras.Model, block: bool = False) -> Staged | None:
-        """The staged version, once; `serving` becomes the spare. Never waits unless `block`."""
-        if not self._lock.acquire(blocking=block):
-            return None  # a version is being loaded: the next batch gets it
-        try:
+    def take(self, serving: keras.Model) -> Staged | None:
+        """The staged version, once; `serving` becomes a spare. Waits at most for the
+        reload thread to exchange a few references (a load runs off the lock)."""
+        with self._lock:
             staged, self._ready = self._ready, None
             if staged is not None:
                 self._spares.setdefault(self._serving_variant, []).append(serving)
                 self._serving_variant = staged.variant
             return staged
-        finally:
-            self._lock.release()
 
     def poll(self, block: bool = False) -> None:
         """Stage the latest version if it is new; skipped while a fetch is in flight."""
@@ -148,7 +152,8 @@ class WeightsReloader:
                 return  # expired between the two reads: a newer one is announced
             arrays, meta = codec.decode(found[1])
             variant = meta.get("variant", BASE_VARIANT)
-            self._provide(variant)
+            if variant not in self._specs:  # a variant first seen: a model of it to load into
+                self._give_back(variant, self._build(variant))
             codec.check_fits(arrays, self._specs[variant])
             self._stage(target, variant, arrays, started)
         except WeightsError as exc:
@@ -156,13 +161,24 @@ class WeightsReloader:
         except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
             log.warning("weights fetch failed, serving the current version: %s", exc)
 
-    def _provide(self, variant: str) -> None:
-        """Make sure a spare model of `variant` exists, building one outside the lock: the
-        serving loop goes on serving (and taking staged versions) while it is built."""
-        with self._lock:  # a staged version not taken yet gives its model up (`_stage`)
-            staged = self._ready is not None and self._ready.variant == variant
-            if self._spares.get(variant) or staged:
-                return
+    def _spare(self, variant: str) -> keras.Model:
+        """A model of `variant` to load a version into: a spare; else the model of a staged
+        version not taken yet (the version being loaded replaces it); else a new one."""
+        with self._lock:
+            if self._spares.get(variant):
+                return self._spares[variant].pop()
+            if self._ready is not None and self._ready.variant == variant:
+                model, self._ready = self._ready.model, None
+                return model
+        return self._build(variant)
+
+    def _give_back(self, variant: str, model: keras.Model) -> None:
+        with self._lock:
+            self._spares.setdefault(variant, []).append(model)
+
+    def _build(self, variant: str) -> keras.Model:
+        """A new model of `variant`, built outside the lock: the serving loop goes on
+        serving (and taking staged versions) while it is built."""
         if self.build is None:
             raise WeightsError(f"learned by variant {variant!r}, which this actor cannot build")
         started = time.perf_counter()
@@ -172,18 +188,18 @@ class WeightsReloader:
             raise WeightsError(f"cannot build variant {variant!r}: {exc}") from None
         built_ms = 1e3 * (time.perf_counter() - started)
         log.info("built and warmed up a model for variant %s in %.0f ms", variant, built_ms)
-        with self._lock:
-            self._spares.setdefault(variant, []).append(model)
-            self._specs[variant] = networks.spec(model)
+        self._specs[variant] = networks.spec(model)
+        return model
 
     def _stage(self, version: int, variant: str, arrays: dict, started: float) -> None:
+        """Load `arrays` into a spare off the lock, then stage it in place of any version
+        staged and not taken yet (whose model becomes a spare)."""
+        model = self._spare(variant)
+        networks.set_arrays(model, arrays)
+        stage_ms = (time.perf_counter() - started) * 1000
         with self._lock:
-            if self._ready is not None:  # replace a staged version that was not taken yet
-                self._spares[self._ready.variant].append(self._ready.model)
-                self._ready = None
-            model = self._spares[variant].pop()
-            networks.set_arrays(model, arrays)
-            stage_ms = (time.perf_counter() - started) * 1000
+            if self._ready is not None:
+                self._spares.setdefault(self._ready.variant, []).append(self._ready.model)
             self._ready = Staged(version, model, time.time(), stage_ms, variant)
             self._staged = version
 

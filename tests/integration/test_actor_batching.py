@@ -35,7 +35,7 @@ def serving_actor(redis, settings, **policy: object) -> tuple[Actor, Replies]:
     replies = Replies()
     actor = Actor(cfg, store, names, replies)
     actor.reloader.poll(block=True)
-    actor.reload(block=True)
+    actor.reload()
     assert actor.version == 1
     return actor, replies
 

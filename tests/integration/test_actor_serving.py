@@ -262,7 +262,7 @@ def test_a_staged_version_not_served_yet_lends_its_model_to_the_next(settings, r
         return networks.build_model(CFG)
 
     serving = networks.build_model(CFG)
-    reloader = WeightsReloader(store, networks.build_model(CFG), 1000, build=build)
+    reloader = WeightsReloader(store, [networks.build_model(CFG)], 1000, build=build)
     for v in (1, 2, 3):  # staged one after another while the serving loop waits
         store.publish(blob(template, v))
         reloader.poll(block=True)
