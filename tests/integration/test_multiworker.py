@@ -194,9 +194,14 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
     assert all(b"non-finite" in r for r in reasons), reasons
     status = retained(settings, names.status_topic)  # the chief's online figures
     assert status is not None and status["samples_seen"] == total
-    for figure in ("online_loss", "online_metric"):
-        want = getattr(trainer.state, figure)
-        assert status[figure] == pytest.approx(want, rel=1e-4, abs=1e-6), figure
+    assert status["online_loss"] == pytest.approx(trainer.state.online_loss, rel=1e-4, abs=1e-6)
+    # The metric counts right and wrong answers: a sample on the decision boundary, which
+    # the workers' reduction and the single learner's round differently in the last bit,
+    # may be right for one and wrong for the other (seen once in CI: 0.79302 against
+    # 0.79326). One such sample moves the figure by at most its share of a step, 1/64.
+    slack = 1e-6 if task == "regression" else 1 / (2 * SHARE)  # the MAE is continuous
+    metric = trainer.state.online_metric
+    assert status["online_metric"] == pytest.approx(metric, rel=1e-4, abs=slack)
     got = codec.decode(WeightsStore(redis, names).fetch(version)[1])[0]
     want = networks.get_arrays(trainer.model)
     assert got.keys() == want.keys()
