@@ -169,7 +169,7 @@ class Trainer:
             if not v.path.endswith("learning_rate"):
                 v.assign(keras.ops.zeros(v.shape, v.dtype))
         if self.hedge is not None:
-            self.hedge.reset()
+            self.hedge.changed()
         self.step_size.changed()
         if not self.cfg.factory:  # the heads start from zero (a prediction of the mean)
             for v in self.model.trainable_variables:

@@ -86,3 +86,20 @@ def test_a_rise_right_after_a_fall_is_a_drift():
     losses = [0.693, 0.304, 0.272, 0.345, 0.333, 0.248, 0.205, 6.204, 1.917, 1.201, 0.956]
     fired = [40 * (i + 1) for i, loss in enumerate(losses) if detector.add(40, loss, 40 * (i + 1))]
     assert fired == [320]
+
+
+def test_after_a_drift_every_head_serves_alike():
+    """At a drift every head starts afresh on the same samples (the step that showed it):
+    the published mixture weighs them alike, rather than favouring the solved linear head
+    as a fresh model does (its fit to one message of swapped labels cost breast_cancer_swap
+    a point on the quality bench)."""
+    keras.utils.set_random_seed(0)
+    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer.warm_up()
+    alpha = trainer.model.get_layer("hedge").alpha
+    start = keras.ops.convert_to_numpy(alpha)
+    assert start[0] > start[1], f"a fresh model favours the linear head: {start}"
+    prequential(trainer, *concept(320, 0, swap=280), message=40)
+    assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
+    served = keras.ops.convert_to_numpy(alpha)
+    assert served == pytest.approx(np.full(len(served), 1 / len(served))), served
