@@ -29,7 +29,7 @@ import numpy as np
 from streamlearn.config import ModelConfig
 from streamlearn.learner.batching import Batch
 from streamlearn.learner.collective import Collective
-from streamlearn.learner.drift import DriftDetector
+from streamlearn.learner.drift import DriftDetector, newer_part, row_losses
 from streamlearn.learner.guard import StepGuard
 from streamlearn.learner.linear import LinearHead
 from streamlearn.learner.memory import MemoryWriter
@@ -148,22 +148,32 @@ class Trainer:
             stats.update((batch.y if target else batch.x)[:n])
         self.replay.add(batch.x[:n], batch.y[:n])
         if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
+            keep = self._newer_part(batch)
             log.warning(
-                "drift at sample %d: the online loss rose; the replay buffer, the optimizer "
-                "state and the output heads start afresh",
+                "drift at sample %d: the online loss rose; the replay buffer (but the newest "
+                "%d samples), the optimizer state and the output heads start afresh",
                 s.samples_seen,
+                keep,
             )
-            self.changed(keep=n)
+            self.changed(keep=keep)
         return True
+
+    def _newer_part(self, batch: Batch) -> int:
+        """How many of the newest samples of the step that showed a drift are the new
+        concept (`drift.newer_part`), judged by each one's loss under the served model.
+        One forward pass of the step's samples, at a drift only."""
+        x, y = batch.x[: batch.n], batch.y[: batch.n]
+        predicted = keras.ops.convert_to_numpy(self.model(x, training=False))
+        return newer_part(row_losses(self.cfg.task, predicted, y))
 
     def changed(self, keep: int = 0) -> None:
         """After a drift, what was learned of the old concept that would slow learning the
-        new one goes: the replay buffer's samples but the newest `keep` (the step that
-        showed the change); the optimizer's state (Adam's moments hold the old gradients)
-        and the step size's recent loss; the output heads' weights, which start from zero
-        (the hidden layers' features stay: what a new concept needs is most often a new
-        readout of them, learned in tens of samples); and a hedge model's mixture weights,
-        every head weighed alike again."""
+        new one goes: the replay buffer's samples but the newest `keep` (of the step that
+        showed the change, those of the new concept: `_newer_part`); the optimizer's state
+        (Adam's moments hold the old gradients) and the step size's recent loss; the output
+        heads' weights, which start from zero (the hidden layers' features stay: what a new
+        concept needs is most often a new readout of them, learned in tens of samples); and
+        a hedge model's mixture weights, every head weighed alike again."""
         self.replay.keep_newest(keep)
         for v in self.model.optimizer.variables:
             if not v.path.endswith("learning_rate"):

@@ -71,6 +71,7 @@ def test_a_swap_in_a_short_stream_of_40_sample_messages_is_caught_on_its_first_m
     trainer.warm_up()
     right = prequential(trainer, *concept(440, seed, swap=280), message=40)
     assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
+    assert trainer.replay.size >= 40, "the step was all the new concept: it stays whole"
     assert right[320:].mean() >= 0.75, (
         f"per message after it: {right[280:].reshape(-1, 40).mean(1)}"
     )
@@ -103,3 +104,19 @@ def test_after_a_drift_every_head_serves_alike():
     assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
     served = keras.ops.convert_to_numpy(alpha)
     assert served == pytest.approx(np.full(len(served), 1 / len(served))), served
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_swap_halfway_through_a_message_leaves_only_its_newer_half_to_learn_from(seed):
+    """The labels swapped at the 300th sample, halfway through the message of 280-319,
+    which shows the drift: the learner starts afresh on the 20 samples of the new concept,
+    not on the 20 of the old one before them."""
+    keras.utils.set_random_seed(seed)
+    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer.warm_up()
+    x, y = concept(320, seed, swap=300)
+    prequential(trainer, x, y, message=40)
+    assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
+    held, labels = trainer.replay.held()
+    assert sorted(held.tolist()) == sorted(x[300:].tolist())
+    assert np.array_equal(np.sort(labels.ravel()), np.sort(y[300:]))
