@@ -21,6 +21,9 @@ a guess, every later one is up to a message behind) is taken out. `margin_first`
 part of `margin` made on the first message alone, answered before any label came (on
 wine, 40 of 178 samples: a guess against River's one-at-a-time models, which learn from
 the first sample on); `margin - margin_first` is the margin over the rest of the stream.
+Every message through the service should be answered by a version newer than the one that
+answered the message before (it learned that message's labels): a check counts those that
+were not.
 
 Recovery: on every stream with an abrupt change (River's drifting generators, and
 breast_cancer and digits with their labels swapped halfway, as the issue's independent
@@ -261,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows
         if "after_n" in r
     }
+    for name, detail in details.items():  # staleness beyond the protocol's: a stale reply
+        if detail["service"] is not None:
+            stale = _stale(detail["service"]["versions"])
+            checks[
+                f"{name}: every message answered by a version newer than the message before's "
+                f"({stale} not)"
+            ] = stale == 0
     report(
         "quality",
         rows,
@@ -279,6 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {png}")
     return 0
+
+
+def _stale(versions: list[int]) -> int:
+    """Messages after the first answered by no newer version than the message before (or
+    not answered: -1): each was predicted without the labels of the message before it.
+
+    >>> _stale([1, 3, 6, 6, 9, -1, 12])
+    2
+    """
+    return sum(1 for before, v in zip(versions, versions[1:], strict=False) if v <= before)
 
 
 def _progress(row: dict, seconds: float) -> str:
