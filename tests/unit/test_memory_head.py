@@ -122,13 +122,15 @@ def test_the_learner_scores_what_the_actors_serve():
     """A training step does not compute the memory head; the learner scores a live
     message with the model as served (the memory head's own prediction in it) before it
     learns it: its online metric is the served accuracy, and Hedge weighs the memory by
-    its own loss (on moving clusters it carries the prediction)."""
-    x, y = moving_centroids(1200, seed=1)
+    its own loss (on moving clusters it carries the prediction). Scored before the 1,040th
+    sample, where the detector sees the clusters' movement as a drift and every head
+    starts afresh."""
+    x, y = moving_centroids(1040, seed=1)
     trainer = trainer_for("binary", 5, size=300)
-    learn(trainer, x[:1160], y[:1160])
+    learn(trainer, x[:1000], y[:1000])
     weights = trainer.hedge.alpha
     assert weights[-1] == max(weights) and weights[-1] > 0.5, weights
-    xs, ys = x[1160:], y[1160:]
+    xs, ys = x[1000:], y[1000:]
     served = Forward(trainer.model, (5,))(xs)[:, 0]
     before = trainer.state.online_metric
     trainer.step(padded([xs], [ys], trainer.buckets, (1,)))
