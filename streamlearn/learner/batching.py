@@ -36,7 +36,9 @@ _READ_BATCHES = 4
 
 @dataclass
 class Batch:
-    """One padded step: the first `n` rows are real; `done` are the entries it completes."""
+    """One padded step: the first `n` rows are real; `done` are the entries it completes.
+    Replayed steps stacked, several to a call (`multistep`): x is (steps, rows, ...), and
+    `rates` the learning rate of each step."""
 
     x: np.ndarray
     y: np.ndarray
@@ -44,6 +46,7 @@ class Batch:
     n: int
     done: list[bytes] = field(default_factory=list)
     entries: list[bytes] = field(default_factory=list)  # every entry with a row here
+    rates: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return self.n

@@ -20,8 +20,9 @@ from streamlearn.nn import networks
 
 log = logging.getLogger(__name__)
 
-Fit = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, float]]
+Fit = Callable[[np.ndarray, np.ndarray, np.ndarray, list[float]], dict[str, float]]
 REPLAY_MAX = 200  # good steps between rollback points: bounds the batches kept and replayed
+# (a call of several replayed steps, `multistep`, counts as one: 200 x 8 batches of 16 rows)
 
 
 class StepGuard:
@@ -82,7 +83,8 @@ class StepGuard:
         """Back to the variables before the last step: the rollback point plus a replay."""
         networks.restore(self._variables, self.good)
         for i, good in enumerate(self._since_good):
-            if not self.finite(self._fit(good.x, good.y, good.w)):  # replays are deterministic
+            # replays are deterministic (a stacked batch's at its own learning rates)
+            if not self.finite(self._fit(good.x, good.y, good.w, good.rates)):
                 log.error("replay diverged at %d of %d", i, len(self._since_good))
                 self.mark()
                 break

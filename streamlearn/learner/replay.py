@@ -72,15 +72,22 @@ class Replay:
         self.size = min(self.size + n, self.capacity)
         self.inserted += n
 
-    def due(self) -> bool:
-        """Whether a replayed batch is within the budget (and the buffer can fill one)."""
+    def due(self, batches: int = 1) -> bool:
+        """Whether `batches` replayed batches are within the budget (and the buffer can
+        fill one)."""
         return self.size >= min(self.batch, self.capacity) > 0 and (
-            self.replayed + self.batch <= self.ratio * self.inserted
+            self.replayed + batches * self.batch <= self.ratio * self.inserted
         )
 
-    def sample(self) -> Batch:
+    def sample(self, batches: int = 0) -> Batch:
         """A batch drawn from the buffer (with replacement), a sample's weight halving
-        with every `HALF_LIFE` of the capacity in age: a truncated exponential on ages."""
+        with every `HALF_LIFE` of the capacity in age: a truncated exponential on ages;
+        with `batches`, that many drawn in turn and stacked (x: (batches, batch, ...)),
+        for as many steps in one call (`multistep`)."""
+        if batches:
+            parts = [self.sample() for _ in range(batches)]
+            x, y, w = (np.stack([getattr(p, a) for p in parts]) for a in "xyw")
+            return Batch(x, y, w, batches * self.batch)
         scale = HALF_LIFE * self.capacity / np.log(2.0)
         u = self._rng.random(self.batch) * -np.expm1(-self.size / scale)
         age = np.minimum((-scale * np.log1p(-u)).astype(np.int64), self.size - 1)

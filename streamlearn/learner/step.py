@@ -9,11 +9,11 @@
 - Sample efficiency: the model's `Standardize` layer (and a regression's `Unstandardize`)
   takes each fresh batch's statistics once its step scored and learned it (`standardize`);
   fresh samples go to the replay buffer; in spare time `replay_step` sets the linear and
-  memory heads from it (`linear`, `memory`), trains on batches from it (`replay`), never
-  scored, and solves the linear head again; a drift detector on the online loss makes the
-  learner start afresh on the new concept (`drift`, `changed`); the step size follows the
-  recent loss (`stepsize`); a hedge model's mixture weights follow each head's loss
-  (`mixing`).
+  memory heads from it (`linear`, `memory`), trains on batches from it (`replay`; several
+  steps to a call where the backend allows: `multistep`), never scored, and solves the
+  linear head again; a drift detector on the online loss makes the learner start afresh
+  on the new concept (`drift`, `changed`); the step size follows the recent loss
+  (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from streamlearn.learner.guard import StepGuard
 from streamlearn.learner.linear import LinearHead
 from streamlearn.learner.memory import MemoryWriter
 from streamlearn.learner.mixing import Hedge
+from streamlearn.learner.multistep import STEPS, MultiStep
 from streamlearn.learner.replay import Replay
 from streamlearn.learner.state import LearnerState
 from streamlearn.learner.stepsize import StepSize
@@ -68,6 +69,8 @@ class Trainer:
         self.state = LearnerState()
         self.recent = RecentFigures(cfg.promotion.window_samples)  # what promotion compares
         self.guard = StepGuard(self.variables, self.fit, self._rolled_back)
+        # replayed steps `STEPS` to a call where the backend allows (`multistep`)
+        self.multistep = MultiStep.of(self.model, self.replicas, self.collective)
         self.metric_name: str | None = None
         self.warm_traces = 0
         self.stats = standardize.statistics(self.model, policy.standardize_horizon)
@@ -105,6 +108,12 @@ class Trainer:
             if size == self.buckets[0] and not self.collective:
                 self.probe.complete()  # the metrics, built by that step, zeroed by the next
                 logs = self.fit(x, y, np.zeros(size, np.float32))
+        if self.multistep is not None and self.replay.capacity:
+            shape = (STEPS, self.replay.batch)
+            y_shape = shape if self.cfg.task == "multiclass" else (*shape, 1)
+            x = np.zeros((*shape, *self.cfg.sample_shape), np.float32)
+            rates = [float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))] * STEPS
+            self.fit(x, np.zeros(y_shape, np.float32), np.zeros(shape, np.float32), rates)
         networks.restore(self.variables, before)
         if self.hedge is not None:
             self.hedge.read()
@@ -223,15 +232,17 @@ class Trainer:
             return True
         if not self.replay.due():
             return self.settle()
-        batch = self.replay.sample()
-        self.step_size.replayed(batch.n, self.replay.size)
-        logs = self.fit(batch.x, batch.y, batch.w)
+        steps = STEPS if self.multistep is not None and self.replay.due(STEPS) else 1
+        batch = self.replay.sample(steps if steps > 1 else 0)
+        rates = self.step_size.replayed(self.replay.batch, self.replay.size, steps)
+        batch.rates = rates if steps > 1 else []  # one step: the optimizer's rate is set
+        logs = self.fit(batch.x, batch.y, batch.w, batch.rates)
         if not self.guard.finite(logs):
             log.warning("undoing a non-finite replayed step (loss %s)", logs["loss"])
             self._undone()
             self.state.rollbacks += 1
             return False
-        self.replay_steps += 1
+        self.replay_steps += steps
         self._resolve = self.linear is not None
         self.guard.kept(batch)
         return True
@@ -251,7 +262,13 @@ class Trainer:
         for stats, _ in self.stats:
             stats.flush()
 
-    def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    def fit(
+        self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: list[float] = ()
+    ) -> dict[str, float]:
+        """One step; `STEPS` steps in one call, at `rates`, for batches stacked
+        (`Replay.sample`)."""
+        if x.ndim == len(self.cfg.sample_shape) + 2:
+            return self.multistep(x, y, w, rates)
         if self.collective:
             return self.collective.fit(x, y, w)
         if self.replicas > 1:

@@ -61,11 +61,17 @@ class StepSize:
         self.idle = 1.0
         self._apply()
 
-    def replayed(self, n: int, buffered: int) -> None:
-        self.samples += n
-        epochs = self.samples / max(buffered, 1)
-        self.idle = 1.0 / (1.0 + max(0.0, epochs - self.GRACE))
-        self._apply()
+    def replayed(self, n: int, buffered: int, steps: int = 1) -> list[float]:
+        """`steps` replayed steps of `n` samples each, in turn: the rate each one trains at.
+        One step's is written to the optimizer here; several steps in one call
+        (`multistep`) write each their own, in the call, as these writes would have."""
+        rates = []
+        for _ in range(steps):
+            self.samples += n
+            epochs = self.samples / max(buffered, 1)
+            self.idle = 1.0 / (1.0 + max(0.0, epochs - self.GRACE))
+            rates.append(self._apply(write=steps == 1))
+        return rates
 
     def changed(self) -> None:
         """A drift: the recent loss starts over, and the rate is full again."""
@@ -76,10 +82,13 @@ class StepSize:
     def forget(self) -> None:
         self.written = None
 
-    def _apply(self) -> None:
+    def _apply(self, write: bool = True) -> float | None:
+        """The rate the optimizer holds now, written if it moved by 10% (unless not to
+        `write`: the caller does)."""
         target = self.full * self.by_loss * self.idle
         if self.written is not None and abs(target - self.written) < 0.1 * self.written:
-            return
-        if self.rate is not None:
+            return self.written
+        if self.rate is not None and write:
             self.rate.assign(target)
         self.written = target
+        return target
