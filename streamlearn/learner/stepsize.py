@@ -82,7 +82,7 @@ class StepSize:
     def forget(self) -> None:
         self.written = None
 
-    def _apply(self, write: bool = True) -> float | None:
+    def _apply(self, write: bool = True) -> float:
         """The rate the optimizer holds now, written if it moved by 10% (unless not to
         `write`: the caller does)."""
         target = self.full * self.by_loss * self.idle
