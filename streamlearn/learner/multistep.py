@@ -50,7 +50,7 @@ class MultiStep:
                 logs = model.train_step((x[i], y[i], w[i]))
             return logs
 
-        self._tf = tf
+        self._tf, self._rate = tf, rate
         self._steps = tf.function(steps, jit_compile=bool(model.jit_compile))
 
     @classmethod
@@ -61,6 +61,16 @@ class MultiStep:
         if not isinstance(model.optimizer.learning_rate, keras.Variable):
             return None  # a schedule: no rate of the learner's to write
         return cls(model)
+
+    def trace(self, rows: int, sample_shape: tuple[int, ...], y_tail: tuple[int, ...]) -> None:
+        """Trace and compile it for batches of `rows` (at warm-up: the variables it moves
+        with zero sample weights are the caller's to restore)."""
+        shape = (STEPS, rows)
+        rate = float(keras.ops.convert_to_numpy(self._rate))
+        x = np.zeros((*shape, *sample_shape), np.float32)
+        self(
+            x, np.zeros((*shape, *y_tail), np.float32), np.zeros(shape, np.float32), [rate] * STEPS
+        )
 
     def __call__(
         self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: list[float]

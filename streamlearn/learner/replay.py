@@ -79,12 +79,12 @@ class Replay:
             self.replayed + batches * self.batch <= self.ratio * self.inserted
         )
 
-    def sample(self, batches: int = 0) -> Batch:
+    def sample(self, batches: int = 1) -> Batch:
         """A batch drawn from the buffer (with replacement), a sample's weight halving
         with every `HALF_LIFE` of the capacity in age: a truncated exponential on ages;
-        with `batches`, that many drawn in turn and stacked (x: (batches, batch, ...)),
-        for as many steps in one call (`multistep`)."""
-        if batches:
+        with `batches` of 2 or more, that many drawn in turn and stacked (x: (batches,
+        batch, ...)), for as many steps in one call (`multistep`)."""
+        if batches > 1:
             parts = [self.sample() for _ in range(batches)]
             x, y, w = (np.stack([getattr(p, a) for p in parts]) for a in "xyw")
             return Batch(x, y, w, batches * self.batch)

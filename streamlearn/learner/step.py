@@ -109,11 +109,7 @@ class Trainer:
                 self.probe.complete()  # the metrics, built by that step, zeroed by the next
                 logs = self.fit(x, y, np.zeros(size, np.float32))
         if self.multistep is not None and self.replay.capacity:
-            shape = (STEPS, self.replay.batch)
-            y_shape = shape if self.cfg.task == "multiclass" else (*shape, 1)
-            x = np.zeros((*shape, *self.cfg.sample_shape), np.float32)
-            rates = [float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))] * STEPS
-            self.fit(x, np.zeros(y_shape, np.float32), np.zeros(shape, np.float32), rates)
+            self.multistep.trace(self.replay.batch, self.cfg.sample_shape, self.replay.y.shape[1:])
         networks.restore(self.variables, before)
         if self.hedge is not None:
             self.hedge.read()
@@ -233,7 +229,7 @@ class Trainer:
         if not self.replay.due():
             return self.settle()
         steps = STEPS if self.multistep is not None and self.replay.due(STEPS) else 1
-        batch = self.replay.sample(steps if steps > 1 else 0)
+        batch = self.replay.sample(steps)
         rates = self.step_size.replayed(self.replay.batch, self.replay.size, steps)
         batch.rates = rates if steps > 1 else []  # one step: the optimizer's rate is set
         logs = self.fit(batch.x, batch.y, batch.w, batch.rates)
