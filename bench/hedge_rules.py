@@ -30,6 +30,8 @@ from bench import _quality_learners as learners
 from bench import _quality_streams as streams
 from bench._report import exit_status, report
 from streamlearn.learner import mixing
+from streamlearn.learner.mixing import Hedge
+from streamlearn.nn.hedge import HedgeMix
 
 DEFAULT = {"loss": "log", "beta": 0.9, "smoothing": 0.2, "favoured": mixing.FAVOURED}
 
@@ -93,29 +95,33 @@ def replay(stream: streams.Stream, rec: dict, rule: dict) -> float:
     return float(learners.scores(stream, learners.decide(stream.task, served)).mean())
 
 
-def _hedge(stream: streams.Stream, rec: dict, rule: dict) -> list[np.ndarray]:
-    """The served weights per message under `mixing.Hedge`'s update with `rule`'s settings."""
-    prior = np.asarray(rec["prior"], np.float64)
-    count = len(prior)
-    if prior.max() > prior.min():  # a favoured head
-        prior = np.ones(count)
-        prior[int(np.argmax(rec["prior"]))] = rule["favoured"]
-        prior /= prior.sum()
-    floor, alpha, out, lo = rule["smoothing"] / count, prior.copy(), [], 0
+def _messages(stream: streams.Stream, rec: dict, loss: str):  # type: ignore[no-untyped-def]
+    """Per recorded message: (index, each head's mean loss `loss` over it)."""
+    lo = 0
     for i, heads in enumerate(rec["heads"]):
-        above = np.maximum(alpha - floor, 0.0)
-        out.append(above / above.sum())
-        y = stream.y[lo : lo + len(heads)]
+        yield i, losses(stream.task, heads, stream.y[lo : lo + len(heads)], loss)
         lo += len(heads)
-        loss = losses(stream.task, heads, y, rule["loss"])
-        if rec["relative"]:
-            loss = loss / max(float(loss.mean()), 1e-12)
-        log_alpha = np.log(alpha) + len(heads) * np.log(rule["beta"]) * loss
-        alpha = np.exp(log_alpha - log_alpha.max())
-        alpha = np.maximum(alpha / alpha.sum(), floor)
-        alpha /= alpha.sum()
+
+
+def _hedge(stream: streams.Stream, rec: dict, rule: dict) -> list[np.ndarray]:
+    """The served weights per message: the learner's `mixing.Hedge`, with `rule`'s settings."""
+    layer = HedgeMix()
+    layer.build((None, len(rec["prior"]), 1))
+    favoured = int(np.argmax(rec["prior"])) if np.ptp(rec["prior"]) > 0 else None
+    hedge = Hedge(
+        layer, rule["beta"], rule["smoothing"], relative=rec["relative"], favoured=favoured
+    )
+    if favoured is not None and rule["favoured"] != mixing.FAVOURED:
+        hedge.prior[:] = 1.0
+        hedge.prior[favoured] = rule["favoured"]
+        hedge.prior /= hedge.prior.sum()
+        hedge.reset()
+    out = []
+    for i, loss in _messages(stream, rec, rule["loss"]):
+        out.append(hedge.served())
+        hedge.update(len(rec["heads"][i]), loss)
         if i in rec["resets"]:
-            alpha = np.full(count, 1.0 / count)
+            hedge.changed()
     return out
 
 
@@ -124,8 +130,8 @@ def _adahedge(stream: streams.Stream, rec: dict) -> list[np.ndarray]:
     ln(heads) / the cumulative mixability gap (following the leader while it is 0)."""
     log_prior = np.log(np.asarray(rec["prior"], np.float64))
     count = len(log_prior)
-    total, gap, out, lo = np.zeros(count), 0.0, [], 0
-    for i, heads in enumerate(rec["heads"]):
+    total, gap, out = np.zeros(count), 0.0, []
+    for i, loss in _messages(stream, rec, "log"):
         eta = np.log(count) / gap if gap > 0 else np.inf
         if np.isinf(eta):
             z = np.where(total == total.min(), log_prior, -np.inf)
@@ -134,12 +140,9 @@ def _adahedge(stream: streams.Stream, rec: dict) -> list[np.ndarray]:
         w = np.exp(z - z.max())
         w /= w.sum()
         out.append(w)
-        y = stream.y[lo : lo + len(heads)]
-        lo += len(heads)
-        loss = losses(stream.task, heads, y, "log")
-        if rec["relative"]:
+        if rec["relative"]:  # as `mixing.Hedge` takes a regression's losses
             loss = loss / max(float(loss.mean()), 1e-12)
-        loss = loss * len(heads)
+        loss = loss * len(rec["heads"][i])
         if np.isinf(eta):
             mixed = float(loss[w > 0].min())
         else:
