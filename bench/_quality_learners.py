@@ -14,6 +14,7 @@ regression.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -185,6 +186,23 @@ def model_config(stream: Stream, overrides: dict | None = None) -> object:
     from streamlearn.config import parse_config
 
     return parse_config({"models": {stream.name: model_table(stream, overrides)}}).model(None)
+
+
+def seed(value: int) -> None:
+    """Seed Keras, TensorFlow, numpy and Python's `random` with `value`, before a learner
+    is built; on TensorFlow also make its ops deterministic (once: it stays on)."""
+    import keras
+
+    keras.utils.set_random_seed(value)
+    if keras.backend.backend() == "tensorflow":
+        _deterministic_ops()
+
+
+@functools.cache
+def _deterministic_ops() -> None:
+    import tensorflow as tf
+
+    tf.config.experimental.enable_op_determinism()
 
 
 def run_in_process(stream: Stream, message_size: int, learner: MessageLearner) -> Outcome:

@@ -32,8 +32,13 @@ after the change (`after_*`; fewer where the stream or its next change comes soo
 the service is checked against River's ARF there, the tree ensemble that recovers fastest.
 Writes bench/results/quality.json and bench/results/quality.png (rolling-window curves).
 
+`--seed` (default 0) seeds Keras, TensorFlow, numpy and Python's `random` before each
+stream's in-process learner is built, with TensorFlow's deterministic ops on (when Keras
+runs on TensorFlow), so that two in-process runs can be compared; it is in the JSON.
+
     .venv/bin/python -m bench.quality                      # about 10 minutes on 2 cores
     .venv/bin/python -m bench.quality --streams sea,wine --samples 1000
+    .venv/bin/python -m bench.quality --no-service --seed 1
     .venv/bin/python -m bench.quality --set learning_rate=0.003 --set learner.max_wait_ms=5
 
 `--set` changes a field of every stream's model (in-process and service alike), as a line
@@ -81,6 +86,7 @@ def evaluate(
             kind: learners.run_river(kind, stream, args.message_size)
             for kind in learners.REFERENCES
         }
+        learners.seed(args.seed)
         learner = learners.InProcess(learners.model_config(stream, args.overrides))
         outcomes["inproc"] = learners.run_in_process(stream, args.message_size, learner)
         if service is not None:
@@ -189,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-service", action="store_true", help="skip the worker processes")
     parser.add_argument("--window", type=int, default=200, help="samples per point of the curves")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds each stream's in-process learner (default 0)"
+    )
     return parser
 
 
@@ -282,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         samples=args.samples,
         message_size=args.message_size,
         rate_samples_per_s=args.rate,
+        seed=args.seed,
         overrides=args.overrides,
         references=learners.REFERENCES,
         streams=details,
