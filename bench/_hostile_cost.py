@@ -55,7 +55,7 @@ def _server(cfg: ModelConfig) -> tuple[Callable[[bytes], str | None], list[bytes
     from streamlearn.actor.replies import Replier, ReplyRoutes
     from streamlearn.contract.names import Names
     from streamlearn.nn import networks
-    from streamlearn.nn.forward import Forward
+    from streamlearn.online.forward import Forward
 
     sent: list[bytes] = []
     replier = Replier(lambda _t, payload, *_a: sent.append(payload), cfg.name, 1_048_576)

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from bench._quality_streams import Stream
-from streamlearn.cli.evaluate import decide, score
+from streamlearn.online.evaluate import decide, score
 
 # label, what it is
 REFERENCES = {
@@ -125,37 +125,25 @@ class MessageLearner(Protocol):
 
 
 class InProcess:
-    """The learner's own training component, `training.Trainer`, a message at a time.
-
-    A message is padded to the learner's bucket and trained with `Trainer.step` (scored
-    before it learns; the model's input statistics updated after), then replayed from its
-    buffer as far as the replay budget allows, as the learner does in its spare time
-    between fresh batches. Predictions go through the actor's compiled forward pass
-    (`forward.Forward`) on the same model.
+    """The learner's own trainer (`streamlearn.online.trainer.Trainer`, built from the
+    model's config as the learner builds it), a message at a time: `Trainer.learn` pads
+    the message to the learner's bucket, steps on it (scored before it learns; the
+    model's input statistics updated after), then replays from its buffer as far as the
+    replay budget allows, as the learner does in its spare time between fresh batches.
+    Predictions go through the actor's compiled forward pass (`Trainer.predict`).
     """
 
     def __init__(self, cfg: object) -> None:
-        from streamlearn.learner.step import Trainer
-        from streamlearn.nn.forward import Forward
+        from streamlearn.learner.step import build_trainer
 
-        self.trainer = Trainer(cfg, deadletter=lambda _reason, _payload: None)
-        self.trainer.warm_up()
-        self.forward = Forward(self.trainer.model, cfg.sample_shape)
-        self.forward(np.zeros((1, *cfg.sample_shape), np.float32))  # traced now, not timed
-        self.y_tail = () if cfg.task == "multiclass" else (1,)
+        self.trainer = build_trainer(cfg, deadletter=lambda _reason, _payload: None)
+        self.trainer.warm_up()  # the forward pass traced too, not timed
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.forward(x)
+        return self.trainer.predict(x)
 
     def learn(self, x: np.ndarray, y: np.ndarray) -> None:
-        from streamlearn.learner.batching import padded
-
-        largest = self.trainer.buckets[-1]
-        for lo in range(0, len(x), largest):
-            part = (x[lo : lo + largest], y[lo : lo + largest])
-            self.trainer.step(padded([part[0]], [part[1]], self.trainer.buckets, self.y_tail))
-        while self.trainer.replay_step():
-            pass
+        self.trainer.learn(x, y)
 
     def figures(self) -> dict[str, object]:
         keep = (

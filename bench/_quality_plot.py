@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bench._quality_learners import Outcome
 from bench._quality_streams import Stream
-from streamlearn.cli.evaluate import rolling
+from streamlearn.online.evaluate import rolling
 
 STYLE = {  # learner -> (label, colour, width)
     "linear": ("River linear", "tab:blue", 1.0),

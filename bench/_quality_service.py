@@ -79,10 +79,10 @@ class Service:
 
     def run(self, message_size: int, rate: float, timeout_s: float = 5.0) -> Outcome:
         """Request, await the reply, publish the labels; a message every `message_size /
-        rate` seconds (`streamlearn.cli.evaluate.replay`, as `streamlearn evaluate` does). A
+        rate` seconds (`streamlearn.client.replay.replay`, as `streamlearn evaluate` does). A
         missing or error reply counts as no answer (wrong, or 0.0)."""
         from streamlearn import Client
-        from streamlearn.cli.evaluate import replay
+        from streamlearn.client.replay import replay
 
         s = self.stream
         url = f"mqtt://{self.stack.host}:{self.stack.mqtt_port}"

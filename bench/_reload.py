@@ -18,7 +18,7 @@ from streamlearn.actor.loop import Actor
 from streamlearn.config import ModelConfig
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
-from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.store.weights import WeightsStore
 
 
@@ -27,7 +27,7 @@ def measure(stack: Stack, cfg: ModelConfig, reloads: int = 30) -> dict:
     names = Names("demo", "reload", "reload")
     store = WeightsStore(redis.Redis.from_url(stack.redis_url), names)
     actor = Actor(cfg, store, names, lambda *_: None)
-    arrays = networks.get_arrays(actor.model)
+    arrays = tensors.get_arrays(actor.model)
     stage, swap, assign = [], [], []
     for version in range(1, reloads + 1):
         shifted = {k: v + np.float32(version * 1e-3) for k, v in arrays.items()}
@@ -40,7 +40,7 @@ def measure(stack: Stack, cfg: ModelConfig, reloads: int = 30) -> dict:
         swap.append((time.perf_counter() - t) * 1e6)
         t = time.perf_counter()
         spare = actor.reloader._spares["base"][0]
-        networks.set_arrays(spare, shifted)  # what a swap by assignment costs
+        tensors.set_arrays(spare, shifted)  # what a swap by assignment costs
         assign.append((time.perf_counter() - t) * 1000)
     runs = _count_forward_code(actor)
     for n in range(1, 2 * cfg.actor.max_batch + 3):

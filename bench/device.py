@@ -8,7 +8,7 @@ timing, on the same data:
 
 - `train_on_batch` samples/s per batch size (the learner's step; each size warmed up first,
   so no trace is timed), for the demo MLP, a wide MLP and an LSTM over a window of 16;
-- the actor's forward pass (`streamlearn.nn.forward.Forward`, what serving calls) in ms per call
+- the actor's forward pass (`streamlearn.online.forward.Forward`, what serving calls) in ms per call
   per batch size, median of repeated calls.
 
 Ratios are within one run and one machine: GPU against CPU of the same backend, and batch
@@ -43,7 +43,7 @@ def child(device: str, quick: bool) -> dict:
 
     from streamlearn.config import LearnerConfig, ModelConfig
     from streamlearn.nn import networks
-    from streamlearn.nn.forward import Forward
+    from streamlearn.online.forward import Forward
 
     rng = np.random.default_rng(0)
     out: dict = {"backend": keras.backend.backend(), "device": device, "models": {}}

@@ -4,14 +4,14 @@
         [--message-size 40] [--rule '{"loss": "brier"}' --rule '{"beta": 0.98}' ...]
 
 A hedge model's mixture weights move only what is served, never what a head learns
-(`streamlearn.learner.mixing`), so a rule for them can be judged without training again.
+(`streamlearn.online.hedge`), so a rule for them can be judged without training again.
 Per stream and seed, `bench.quality`'s in-process loop runs once with the defaults,
 recording every head's outputs on each message before it learns it, and the messages
 after which a drift set the weights back to uniform; then each rule serves those outputs
 and is scored as `bench.quality` scores the served model (accuracy, or MAE).
 
 A rule is JSON: `loss` ("log", the learner's; "brier"; "zero_one"; or "mix:A", A x log
-loss + (1 - A) x zero_one), `beta`, `smoothing` and `favoured` (as `mixing.Hedge`), or
+loss + (1 - A) x zero_one), `beta`, `smoothing` and `favoured` (as `hedge.Hedge`), or
 `{"rule": "adahedge"}` (de Rooij et al., 2014: the learning rate from the mixability gap,
 no floor). Columns: `served`, what the learner served; `default`, the learner's rule
 replayed, which must match it (the check: the replay is faithful); then each rule's score
@@ -29,11 +29,10 @@ import numpy as np
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
 from bench._report import exit_status, report
-from streamlearn.learner import mixing
-from streamlearn.learner.mixing import Hedge
-from streamlearn.nn.hedge import HedgeMix
+from streamlearn.online import hedge
+from streamlearn.online.hedge import Hedge, HedgeMix
 
-DEFAULT = {"loss": "log", "beta": 0.9, "smoothing": 0.2, "favoured": mixing.FAVOURED}
+DEFAULT = {"loss": "log", "beta": 0.9, "smoothing": 0.2, "favoured": hedge.FAVOURED}
 
 
 def record(stream: streams.Stream, seed: int, message_size: int) -> dict:
@@ -104,14 +103,14 @@ def _messages(stream: streams.Stream, rec: dict, loss: str):  # type: ignore[no-
 
 
 def _hedge(stream: streams.Stream, rec: dict, rule: dict) -> list[np.ndarray]:
-    """The served weights per message: the learner's `mixing.Hedge`, with `rule`'s settings."""
+    """The served weights per message: the learner's `hedge.Hedge`, with `rule`'s settings."""
     layer = HedgeMix()
     layer.build((None, len(rec["prior"]), 1))
     favoured = int(np.argmax(rec["prior"])) if np.ptp(rec["prior"]) > 0 else None
     hedge = Hedge(
         layer, rule["beta"], rule["smoothing"], relative=rec["relative"], favoured=favoured
     )
-    if favoured is not None and rule["favoured"] != mixing.FAVOURED:
+    if favoured is not None and rule["favoured"] != hedge.FAVOURED:
         hedge.prior[:] = 1.0
         hedge.prior[favoured] = rule["favoured"]
         hedge.prior /= hedge.prior.sum()
@@ -140,7 +139,7 @@ def _adahedge(stream: streams.Stream, rec: dict) -> list[np.ndarray]:
         w = np.exp(z - z.max())
         w /= w.sum()
         out.append(w)
-        if rec["relative"]:  # as `mixing.Hedge` takes a regression's losses
+        if rec["relative"]:  # as `hedge.Hedge` takes a regression's losses
             loss = loss / max(float(loss.mean()), 1e-12)
         loss = loss * len(rec["heads"][i])
         if np.isinf(eta):

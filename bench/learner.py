@@ -44,9 +44,11 @@ from bench._report import exit_status, goal, report
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
-from streamlearn.learner.batching import Batch, samples_batch
+from streamlearn.learner.batching import samples_batch
 from streamlearn.learner.loop import Learner
 from streamlearn.nn import networks
+from streamlearn.online.batch import Batch
+from streamlearn.online.guard import TrainProbe
 from streamlearn.stack import embedded
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
@@ -160,7 +162,7 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
     learner.warm_up()  # train_step is driven directly with padded in-memory batches
     plain = networks.build_model(cfg)
     plain.jit_compile = False  # each new size a trace (with XLA, also a compile: ~1 s)
-    probe = networks.TrainProbe(plain)
+    probe = TrainProbe(plain)
     rng = np.random.default_rng(4)
     sizes = rng.integers(1, batch + 1, steps)
     x, y = data(batch, seed=5)

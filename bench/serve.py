@@ -47,6 +47,7 @@ from streamlearn.actor.loop import Actor
 from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
 from streamlearn.contract.names import Names
 from streamlearn.errors import StreamlearnError
+from streamlearn.online import tensors
 from streamlearn.stack import embedded
 from streamlearn.stack.demo import DemoStream
 from streamlearn.store.redis_client import connect
@@ -93,7 +94,7 @@ def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int)
     from streamlearn.nn import networks
     from streamlearn.store.weights import WeightsStore
 
-    arrays = networks.get_arrays(networks.build_model(cfg))
+    arrays = tensors.get_arrays(networks.build_model(cfg))
     store = WeightsStore(connect(stack.redis_url), names)
     store.publish(codec.encode(arrays), after=version - 1)
 

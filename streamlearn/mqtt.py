@@ -22,8 +22,8 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import MalformedPacket, Properties, VariableByteIntegers
 
+from streamlearn.config.runfile import redact
 from streamlearn.errors import ConfigError, StreamlearnError
-from streamlearn.stack.runfile import redact
 
 log = logging.getLogger(__name__)
 

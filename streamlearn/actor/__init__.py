@@ -1,5 +1,5 @@
 """The actor role: prediction requests in (`inbox`), answered in dynamic batches by the
-compiled forward pass (`streamlearn.nn.forward`) with hot-reloaded weights (`reloader`), replies
+compiled forward pass (`streamlearn.online.forward`) with hot-reloaded weights (`reloader`), replies
 routed and checked (`replies`), by the loop (`loop`); `worker` is its process.
 """
 

@@ -46,8 +46,9 @@ from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
 from streamlearn.actor.versions import Group, KeptVersions
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
-from streamlearn.nn import buckets, networks
-from streamlearn.nn.forward import Forward
+from streamlearn.nn import networks
+from streamlearn.online import buckets
+from streamlearn.online.forward import Forward
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.weights import WeightsStore
 from streamlearn.store.windows import WindowStore

@@ -38,7 +38,7 @@ import redis
 from streamlearn.config import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import ConfigError, WeightsError
-from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.store.weights import WeightsStore
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class WeightsReloader:
         # Models not serving, by variant; a staged one is in _ready instead, one being
         # loaded in neither.
         self._spares: dict[str, list[keras.Model]] = {variant: list(spares)}
-        self._specs = {variant: networks.spec(spares[0])}
+        self._specs = {variant: tensors.spec(spares[0])}
         self._serving_variant = variant
         self._ready: Staged | None = None
         self._staged = 0
@@ -188,14 +188,14 @@ class WeightsReloader:
             raise WeightsError(f"cannot build variant {variant!r}: {exc}") from None
         built_ms = 1e3 * (time.perf_counter() - started)
         log.info("built and warmed up a model for variant %s in %.0f ms", variant, built_ms)
-        self._specs[variant] = networks.spec(model)
+        self._specs[variant] = tensors.spec(model)
         return model
 
     def _stage(self, version: int, variant: str, arrays: dict, started: float) -> None:
         """Load `arrays` into a spare off the lock, then stage it in place of any version
         staged and not taken yet (whose model becomes a spare)."""
         model = self._spare(variant)
-        networks.set_arrays(model, arrays)
+        tensors.set_arrays(model, arrays)
         stage_ms = (time.perf_counter() - started) * 1000
         with self._lock:
             if self._ready is not None:

@@ -28,7 +28,7 @@ from streamlearn.actor.inbox import Pending
 from streamlearn.config import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
-from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.store.weights import LATEST, WeightsStore
 
 log = logging.getLogger(__name__)
@@ -143,10 +143,10 @@ class KeptVersions:
             arrays, meta = codec.decode(found[1])
             variant = meta.get("variant", BASE_VARIANT)
             model = self._slot(variant)
-            codec.check_fits(arrays, networks.spec(model))
+            codec.check_fits(arrays, tensors.spec(model))
         except (WeightsError, ValueError) as exc:
             raise WeightsError(f"version {version} cannot be served: {exc}") from None
-        networks.set_arrays(model, arrays)
+        tensors.set_arrays(model, arrays)
         loaded = self._loaded[version] = _Loaded(model, variant)
         self.loads += 1
         took_ms = 1000 * (time.perf_counter() - started)

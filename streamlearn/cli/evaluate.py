@@ -7,28 +7,26 @@ it, as River's `evaluate.progressive_val_score` does in one process, but with th
 service's staleness counted: a sample is learned, published as a new version and loaded
 by the actor only some time after it was sent.
 
-The same core (`replay`) drives the quality benchmark's service runs (bench/quality.py).
+The replay itself is `streamlearn.client.replay`, which the quality benchmark's service
+runs drive too (bench/quality.py); the scores are `streamlearn.online.evaluate`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from streamlearn.cli.light import ProgressBar, csv_samples, ndjson_lines
+from streamlearn.cli.light import MAX_SAMPLES, ProgressBar, csv_samples, ndjson_lines
+from streamlearn.client.replay import DEFAULT_BATCH, LearnerWatch, Replay, replay
 from streamlearn.errors import ConfigError, StreamlearnError
+from streamlearn.online.evaluate import rolling, score
 
-MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
-DEFAULT_BATCH = 40
 DEFAULT_LAST = 1000
 
 
@@ -77,125 +75,6 @@ def read_samples(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- scoring -----------------------------------------------------------------------------
-
-
-def decide(task: str, outputs: np.ndarray) -> np.ndarray:
-    """The model's outputs (a row per sample) as labels (argmax, or > 0.5) or values."""
-    outputs = np.asarray(outputs, np.float32)
-    if task == "multiclass":
-        return outputs.reshape(len(outputs), -1).argmax(axis=1).astype(np.float32)
-    flat = outputs.reshape(len(outputs))
-    return (flat > 0.5).astype(np.float32) if task == "binary" else flat
-
-
-def score(task: str, y: np.ndarray, predicted: np.ndarray) -> np.ndarray:
-    """Right (1) or wrong (0) per sample, or the absolute error; NaN (no answer) is wrong,
-    or 0.0 for a regression."""
-    if task in ("binary", "multiclass"):
-        return (predicted == y).astype(np.float32)
-    return np.abs(np.nan_to_num(predicted, nan=0.0) - y)
-
-
-def rolling(scores: np.ndarray, window: int) -> np.ndarray:
-    """Mean of the last `window` scores at each sample (fewer at the start).
-
-    >>> rolling(np.array([1.0, 0.0, 1.0, 1.0]), 2).tolist()
-    [1.0, 0.5, 0.5, 1.0]
-    """
-    total = np.concatenate([[0.0], np.cumsum(np.asarray(scores, np.float64))])
-    end = np.arange(1, len(total))
-    start = np.maximum(end - window, 0)
-    return (total[end] - total[start]) / (end - start)
-
-
-# -- the replay --------------------------------------------------------------------------
-
-
-@dataclass
-class Replay:
-    """What came back for each sample of a replay."""
-
-    predicted: np.ndarray  # label or value per sample; NaN where no answer came
-    versions: np.ndarray  # the model version that answered, -1 where none did
-    behind: np.ndarray  # versions the answer was behind the learner's newest; -1 unknown
-    seconds: float  # wall seconds of the whole replay
-    messages: int  # prediction requests sent, as many as labelled messages published
-    errors: dict[str, int] = field(default_factory=dict)  # error reply or timeout -> count
-
-    @property
-    def answered(self) -> int:
-        return int((self.versions >= 0).sum())
-
-
-def replay(
-    client: object,
-    model: str,
-    task: str,
-    x: np.ndarray,
-    y: np.ndarray,
-    *,
-    batch: int = DEFAULT_BATCH,
-    rate: float = 0.0,
-    timeout_s: float = 5.0,
-    newest: Callable[[], int | None] = lambda: None,
-    progress: Callable[[int], None] = lambda _done: None,
-) -> Replay:
-    """Per message of `batch` rows: request, await the reply, publish the labels; a
-    message every `batch / rate` s (0: as soon as the previous one is done). A missing or
-    error reply counts as no answer. `newest()` gives the learner's newest version."""
-    from streamlearn.client.client import PredictionError
-
-    n = len(y)
-    predicted = np.full(n, np.nan, np.float32)
-    versions = np.full(n, -1, np.int64)
-    behind = np.full(n, -1, np.int64)
-    errors: dict[str, int] = {}
-    start = time.perf_counter()
-    for lo in range(0, n, batch):
-        if rate > 0:
-            time.sleep(max(0.0, start + lo / rate - time.perf_counter()))
-        xs, ys = x[lo : lo + batch], y[lo : lo + batch]
-        part = slice(lo, lo + len(ys))
-        try:
-            reply = client.predict(model, xs, timeout=timeout_s)
-        except (PredictionError, TimeoutError) as exc:
-            key = str(exc)[:200]
-            if key in errors or len(errors) < 20:  # bounded: a few kinds of failure
-                errors[key] = errors.get(key, 0) + 1
-        else:
-            predicted[part] = decide(task, np.asarray(reply.y))
-            versions[part] = reply.version
-            latest = newest()
-            if latest is not None:
-                behind[part] = max(0, latest - reply.version)
-        client.publish_many(model, xs, ys)
-        progress(part.stop)
-    seconds = time.perf_counter() - start
-    return Replay(predicted, versions, behind, seconds, -(-n // batch), errors)
-
-
-class LearnerWatch:
-    """The learner's newest version, from its retained status (about once a second)."""
-
-    def __init__(self, client: object, status_topic: str) -> None:
-        self.client, self.topic = client, status_topic
-        self.latest: dict = {}
-        client.mqtt.message_callback_add(status_topic, self._on_status)
-        client.mqtt.subscribe(status_topic, qos=1)
-
-    def _on_status(self, _c: object, _u: object, msg: object) -> None:
-        try:
-            self.latest = json.loads(msg.payload) if msg.payload else {}
-        except ValueError:
-            return  # not ours to judge: `status` reports a bad status document
-
-    def newest(self) -> int | None:
-        version = self.latest.get("version")
-        return int(version) if isinstance(version, int | float) else None
-
-    def close(self) -> None:
-        self.client.mqtt.message_callback_remove(self.topic)
-        self.client.mqtt.unsubscribe(self.topic)
 
 
 # -- the figures -------------------------------------------------------------------------

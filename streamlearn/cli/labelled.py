@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from streamlearn.cli.evaluate import MAX_SAMPLES, Replay, decide
-from streamlearn.cli.light import LightModel, csv_objects, ndjson_lines, put
+from streamlearn.cli.light import MAX_SAMPLES, LightModel, csv_objects, ndjson_lines, put
+from streamlearn.client.replay import Replay
 from streamlearn.errors import ConfigError
+from streamlearn.online.evaluate import decide
 
 SERVED_WAIT_S = 5.0  # how long `evaluate` waits for the status to count its last labels
 

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamlearn.config import runfile
 from streamlearn.config.defaults import DEMO_TOML, config_path
 from streamlearn.errors import ConfigError
-from streamlearn.stack import runfile
+
+MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
 
 MQTT_URL_ENV = "STREAMLEARN_MQTT_URL"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamlearn.cli import light, publish
+from streamlearn.config import runfile
 from streamlearn.errors import ConfigError, StreamlearnError
-from streamlearn.stack import runfile
 
 if TYPE_CHECKING:
     from streamlearn.client.client import Client

@@ -48,9 +48,9 @@ from streamlearn.client.pending import (
     Sent,
     prediction,
 )
+from streamlearn.config import runfile
 from streamlearn.contract.names import Names
 from streamlearn.errors import ConfigError
-from streamlearn.stack import runfile
 
 # The environment `streamlearn.config.Settings` reads, and its defaults.
 URL_ENV = "STREAMLEARN_MQTT_URL"

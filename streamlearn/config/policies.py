@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from streamlearn.nn import buckets
+from streamlearn.online import buckets
 
 PREFETCH_MIN_CORES = 4  # the learner's reading thread is on by default from this many cores
 
@@ -250,7 +250,7 @@ class LearnerConfig(Frozen):
 
     def bucket_sizes(self, replicas: int = 1) -> tuple[int, ...]:
         """The sorted padded sizes every train step uses (so it never retraces): powers of
-        4 from 16 up to `max_batch` unless `buckets` are given (`streamlearn.nn.buckets`)."""
+        4 from 16 up to `max_batch` unless `buckets` are given (`streamlearn.online.buckets`)."""
         return buckets.ladder(self.max_batch, smallest=16, replicas=replicas, given=self.buckets)
 
 

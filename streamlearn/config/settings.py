@@ -11,9 +11,9 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamlearn.config import runfile
 from streamlearn.config.policies import ListenAddress, describe_error
 from streamlearn.errors import ConfigError
-from streamlearn.stack import runfile
 
 
 class Settings(BaseSettings):
@@ -21,7 +21,7 @@ class Settings(BaseSettings):
 
     An unset URL means "not given": `streamlearn up` then starts its own server, and a role
     run alone or a client tool uses the stack that `streamlearn up` recorded in its run file
-    (`streamlearn.stack.runfile`), else the local default. With neither URL given the file's
+    (`streamlearn.config.runfile`), else the local default. With neither URL given the file's
     prefixes are taken too, unless set: they name that stack's topics and keys.
     """
 

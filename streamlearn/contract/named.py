@@ -5,7 +5,7 @@ dotted name) objects of those fields plus its `target` field, instead of positio
 
 - a field the model does not use is ignored and counted (`strict_fields`: a dead letter);
 - a missing or `null` input becomes NaN, which the model's first layer imputes with its
-  running mean (`streamlearn.nn.standardize`); more than `max_missing` of the inputs
+  running mean (`streamlearn.online.standardize`); more than `max_missing` of the inputs
   missing is a dead letter `missing_field`;
 - a categorical input's string becomes its index in the configured values (-1: unseen or
   missing), which the model one-hot encodes (`streamlearn.nn.encode`), so an actor and

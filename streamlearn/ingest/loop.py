@@ -42,7 +42,8 @@ from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection
 from streamlearn.ingest.inbox import Delivery, IngestInbox
 from streamlearn.ingest.labels import LabelJoiner, LabelMessage
-from streamlearn.ingest.writes import FieldTotals, IngestCounters, RunMessage, RunWriter
+from streamlearn.ingest.writes import IngestCounters, RunMessage, RunWriter
+from streamlearn.store.fields import FieldTotals
 from streamlearn.store.partitions import PartitionedStream, settle_layout, split
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream

@@ -16,8 +16,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import redis
@@ -25,46 +25,13 @@ import redis
 from streamlearn.config import LearnerConfig
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError
-from streamlearn.nn import buckets
+from streamlearn.online.batch import Batch, padded
 from streamlearn.store.retries import Retried
 from streamlearn.store.stream import Packed, SampleStream
 
 _POLL_S = 0.002  # between reads while waiting for more samples
 _IDLE_BLOCK_MS = 100  # a read blocks this long for the next entry of an empty stream
 _READ_BATCHES = 4
-
-
-@dataclass
-class Batch:
-    """One padded step: the first `n` rows are real; `done` are the entries it completes.
-    Replayed steps stacked, several to a call (`multistep`): x is (steps, rows, ...), and
-    `rates` the learning rate of each step."""
-
-    x: np.ndarray
-    y: np.ndarray
-    w: np.ndarray
-    n: int
-    done: list[bytes] = field(default_factory=list)
-    entries: list[bytes] = field(default_factory=list)  # every entry with a row here
-    rates: list[float] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return self.n
-
-
-def padded(
-    xs: Iterable[np.ndarray], ys: Iterable[np.ndarray], sizes: tuple[int, ...], y_tail: tuple
-) -> Batch:
-    """Copy the parts into one batch of the smallest bucket of `sizes` that holds them."""
-    xs, ys = list(xs), list(ys)
-    x = xs[0] if len(xs) == 1 else np.concatenate(xs)
-    n = len(x)
-    size = buckets.fit(sizes, n)
-    y = np.zeros((size, *y_tail), np.float32)
-    y.reshape(size)[:n] = ys[0] if len(ys) == 1 else np.concatenate(ys)
-    w = np.zeros(size, np.float32)
-    w[:n] = size / n
-    return Batch(buckets.pad(x.astype(np.float32, copy=False), size), y, w, n)
 
 
 def samples_batch(samples: Samples, buckets: tuple[int, ...], multiclass: bool = False) -> Batch:

@@ -37,7 +37,9 @@ import numpy as np
 from streamlearn.config import ModelConfig
 from streamlearn.config.tfconfig import TIMEOUT_ENV, Workers, check_replicas
 from streamlearn.errors import StreamlearnError
-from streamlearn.nn import hedge, networks
+from streamlearn.nn import networks
+from streamlearn.online import hedge, tensors
+from streamlearn.online.guard import FINITE, all_finite_tensor
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,7 @@ class Collective:
                 logs = {"loss": loss, metric: tf.math.divide_no_nan(hits, weight)}
                 if heads:
                     logs[hedge.HEAD_LOSSES] = tf.math.divide_no_nan(per_head[0], weight)
-            return {**logs, networks.FINITE: networks.all_finite_tensor(variables)}
+            return {**logs, FINITE: all_finite_tensor(variables)}
 
         self._step = tf.function(lambda x, y, w: strategy.run(step, args=(x, y, w)))
 
@@ -116,7 +118,7 @@ class Collective:
     def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
         """One synchronous step: replica r trains rows r, r+R, r+2R... of the batch, which
         must be the same on every worker (the learner's batches are: `exchange`)."""
-        split = [networks.split_per_replica(self.strategy, a) for a in (x, y, w)]
+        split = [tensors.split_per_replica(self.strategy, a) for a in (x, y, w)]
         with self._peers():
             out = self._step(*split)
         first = self.strategy.experimental_local_results

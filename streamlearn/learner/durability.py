@@ -19,9 +19,9 @@ from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
 from streamlearn.learner.state import CheckpointDir, from_checkpoint, from_published
-from streamlearn.learner.step import Trainer
 from streamlearn.learner.writes import LearnerWrites
-from streamlearn.nn import networks
+from streamlearn.online import tensors
+from streamlearn.online.trainer import Trainer
 from streamlearn.store.weights import WeightsStore
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class Durability:
         t = self.trainer
         t.flush_statistics()  # the actors get the statistics of every sample trained on
         t.settle()  # and the linear head solved, not as the replay left it
-        arrays = networks.get_arrays(t.model)
+        arrays = tensors.get_arrays(t.model)
         try:
             codec.check_fits(arrays, t.spec)
         except WeightsError as exc:
@@ -173,7 +173,7 @@ class Durability:
         t = self.trainer
         if self.checkpoints is None or not t.guard.mark():
             return
-        arrays = dict(zip(networks.training_names(t.model), t.guard.good, strict=True))
+        arrays = dict(zip(tensors.training_names(t.model), t.guard.good, strict=True))
         try:
             self.checkpoints.save(arrays, {**asdict(t.state), "model": self.cfg.name})
         except OSError as exc:  # entries stay pending; the next interval tries again

@@ -32,11 +32,11 @@ import numpy as np
 from streamlearn.config import ModelConfig
 from streamlearn.config.tfconfig import Workers
 from streamlearn.errors import ConfigError
-from streamlearn.learner.batching import Batch, padded
 from streamlearn.learner.loop import Learner
-from streamlearn.learner.state import LearnerState
 from streamlearn.learner.writes import LearnerWrites
-from streamlearn.nn import networks
+from streamlearn.online import tensors
+from streamlearn.online.batch import Batch, padded
+from streamlearn.online.figures import LearnerState
 from streamlearn.store.partitions import PartitionedStream
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
@@ -105,8 +105,8 @@ class LockstepLearner(Learner):
         """Every worker takes the chief's training variables (and the `also` arrays,
         returned); the same collective on each."""
         variables = self.trainer.variables
-        values = self.collective.from_chief([*networks.snapshot(variables), *also])
-        networks.restore(variables, values[: len(variables)])
+        values = self.collective.from_chief([*tensors.snapshot(variables), *also])
+        tensors.restore(variables, values[: len(variables)])
         return values[len(variables) :]
 
     def run(

@@ -23,12 +23,13 @@ import keras
 
 from streamlearn.config import BASE_VARIANT, LearnerConfig, ModelConfig
 from streamlearn.errors import ConfigError
-from streamlearn.learner.batching import Batch, Drainer, Prefetcher
+from streamlearn.learner.batching import Drainer, Prefetcher
 from streamlearn.learner.durability import Durability
 from streamlearn.learner.reporting import Reporter, StatusSink
-from streamlearn.learner.step import Trainer
+from streamlearn.learner.step import build_trainer
 from streamlearn.learner.variants import Promoter
 from streamlearn.learner.writes import LearnerWrites
+from streamlearn.online.batch import Batch
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 
@@ -64,7 +65,7 @@ class Learner:
         self.consumer = consumer
         self.clock = clock
         self.writes = LearnerWrites(sample_queue, store, policy)
-        self.trainer = Trainer(cfg, self.writes.deadletter)
+        self.trainer = build_trainer(cfg, self.writes.deadletter)
         self.durability = Durability(cfg, variant, self.trainer, store, self.writes, clock)
         self.reporter = Reporter(
             cfg.name,

@@ -23,11 +23,11 @@ import paho.mqtt.client as paho
 import redis
 
 from streamlearn.contract.names import Names
-from streamlearn.ingest.writes import FieldTotals
-from streamlearn.learner.step import Trainer
 from streamlearn.learner.tensorboard import Rate, ScalarLog
 from streamlearn.learner.variants import Promoter, Promotion
 from streamlearn.learner.writes import LearnerWrites
+from streamlearn.online.trainer import Trainer
+from streamlearn.store.fields import FieldTotals
 from streamlearn.store.pending import PendingStore, served_metric
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,8 @@ import numpy as np
 from streamlearn.config import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
-from streamlearn.nn import networks
+from streamlearn.online import tensors
+from streamlearn.online.figures import LearnerState
 from streamlearn.store.weights import WeightsStore
 
 FORMAT = "streamlearn.checkpoint/1"
@@ -82,29 +83,6 @@ class CheckpointDir:
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class LearnerState:
-    """Counters that a checkpoint saves and the status reports."""
-
-    step: int = 0
-    version: int = 0
-    samples_seen: int = 0
-    online_loss: float | None = None
-    online_metric: float | None = None
-    rollbacks: int = 0
-    dead_lettered: int = 0  # samples of undone steps
-
-    @classmethod
-    def from_json(cls, doc: dict) -> LearnerState:
-        """Counters saved in a checkpoint; ValueError or TypeError when one is not a number."""
-        counts = ("step", "version", "samples_seen", "rollbacks", "dead_lettered")
-        means = ("online_loss", "online_metric")
-        return cls(
-            **{k: int(doc.get(k, 0)) for k in counts},
-            **{k: None if doc.get(k) is None else float(doc[k]) for k in means},
-        )
-
-
 def from_checkpoint(
     checkpoints: CheckpointDir, model: keras.Model, variables: list[keras.Variable]
 ) -> LearnerState | None:
@@ -114,16 +92,16 @@ def from_checkpoint(
         found = checkpoints.load()
         if found is None:
             return None
-        codec.check_fits(found.arrays, networks.training_spec(model))
+        codec.check_fits(found.arrays, tensors.training_spec(model))
         state = LearnerState.from_json(found.state)
     except (WeightsError, TypeError, ValueError) as exc:
         log.warning("checkpoint %s unusable, not resuming from it: %s", checkpoints.path, exc)
         return None
-    names = networks.training_names(model)
+    names = tensors.training_names(model)
     values, lr = dict(found.arrays), "optimizer/learning_rate"
     if lr in values:  # the configured learning rate wins over the saved one
-        values[lr] = networks.snapshot([variables[names.index(lr)]])[0]
-    networks.restore(variables, [values[k] for k in names])
+        values[lr] = tensors.snapshot([variables[names.index(lr)]])[0]
+    tensors.restore(variables, [values[k] for k in names])
     return state
 
 
@@ -141,10 +119,10 @@ def from_published(
         arrays, meta = codec.decode(blob)
         if meta.get("variant", BASE_VARIANT) != variant:
             raise WeightsError(f"they are variant {meta.get('variant')!r}'s")
-        codec.check_fits(arrays, networks.spec(model))
+        codec.check_fits(arrays, tensors.spec(model))
         step, seen = int(meta.get("step", 0)), int(meta.get("samples_seen", 0))
     except (WeightsError, ValueError) as exc:
         log.warning("latest weights v%d unusable, starting fresh: %s", version, exc)
         return None
-    networks.set_arrays(model, arrays)
+    tensors.set_arrays(model, arrays)
     return version, step, seen

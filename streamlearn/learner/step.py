@@ -1,323 +1,38 @@
-"""The learner's step: `train_on_batch` on padded batches, scored before it learns, guarded.
-
-- Shapes: batches are padded to a few bucket sizes (`batching`), each traced once at start
-  (`warm_up`), so no step retraces afterwards; `models.TrainProbe` counts traces to show it.
-- Test-then-train: the loss and metric `train_on_batch` returns are computed on the batch
-  with the weights from before its update; their running means are the online figures.
-- Guard: a step whose loss, weights or optimizer state is non-finite is undone (restore the
-  last good snapshot, replay the good batches since: `guard`) and its batch dead-lettered.
-- Sample efficiency: the model's `Standardize` layer (and a regression's `Unstandardize`)
-  takes each fresh batch's statistics once its step scored and learned it (`standardize`);
-  fresh samples go to the replay buffer; in spare time `replay_step` sets the linear and
-  memory heads from it (`linear`, `memory`), trains on batches from it (`replay`; several
-  steps to a call where the backend allows: `multistep`), never scored, and solves the
-  linear head again; a drift detector on the online loss makes the learner start afresh
-  on the new concept (`drift`, `changed`); the step size follows the recent loss
-  (`stepsize`); a hedge model's mixture weights follow each head's loss (`mixing`).
-"""
+"""The learner's trainer, built from a model's config: the model (under its
+`tf.distribute` strategy), the several-host step when configured, and the plain
+parameters the learning algorithms take (`streamlearn.online.trainer.Params`)."""
 
 from __future__ import annotations
 
-import json
-import logging
-import math
-from collections.abc import Callable
-
-import keras
-import numpy as np
-
-from streamlearn.config import ModelConfig
-from streamlearn.learner.batching import Batch
+from streamlearn.config.app import ModelConfig
 from streamlearn.learner.collective import Collective
-from streamlearn.learner.drift import DriftDetector, newer_part, row_losses
-from streamlearn.learner.guard import StepGuard
-from streamlearn.learner.linear import LinearHead
-from streamlearn.learner.memory import MemoryWriter
-from streamlearn.learner.mixing import Hedge
-from streamlearn.learner.multistep import STEPS, MultiStep
-from streamlearn.learner.replay import Replay
-from streamlearn.learner.state import LearnerState
-from streamlearn.learner.stepsize import StepSize
-from streamlearn.learner.variants import RecentFigures
-from streamlearn.nn import hedge, networks, standardize
-from streamlearn.nn.forward import Forward
-from streamlearn.nn.memory import computed_in_step
-
-log = logging.getLogger(__name__)
-
-DeadLetter = Callable[[str, bytes], None]
+from streamlearn.nn import networks
+from streamlearn.online.trainer import DeadLetter, Params, Trainer
 
 
-class Trainer:
-    """One model's training step, its guard and its counters (`state`)."""
-
-    def __init__(self, cfg: ModelConfig, deadletter: DeadLetter) -> None:
-        """`deadletter(reason, payload)` takes the samples of an undone step."""
-        self.cfg = cfg
-        self.deadletter = deadletter
-        policy = cfg.learner
-        self.strategy = networks.distribution(policy)
-        self.replicas = self.strategy.num_replicas_in_sync if self.strategy else 1
-        self.model = networks.build_model(cfg, self.strategy)
-        # several hosts: a step of our own (`collective`); else `train_on_batch`, probed
-        several = policy.distribute == "multi_worker"
-        self.collective = Collective(self.strategy, self.model, cfg) if several else None
-        self.probe = self.collective or networks.TrainProbe(self.model, self.replicas)
-        self.spec = networks.spec(self.model)
-        self.variables = networks.training_variables(self.model)
-        self.buckets = policy.bucket_sizes(self.replicas)
-        self.state = LearnerState()
-        self.recent = RecentFigures(cfg.promotion.window_samples)  # what promotion compares
-        self.guard = StepGuard(self.variables, self.fit, self._rolled_back)
-        # replayed steps `STEPS` to a call where the backend allows (`multistep`)
-        self.multistep = MultiStep.of(self.model, self.replicas, self.collective)
-        self.metric_name: str | None = None
-        self.warm_traces = 0
-        self.stats = standardize.statistics(self.model, policy.standardize_horizon)
-        y_tail = () if cfg.task == "multiclass" else (1,)
-        self.replay = Replay(
-            policy.replay_buffer,
-            cfg.sample_shape,
-            y_tail,
-            policy.replay_ratio,
-            policy.replay_batch,
-            self.buckets,
-        )
-        self.drift = DriftDetector() if policy.drift_detection else None
-        self.replay_steps = 0
-        self.step_size = StepSize(self.model.optimizer)
-        self.linear = None if cfg.factory else LinearHead.of(self.model, cfg.task)
-        self.memory = None if cfg.factory else MemoryWriter.of(self.model, cfg.task)
-        mix = hedge.find(self.model)
-        relative = cfg.task == "regression"  # a squared error has the target's units
-        favoured = 0 if self.linear is not None else None  # the solved head starts ahead
-        self.hedge = None if mix is None else Hedge(mix, relative=relative, favoured=favoured)
-        self._resolve = False  # replayed steps moved the solved linear head since its solve
-        self._forward: Forward | None = None  # the served prediction (`_newer_part`)
-
-    def warm_up(self) -> None:
-        """Trace the step once per bucket with zero sample weights, then undo its effects."""
-        before = networks.snapshot(self.variables)
-        for size in self.buckets:
-            x = np.zeros((size, *self.cfg.sample_shape), np.float32)
-            y = np.zeros((size,) if self.cfg.task == "multiclass" else (size, 1), np.float32)
-            if self.replicas > 1 and size == self.buckets[0] and not self.collective:
-                # Keras builds the compiled loss and metrics from a plain (undivided) batch.
-                self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
-            logs = self.fit(x, y, np.zeros(size, np.float32))
-            if size == self.buckets[0] and not self.collective:
-                self.probe.complete()  # the metrics, built by that step, zeroed by the next
-                logs = self.fit(x, y, np.zeros(size, np.float32))
-        if self.multistep is not None and self.replay.capacity:
-            self.multistep.trace(self.replay.batch, self.cfg.sample_shape, self.replay.y.shape[1:])
-        networks.restore(self.variables, before)
-        if self.hedge is not None:
-            self.hedge.read()
-        self._forward = Forward(self.model, self.cfg.sample_shape)  # for a drift's step
-        self._forward(np.zeros((1, *self.cfg.sample_shape), np.float32))  # traced now
-        skip = ("loss", networks.FINITE, hedge.HEAD_LOSSES)
-        self.metric_name = next((k for k in logs if k not in skip), None)
-        self.warm_traces = self.probe.traces
-
-    @property
-    def retraces(self) -> int:
-        """Traces after warm-up: 0 unless a batch came in a shape not traced."""
-        return self.probe.traces - self.warm_traces
-
-    def step(self, batch: Batch) -> bool:
-        """One step on `batch` of fresh samples, scored before it learns; a non-finite
-        outcome undoes it and dead-letters the batch (False)."""
-        n = batch.n
-        logs = self.fit(batch.x, batch.y, batch.w)
-        loss = float(logs["loss"])
-        if not self.guard.finite(logs):
-            what = "loss" if not math.isfinite(loss) else "weights or optimizer state"
-            self._undo(batch, f"non-finite {what} at step {self.state.step + 1} (loss {loss})")
-            return False
-        if self.memory is not None:  # the trained heads' mean, the memory's stand-in not in it
-            loss = float(np.mean(logs[hedge.HEAD_LOSSES][:-1]))
-        s = self.state
-        s.step += 1
-        s.samples_seen += n
-        rate = 1.0 if s.online_loss is None else 1 - 0.995**n
-        s.online_loss = _ema(s.online_loss, loss, rate)
-        metric = None if self.metric_name is None else float(logs[self.metric_name])
-        if metric is not None:
-            s.online_metric = _ema(s.online_metric, metric, rate)
-        self.recent.add(n, loss, metric)
-        self.step_size.fresh(n, loss)  # the step size for what comes next
-        if self.hedge is not None:
-            losses = np.array(logs[hedge.HEAD_LOSSES], np.float64)
-            if self.memory is not None and not computed_in_step(len(batch.x)):  # a backlog's
-                # batch: the head's stand-in, counted as the worst: it gains no weight unearned
-                losses[-1] = losses[:-1].max()
-            self.hedge.update(n, losses)
-        self.guard.kept(batch)
-        for stats, target in self.stats:  # after the step: nothing learns from a sample before
-            stats.update((batch.y if target else batch.x)[:n])
-        self.replay.add(batch.x[:n], batch.y[:n])
-        if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
-            keep = self._newer_part(batch)
-            log.warning(
-                "drift at sample %d: the online loss rose; the replay buffer (but the newest "
-                "%d samples), the optimizer state and the output heads start afresh",
-                s.samples_seen,
-                keep,
-            )
-            self.changed(keep=keep)
-        return True
-
-    def _newer_part(self, batch: Batch) -> int:
-        """How many of the newest samples of the step that showed a drift are the new
-        concept (`drift.newer_part`), judged by each one's loss under the served model.
-        One forward pass of the step's samples, at a drift only: compiled at warm-up (~1 ms;
-        the model called eagerly took 54 ms the first time, 10 ms after, and through the
-        service the message after a drift was answered by the version before it)."""
-        if self._forward is None:  # not warmed up
-            self._forward = Forward(self.model, self.cfg.sample_shape)
-        predicted = self._forward(batch.x[: batch.n])
-        return newer_part(row_losses(self.cfg.task, predicted, batch.y[: batch.n]))
-
-    def changed(self, keep: int = 0) -> None:
-        """After a drift, what was learned of the old concept that would slow learning the
-        new one goes: the replay buffer's samples but the newest `keep` (of the step that
-        showed the change, those of the new concept: `_newer_part`); the optimizer's state
-        (Adam's moments hold the old gradients) and the step size's recent loss; the output
-        heads' weights, which start from zero (the hidden layers' features stay: what a new
-        concept needs is most often a new readout of them, learned in tens of samples); and
-        a hedge model's mixture weights, every head weighed alike again."""
-        self.replay.keep_newest(keep)
-        for v in self.model.optimizer.variables:
-            if not v.path.endswith("learning_rate"):
-                v.assign(keras.ops.zeros(v.shape, v.dtype))
-        if self.hedge is not None:
-            self.hedge.changed()
-        self.step_size.changed()
-        if not self.cfg.factory:  # the heads start from zero (a prediction of the mean)
-            for v in self.model.trainable_variables:
-                if v.path.startswith("head"):
-                    v.assign(keras.ops.zeros(v.shape, v.dtype))
-
-    def spare(self) -> bool:
-        """Whether there is work for spare time (`replay_step`)."""
-        return (
-            self.replay.due()
-            or self._resolve
-            or any(head.due(self.replay) for head in self._solved())
-        )
-
-    def _solved(self) -> list[LinearHead | MemoryWriter]:
-        """The heads set from the replay buffer in spare time rather than trained."""
-        return [head for head in (self.linear, self.memory) if head is not None]
-
-    def set_heads(self) -> bool:
-        """The heads set from the buffer (`linear`, `memory`), if fresh samples came since
-        they were last set; False when none was due. Spare time only (a few ms)."""
-        fresh = [head for head in self._solved() if head.due(self.replay)]
-        for head in fresh:
-            head.update(self.replay)
-        return bool(fresh)
-
-    def replay_step(self) -> bool:
-        """Spare-time work, one piece a call, the most valuable first: the heads set from
-        the buffer (`set_heads`), so that the next publish has them; then a step on a
-        batch from the buffer while the replay budget allows, not scored; then the linear
-        head solved again, as the replayed steps moved it. False when there is none. A
-        non-finite step is undone (its samples were learned fine once already)."""
-        if self.set_heads():
-            return True
-        if not self.replay.due():
-            return self.settle()
-        steps = STEPS if self.multistep is not None and self.replay.due(STEPS) else 1
-        batch = self.replay.sample(steps)
-        rates = self.step_size.replayed(self.replay.batch, self.replay.size, steps)
-        batch.rates = rates if steps > 1 else []  # one step: the optimizer's rate is set
-        logs = self.fit(batch.x, batch.y, batch.w, batch.rates)
-        if not self.guard.finite(logs):
-            log.warning("undoing a non-finite replayed step (loss %s)", logs["loss"])
-            self._undone()
-            self.state.rollbacks += 1
-            return False
-        self.replay_steps += steps
-        self._resolve = self.linear is not None
-        self.guard.kept(batch)
-        return True
-
-    def settle(self) -> bool:
-        """The linear head solved again if replayed steps moved it since its solve (at the
-        end of the replay, and before a publish: no version holds a head the replay
-        moved); False when it needs none."""
-        if not self._resolve:
-            return False
-        self._resolve = False
-        self.linear.forget()
-        return self.linear.update(self.replay)
-
-    def flush_statistics(self) -> None:
-        """The input (and target) statistics of every sample trained on, into the model."""
-        for stats, _ in self.stats:
-            stats.flush()
-
-    def fit(
-        self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: list[float] = ()
-    ) -> dict[str, float]:
-        """One step; `STEPS` steps in one call, at `rates`, for batches stacked
-        (`Replay.sample`)."""
-        if x.ndim == len(self.cfg.sample_shape) + 2:
-            return self.multistep(x, y, w, rates)
-        if self.collective:
-            return self.collective.fit(x, y, w)
-        if self.replicas > 1:
-            x, y, w = (networks.split_per_replica(self.strategy, a) for a in (x, y, w))
-        return self.model.train_on_batch(x, y, sample_weight=w, return_dict=True)
-
-    def figures(self) -> dict[str, object]:
-        """The counters, for the status."""
-        s = self.state
-        return {
-            "step": s.step,
-            "samples_seen": s.samples_seen,
-            "online_loss": s.online_loss,
-            "online_metric": s.online_metric,
-            "metric": self.metric_name,
-            "rollbacks": s.rollbacks,
-            "dead_lettered": s.dead_lettered,
-            "traces": self.probe.traces,
-            "retraces": self.retraces,
-            "replay_steps": self.replay_steps,
-            "linear_solves": self.linear.solves if self.linear else 0,
-            **(self.memory.figures() if self.memory else {}),
-            **self.replay.figures(),
-            **(self.drift.figures() if self.drift else {}),
-            **(self.hedge.figures() if self.hedge else {}),
-            **self.recent.figures(),
-        }
-
-    def _rolled_back(self, reason: str) -> None:
-        log.error("%s at step %d; back to the last good snapshot", reason, self.state.step)
-        self.state.rollbacks += 1
-
-    def _undone(self) -> None:
-        self.guard.undo()
-        for head in self._solved():
-            head.forget()  # a solve (or write) since the rollback point may be undone
-        self.step_size.forget()
-        if self.hedge is not None:
-            self.hedge.read()
-
-    def _undo(self, batch: Batch, reason: str) -> None:
-        """Back to the variables before `batch`, which is dead-lettered."""
-        log.warning("undoing a step and dead-lettering its %d samples: %s", batch.n, reason)
-        self._undone()
-        self.state.rollbacks += 1
-        self.state.dead_lettered += batch.n
-        detail = {
-            "entries": [e.decode() for e in batch.entries],
-            "x": batch.x[: min(batch.n, 8)].tolist(),  # the dead letter keeps ~1 KiB anyway
-            "y": batch.y[: min(batch.n, 8)].reshape(-1).tolist(),
-        }
-        self.deadletter(reason, json.dumps(detail).encode())
+def params_of(cfg: ModelConfig, replicas: int = 1) -> Params:
+    """`cfg`'s settings that the trainer reads, as plain values."""
+    policy = cfg.learner
+    return Params(
+        task=cfg.task,
+        sample_shape=cfg.sample_shape,
+        buckets=policy.bucket_sizes(replicas),
+        solved_heads=not cfg.factory,
+        replay_buffer=policy.replay_buffer,
+        replay_ratio=policy.replay_ratio,
+        replay_batch=policy.replay_batch,
+        drift_detection=policy.drift_detection,
+        standardize_horizon=policy.standardize_horizon,
+        recent_window=cfg.promotion.window_samples,
+    )
 
 
-def _ema(prev: float | None, value: float, rate: float) -> float:
-    return value if prev is None else prev + rate * (value - prev)
+def build_trainer(cfg: ModelConfig, deadletter: DeadLetter) -> Trainer:
+    """A trainer of a new model for `cfg`; `deadletter(reason, payload)` takes the
+    samples of an undone step."""
+    strategy = networks.distribution(cfg.learner)
+    replicas = strategy.num_replicas_in_sync if strategy else 1
+    model = networks.build_model(cfg, strategy)
+    several = cfg.learner.distribute == "multi_worker"
+    collective = Collective(strategy, model, cfg) if several else None
+    return Trainer(model, params_of(cfg, replicas), deadletter, strategy, collective)

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -33,6 +32,7 @@ import redis
 
 from streamlearn.config import BASE_VARIANT, PromotionConfig
 from streamlearn.contract.names import Names
+from streamlearn.store.standings import current_champion, decode, decode_rows, standings
 
 log = logging.getLogger(__name__)
 
@@ -47,43 +47,6 @@ def higher_is_better(metric: str | None) -> bool:
     (True, False)
     """
     return metric is not None and any(word in metric for word in _HIGHER_IS_BETTER)
-
-
-class RecentFigures:
-    """Means of the test-then-train loss and metric over the last `size` samples.
-
-    Kept per batch, so the window holds between `size` and `size` + one batch samples.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.samples = 0
-        self._batches: deque[tuple[int, float, float | None]] = deque()
-        self._loss = self._metric = 0.0
-        self._no_metric = 0  # batches in the window without a metric
-
-    def add(self, n: int, loss: float, metric: float | None) -> None:
-        """A batch of `n` samples scored `loss` and `metric` (means over the batch)."""
-        self._batches.append((n, loss, metric))
-        self._count(n, loss, metric, +1)
-        while self.samples - self._batches[0][0] >= self.size:
-            self._count(*self._batches.popleft(), -1)
-
-    def _count(self, n: int, loss: float, metric: float | None, sign: int) -> None:
-        self.samples += sign * n
-        self._loss += sign * loss * n
-        if metric is None:
-            self._no_metric += sign
-        else:
-            self._metric += sign * metric * n
-
-    def figures(self) -> dict[str, float | int | None]:
-        n = self.samples
-        return {
-            "window_samples": n,
-            "window_loss": self._loss / n if n else None,
-            "window_metric": self._metric / n if n and not self._no_metric else None,
-        }
 
 
 @dataclass(frozen=True)
@@ -189,8 +152,8 @@ class Promoter:
         pipe.get(self.names.promotion_key)
         _, champion, rows, last = pipe.execute()
         self.champion = champion.decode() if champion else BASE_VARIANT
-        self.figures = _decode_rows(rows)
-        self.last_promotion = _decode(last)
+        self.figures = decode_rows(rows)
+        self.last_promotion = decode(last)
         theirs = self.figures.get(self.champion)
         if self.is_champion or theirs is None or not beats(self.rule, entry, theirs, now):
             return None
@@ -232,7 +195,7 @@ class Promoter:
 
     def view(self) -> dict[str, Any]:
         """For the model's status: the champion and every variant's figures side by side."""
-        return _standings(self.champion, self.figures, self.last_promotion)
+        return standings(self.champion, self.figures, self.last_promotion)
 
 
 _REPORTED = (
@@ -246,55 +209,6 @@ _REPORTED = (
     "window_loss",
     "window_metric",
 )
-
-
-def read_standings(client: redis.Redis, names: Names) -> dict[str, Any]:
-    """`Promoter.view` as the learners last reported it, read from Redis (so it shows even
-    when the champion's learner is down); {} for a model without variants."""
-    pipe = client.pipeline(transaction=False)
-    pipe.get(names.champion_key)
-    pipe.hgetall(names.variants_key)
-    pipe.get(names.promotion_key)
-    champion, rows, promotion = pipe.execute()
-    if not rows:
-        return {}
-    name = champion.decode() if champion else BASE_VARIANT
-    return _standings(name, _decode_rows(rows), _decode(promotion))
-
-
-def _standings(
-    champion: str, figures: dict[str, dict[str, Any]], promotion: dict[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "champion": champion,
-        "variants": {
-            name: {k: v for k, v in doc.items() if k != "variant"}
-            for name, doc in sorted(figures.items())
-        },
-        "promotion": promotion,
-    }
-
-
-def current_champion(client: redis.Redis, names: Names) -> str:
-    value = client.get(names.champion_key)
-    return value.decode() if value else BASE_VARIANT
-
-
-def _decode(raw: bytes | None) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(raw) if raw else None
-    except ValueError:
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def _decode_rows(rows: dict[bytes, bytes]) -> dict[str, dict[str, Any]]:
-    out = {}
-    for name, raw in rows.items():
-        doc = _decode(raw)
-        if doc is not None:
-            out[name.decode()] = doc
-    return out
 
 
 def _fmt(value: object) -> str:

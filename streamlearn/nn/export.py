@@ -7,9 +7,9 @@ standardisation included, and is made of built-in Keras layers only, so
 variance, followed, when some feature has been constant so far, by a `Rescaling` that
 zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inverted
 `Normalization`; a hedge model's heads become a `Dense` each, and their mixture a `Dense`
-whose kernel is the mixture weights (`streamlearn.nn.hedge.as_builtin`), and the memory
+whose kernel is the mixture weights (`streamlearn.online.hedge.as_builtin`), and the memory
 head a softmax `Dense` over its slots and a `Dense` reading their values
-(`streamlearn.nn.memory.as_builtin`). (A model whose
+(`streamlearn.online.memory.as_builtin`). (A model whose
 graph Keras cannot rebuild, a factory's subclassed model, is saved as it is: its custom
 layers need their code, and streamlearn for `Standardize`, where it is loaded; so does a
 model of named inputs, whose `Encode` layer, imputing missing inputs and one-hot encoding
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import keras
 import numpy as np
@@ -29,13 +29,22 @@ import numpy as np
 from streamlearn.config import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
-from streamlearn.nn import hedge, memory, networks, standardize
-from streamlearn.nn.memory import Memory
-from streamlearn.store.weights import WeightsStore
+from streamlearn.nn import networks
+from streamlearn.online import hedge, memory, standardize, tensors
+from streamlearn.online.memory import Memory
 
 Format = Literal["keras", "savedmodel"]
 # Layers whose standalone form is built from built-in layers as it is called.
 BUILT_AS_CALLED = (hedge.Heads, hedge.HedgeMix, Memory)
+
+
+class Versions(Protocol):
+    """Where published versions are read from (`streamlearn.store.weights.WeightsStore`):
+    export takes any such source, so that model code needs no Redis."""
+
+    def fetch(self, version: int | None = None) -> tuple[int, bytes] | None: ...
+
+    def versions(self) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class Exported:
 
 def export(
     cfg: ModelConfig,
-    store: WeightsStore,
+    store: Versions,
     output: str | Path,
     version: int | None = None,
     fmt: Format = "keras",
@@ -86,8 +95,8 @@ def export(
 def loaded(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> keras.Model:
     """The model of `cfg` holding `arrays`, checked as an actor checks them."""
     model = networks.build_model(cfg)
-    codec.check_fits(arrays, networks.spec(model))
-    networks.set_arrays(model, arrays)
+    codec.check_fits(arrays, tensors.spec(model))
+    tensors.set_arrays(model, arrays)
     return model
 
 

@@ -18,15 +18,14 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
 from streamlearn.config.tfconfig import Workers  # noqa: E402
-from streamlearn.errors import ConfigError, WeightsError  # noqa: E402
-from streamlearn.nn import hedge  # noqa: E402
+from streamlearn.errors import ConfigError  # noqa: E402
 from streamlearn.nn.encode import Encode  # noqa: E402
-from streamlearn.nn.memory import Memory  # noqa: E402
-from streamlearn.nn.standardize import Standardize, Unstandardize  # noqa: E402
+from streamlearn.online import hedge, tensors  # noqa: E402
+from streamlearn.online.memory import Memory  # noqa: E402
+from streamlearn.online.standardize import Standardize, Unstandardize  # noqa: E402
 
 _HEADS = {
     "regression": (None, "mse", "mae"),
@@ -44,7 +43,7 @@ def build_model(cfg: ModelConfig, strategy: Any = None) -> keras.Model:
         return _build(cfg)
     with strategy.scope():
         model = _build(cfg)
-        training_variables(model)
+        tensors.training_variables(model)
         return model
 
 
@@ -155,87 +154,6 @@ def distribution(cfg: LearnerConfig) -> Any:
     return tf.distribute.MirroredStrategy(list(cfg.devices) or None)
 
 
-def split_per_replica(strategy: Any, array: np.ndarray) -> Any:
-    """Replica r gets rows r, r+N, r+2N..., so real rows spread evenly over the padding."""
-    n = strategy.num_replicas_in_sync
-    return strategy.experimental_distribute_values_from_function(
-        lambda ctx: array[ctx.replica_id_in_sync_group :: n]
-    )
-
-
-FINITE = "finite"
-
-
-class TrainProbe:
-    """Counts traces of the model's train step and adds a `finite` flag to its logs; on
-    TensorFlow the step also resets the metrics, so the logs stay those of its batch.
-
-    Python code in a compiled step runs only while it is traced, so `traces` is a true
-    count of (re)traces; under eager execution every step counts. The flag (1.0 when every
-    weight and optimizer variable is finite after the update) is computed inside the step,
-    so checking it costs no copy to the host (on JAX, from the step's new state; a
-    backend whose step returns neither form gets no flag, and the learner checks on the host).
-    """
-
-    def __init__(self, model: keras.Model, replicas: int = 1) -> None:
-        self.calls = 0
-        self.replicas = replicas  # a mirrored step is traced once per replica
-        inner = model.train_step
-        # On TensorFlow the step itself zeroes the metrics first, in its graph, and the
-        # eager `reset_metrics` of every `train_on_batch` (an assign per metric variable,
-        # ~0.4 ms a step on 2 cores: a third of a 256-sample step) is skipped.
-        in_step = keras.backend.backend() == "tensorflow"
-
-        self.model, self.in_step, self.resets = model, in_step, 0
-
-        def train_step(*args: Any) -> Any:
-            self.calls += 1
-            if in_step:
-                self.resets = len(model.metrics_variables)
-                for v in model.metrics_variables:
-                    v.assign(keras.ops.zeros(v.shape, v.dtype))
-            out = inner(*args)
-            if isinstance(out, dict):  # TensorFlow, PyTorch: variables updated in place
-                variables = [*model.trainable_variables, *model.optimizer.variables]
-                return {**out, FINITE: all_finite_tensor(variables)}
-            if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], dict):
-                # JAX: (logs, state), state = (trainable, non-trainable, optimizer, metrics)
-                logs, state = out
-                return {**logs, FINITE: all_finite_tensor([*state[0], *state[2]])}, state
-            return out
-
-        model.train_step = train_step
-        if in_step:
-            model.reset_metrics = lambda: None  # done by the step (`train_on_batch` only)
-        if getattr(model, "train_function", None) is not None:
-            model.make_train_function(force=True)
-
-    @property
-    def traces(self) -> int:
-        return self.calls // self.replicas
-
-    def complete(self) -> None:
-        """After the first step: the compiled metrics are built by it, inside its trace,
-        after the step zeroed the variables it saw; a step traced then would go on adding
-        to them (a batch's logs would be a mean since the first step). Traced again."""
-        if self.in_step and len(self.model.metrics_variables) > self.resets:
-            self.model.make_train_function(force=True)
-
-
-def all_finite_tensor(values: list[Any]) -> Any:
-    """1.0 when every float value is finite: one isfinite over all, fewer ops than one each."""
-    flat = [
-        keras.ops.reshape(keras.ops.cast(v, "float32"), (-1,))
-        for v in values
-        if keras.backend.is_float_dtype(v.dtype)
-    ]
-    return keras.ops.cast(keras.ops.all(keras.ops.isfinite(keras.ops.concatenate(flat))), "float32")
-
-
-def all_finite(values: list[np.ndarray]) -> bool:
-    return all(np.all(np.isfinite(v)) for v in values if np.issubdtype(v.dtype, np.floating))
-
-
 def _from_factory(cfg: ModelConfig) -> keras.Model:
     module_name, _, func_name = (cfg.factory or "").partition(":")
     try:
@@ -250,60 +168,3 @@ def _from_factory(cfg: ModelConfig) -> keras.Model:
             f"models.{cfg.name}.factory: {cfg.factory} must return a compiled keras.Model"
         )
     return model
-
-
-def get_arrays(model: keras.Model) -> dict[str, np.ndarray]:
-    """The model's weights by variable path (copies)."""
-    return {v.path: np.array(keras.ops.convert_to_numpy(v)) for v in model.weights}
-
-
-def spec(model: keras.Model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Expected name -> (shape, dtype) of every weight, to validate a blob against."""
-    return {v.path: (tuple(v.shape), np.dtype(v.dtype)) for v in model.weights}
-
-
-def set_arrays(model: keras.Model, arrays: dict[str, np.ndarray]) -> None:
-    """Load named arrays (already validated with `codec.check_fits`)."""
-    try:
-        for v in model.weights:
-            v.assign(arrays[v.path])
-    except KeyError as exc:
-        raise WeightsError(f"missing weight {exc}") from None
-
-
-def training_variables(model: keras.Model) -> list[keras.Variable]:
-    """Weights plus optimizer state: what a rollback or checkpoint must restore."""
-    if not model.optimizer.built:
-        model.optimizer.build(model.trainable_variables)
-    return list(model.weights) + list(model.optimizer.variables)
-
-
-def training_names(model: keras.Model) -> list[str]:
-    """Stable names of `training_variables`: weight paths, then `optimizer/NAME`.
-
-    An optimizer's own paths carry a per-process counter (`adam_7/iteration`), so they
-    would not match between two learners in one process.
-    """
-    n = len(model.weights)
-    return [
-        v.path if i < n else "optimizer/" + v.path.split("/", 1)[-1]
-        for i, v in enumerate(training_variables(model))
-    ]
-
-
-def training_spec(model: keras.Model) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """`spec` of every training variable by `training_names`, for checkpoints."""
-    variables, names = training_variables(model), training_names(model)
-    found = {k: (tuple(v.shape), np.dtype(v.dtype)) for k, v in zip(names, variables, strict=True)}
-    if len(found) != len(variables):
-        raise WeightsError(f"training variables of the model have duplicate names: {names}")
-    return found
-
-
-def snapshot(variables: list[keras.Variable]) -> list[np.ndarray]:
-    return [np.array(keras.ops.convert_to_numpy(v)) for v in variables]
-
-
-def restore(variables: list[keras.Variable], values: list[np.ndarray]) -> None:
-    for var, value in zip(variables, values, strict=True):
-        var.assign(value)

@@ -25,9 +25,9 @@ import redis
 from streamlearn import mqtt
 from streamlearn.config import AppConfig, Settings
 from streamlearn.contract.names import Names
-from streamlearn.learner.variants import read_standings
 from streamlearn.observe import presence
 from streamlearn.store import redis_client
+from streamlearn.store.standings import read_standings
 from streamlearn.store.stream import GROUP
 
 # Mosquitto 2.0's $SYS topics (retained, republished every sys_interval) -> field names.

@@ -1,7 +1,7 @@
 """`streamlearn up`: the local stack. The supervisor of every role's processes
-(`supervisor`), the embedded `redis-server` and `mosquitto` (`embedded`), the run file
-the commands and `Client()` read (`runfile`), the run's logs (`runlog`), the dashboard
-(`dashboard`, `static/`) and the demo stream (`demo`).
+(`supervisor`), the embedded `redis-server` and `mosquitto` (`embedded`), the run's logs
+(`runlog`), the dashboard (`dashboard`, `static/`) and the demo stream (`demo`). The run
+file it writes, which the commands and `Client()` read, is `streamlearn.config.runfile`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ With no broker or Redis configured it starts its own `mosquitto` and `redis-serv
 (the embedded default). Each child writes to its own log file in a run directory
 (`streamlearn.stack.runlog`); the terminal shows one live line per model. Children that die are
 restarted; Ctrl-C or SIGTERM stops the roles first, then the servers it started.
-While it runs, a run file (`streamlearn.stack.runfile`) tells the client tools in other shells
+While it runs, a run file (`streamlearn.config.runfile`) tells the client tools in other shells
 where its servers listen. The servers it starts listen on 127.0.0.1 and ask for passwords
 made for the run, which only that file (0600) and the children's environment hold.
 """
@@ -24,11 +24,11 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamlearn.config import AppConfig, Settings
+from streamlearn.config import AppConfig, Settings, runfile
 from streamlearn.config.tfconfig import Workers
 from streamlearn.errors import ConfigError
 from streamlearn.observe.monitor import StatusMonitor, fmt_number
-from streamlearn.stack import embedded, runfile
+from streamlearn.stack import embedded
 from streamlearn.stack.dashboard import Dashboard
 from streamlearn.stack.runlog import QUIET_ENV, Board, ChildLog
 

@@ -28,7 +28,7 @@ from redis.commands.policies import (
     StaticPolicyResolver,
 )
 
-from streamlearn.stack.runfile import redact
+from streamlearn.config.runfile import redact
 
 log = logging.getLogger("streamlearn")
 

@@ -16,6 +16,7 @@ from streamlearn.config import ActorConfig, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.store.weights import WeightsStore
 from tests.integration.test_guarantees import Replies
 
@@ -31,7 +32,7 @@ def serving_actor(redis, settings, **policy: object) -> tuple[Actor, Replies]:
     )
     names = Names(cfg.name, settings.topic_prefix, settings.key_prefix)
     store = WeightsStore(redis, names)
-    store.publish(codec.encode(networks.get_arrays(networks.build_model(cfg))))
+    store.publish(codec.encode(tensors.get_arrays(networks.build_model(cfg))))
     replies = Replies()
     actor = Actor(cfg, store, names, replies)
     actor.reloader.poll(block=True)

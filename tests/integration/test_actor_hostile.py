@@ -26,6 +26,7 @@ from streamlearn.config import Settings, parse_config
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import RoleProcess, eventually
 
@@ -140,7 +141,7 @@ def serve(start_role, redis, names):
 
     def start(actor_table: str = ACTOR) -> RoleProcess:
         cfg = parse_config(tomllib.loads(MODEL)).model("h")
-        arrays = networks.get_arrays(networks.build_model(cfg))
+        arrays = tensors.get_arrays(networks.build_model(cfg))
         arrays["head/kernel"] = np.array([[1.0], [2.0]], np.float32)
         arrays["head/bias"] = np.array([3.0], np.float32)
         WeightsStore(redis, names).publish(codec.encode(arrays))
@@ -356,7 +357,7 @@ architecture = "linear"
 max_reply_bytes = 16777216
 """
     names = Names("m", settings.topic_prefix, settings.key_prefix)
-    arrays = networks.get_arrays(networks.build_model(parse_config(tomllib.loads(toml)).model("m")))
+    arrays = tensors.get_arrays(networks.build_model(parse_config(tomllib.loads(toml)).model("m")))
     WeightsStore(redis, names).publish(codec.encode(arrays))
     actor = start_role("actor", toml)
     pid = actor.proc.pid

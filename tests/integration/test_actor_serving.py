@@ -24,6 +24,7 @@ from streamlearn.config import parse_config
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import RoleProcess, eventually, role_env
 from tests.load import RequestLoad
@@ -44,7 +45,7 @@ CFG = parse_config(tomllib.loads(TOML)).model("r")
 
 @pytest.fixture(scope="module")
 def template() -> dict[str, np.ndarray]:
-    return networks.get_arrays(networks.build_model(CFG))
+    return tensors.get_arrays(networks.build_model(CFG))
 
 
 def weights(template: dict[str, np.ndarray], v: int) -> dict[str, np.ndarray]:

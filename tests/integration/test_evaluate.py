@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from streamlearn.cli import evaluate
+from streamlearn.errors import ConfigError
+from streamlearn.online import evaluate as scores
 from tests.conftest import ROOT, eventually, plain_paho, role_env
 
 # Through the service the first message is asked for before any weights exist (no answer:
@@ -48,9 +50,9 @@ def in_process_accuracy(x: np.ndarray, y: np.ndarray, batch: int) -> float:
     learner = InProcess(cfg)
     predicted = np.full(len(y), np.nan, np.float32)
     for lo in range(0, len(y), batch):
-        predicted[lo : lo + batch] = evaluate.decide("binary", learner.predict(x[lo : lo + batch]))
+        predicted[lo : lo + batch] = scores.decide("binary", learner.predict(x[lo : lo + batch]))
         learner.learn(x[lo : lo + batch], y[lo : lo + batch])
-    return float(evaluate.score("binary", y, predicted).mean())
+    return float(scores.score("binary", y, predicted).mean())
 
 
 def test_reads_the_target_column_and_rejects_bad_cells(tmp_path: Path) -> None:
@@ -58,7 +60,7 @@ def test_reads_the_target_column_and_rejects_bad_cells(tmp_path: Path) -> None:
     assert x.shape == (10, 4) and set(y.tolist()) <= {0.0, 1.0}
     bad = tmp_path / "bad.csv"
     bad.write_text("a,y\n1,0\nx,1\n")
-    with pytest.raises(evaluate.ConfigError, match=r"bad.csv:3: every cell must be a number"):
+    with pytest.raises(ConfigError, match=r"bad.csv:3: every cell must be a number"):
         evaluate.read_samples(str(bad))
     nd = tmp_path / "s.ndjson"
     nd.write_text('{"x": [1, 2], "y": 0}\n{"x": [[3, 4], [5, 6]], "y": [1, 0]}\n')
@@ -67,7 +69,7 @@ def test_reads_the_target_column_and_rejects_bad_cells(tmp_path: Path) -> None:
     bad_utf8 = (("bad.csv", b"a,y\n1,\xff\n"), ("bad.ndjson", b'{"x": [1], "y": \xff}\n'))
     for name, content in bad_utf8:
         (tmp_path / name).write_bytes(content)
-        with pytest.raises(evaluate.ConfigError, match=rf"{name}:[12]: not UTF-8 text"):
+        with pytest.raises(ConfigError, match=rf"{name}:[12]: not UTF-8 text"):
             evaluate.read_samples(str(tmp_path / name))
     bom = tmp_path / "bom.csv"
     bom.write_bytes("y,a\n1,2\n".encode("utf-8-sig"))  # as Excel saves it

@@ -23,7 +23,8 @@ from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
-from streamlearn.nn import export, hedge, networks, standardize
+from streamlearn.nn import export, networks
+from streamlearn.online import hedge, standardize, tensors
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, eventually, settled
@@ -158,7 +159,7 @@ def test_export_names_the_versions_kept_when_one_is_missing(redis, settings, tmp
     cfg = _cfg(standardize=False)
     with pytest.raises(NoWeightsError, match="no weights published yet"):
         export.export(cfg, store, tmp_path / "e.keras")
-    arrays = networks.get_arrays(networks.build_model(cfg))
+    arrays = tensors.get_arrays(networks.build_model(cfg))
     for _ in range(3):
         store.publish(codec.encode(arrays))
     with pytest.raises(WeightsError, match=r"no version 1 .*versions kept: \[2, 3\]"):

@@ -22,6 +22,7 @@ from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.learner.loop import Learner
 from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.stream import GROUP, SampleStream, unpack
 from streamlearn.store.weights import WeightsStore
@@ -387,7 +388,7 @@ def publish_constant(store: WeightsStore, cfg: ModelConfig, version: int, value:
     identity): a linear model then predicts `value` for x = 0."""
     arrays = {
         k: v if "standardize" in k else np.full_like(v, value)
-        for k, v in networks.get_arrays(networks.build_model(cfg)).items()
+        for k, v in tensors.get_arrays(networks.build_model(cfg)).items()
     }
     assert store.publish(codec.encode(arrays, {"model": cfg.name})) == (version, True)
 
@@ -466,7 +467,7 @@ def test_a_reload_in_progress_never_holds_up_a_batch(redis, settings, monkeypatc
     against 0.033)."""
     actor, replies = serving_v1_with_v2_staged(redis, settings)
     loading, loaded, served = threading.Event(), threading.Event(), threading.Event()
-    set_arrays = networks.set_arrays
+    set_arrays = tensors.set_arrays
 
     def slow_load(model: keras.Model, arrays: dict) -> None:
         loading.set()

@@ -27,6 +27,7 @@ from streamlearn.config import parse_config
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import eventually
@@ -67,7 +68,7 @@ def served(start_role, settings, redis, tmp_path: Path):
     port = free_port()
     toml = TOML.format(port=port)
     cfg = parse_config(tomllib.loads(toml)).model(MODEL)
-    template = networks.get_arrays(networks.build_model(cfg))
+    template = tensors.get_arrays(networks.build_model(cfg))
     store = WeightsStore(redis, Names(MODEL, settings.topic_prefix, settings.key_prefix))
     store.keep, store.history = KEEP, 0
     for v in range(1, 9):

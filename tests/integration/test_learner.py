@@ -12,11 +12,14 @@ from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import WeightsError
-from streamlearn.learner.batching import padded, samples_batch
+from streamlearn.learner.batching import samples_batch
 from streamlearn.learner.loop import Learner
 from streamlearn.learner.state import CheckpointDir
 from streamlearn.nn import networks
 from streamlearn.observe.metrics import SnapshotCollector
+from streamlearn.online import tensors
+from streamlearn.online.batch import padded
+from streamlearn.online.guard import TrainProbe
 from streamlearn.store.stream import GROUP, SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.factories import deadletters
@@ -87,7 +90,7 @@ def test_each_batch_is_scored_with_the_weights_before_it_is_learned(redis, setti
 
 def test_trace_counter_counts_real_traces():
     model = networks.build_model(regression())
-    probe = networks.TrainProbe(model)
+    probe = TrainProbe(model)
     for size, new_trace in ((8, True), (8, False), (8, False), (3, True)):
         traces = probe.traces
         model.train_on_batch(np.zeros((size, 3)), np.zeros((size, 1)))
@@ -99,7 +102,7 @@ def test_each_steps_figures_are_its_batchs_alone_as_with_kerass_own_reset():
     the loss and metric of every step are still those of its batch alone."""
     cfg = ModelConfig(name="b", inputs=3, task="binary", hidden=(8,))
     probed, plain = networks.build_model(cfg), networks.build_model(cfg)
-    networks.TrainProbe(probed)
+    TrainProbe(probed)
     plain.set_weights(probed.get_weights())
     rng = np.random.default_rng(3)
     for n in (64, 16, 64, 16, 64):
@@ -212,9 +215,9 @@ def test_resumes_from_its_checkpoint_with_optimizer_state(redis, settings, tmp_p
     resumed = make_learner(redis, settings, cfg)
     resumed.start()
     assert (resumed.state.step, resumed.state.samples_seen) == (4, 64)
-    names = networks.training_names(resumed.model)
+    names = tensors.training_names(resumed.model)
     assert any(name.startswith("optimizer/") and "velocity" in name for name in names)
-    values = networks.snapshot(networks.training_variables(resumed.model))
+    values = tensors.snapshot(tensors.training_variables(resumed.model))
     # the configured learning rate wins over the saved one (the step size, which follows
     # the recent loss, may have moved it before the checkpoint: it starts over)
     saved.arrays["optimizer/learning_rate"] = np.float32(cfg.learning_rate)

@@ -131,7 +131,7 @@ learner = Learner(cfg, queue, WeightsStore(client, names), consumer="m")
 # the same model on one device (a mirrored learner has no memory head)
 single_cfg = cfg.model_copy(update={"learner": LearnerConfig(**policy), "memory": 0})
 single = Learner(single_cfg, queue, None)
-networks.set_arrays(single.model, networks.get_arrays(learner.model))
+tensors.set_arrays(single.model, tensors.get_arrays(learner.model))
 learner.start()
 single.warm_up()
 batches = []
@@ -145,7 +145,7 @@ out["buckets"] = list(learner.buckets)
 out["sizes"] = [b.n for b in batches]
 out["single_loss"] = single.state.online_loss
 single.trainer.flush_statistics()  # as the mirrored learner's last publish did
-mirrored_w, single_w = networks.get_arrays(learner.model), networks.get_arrays(single.model)
+mirrored_w, single_w = tensors.get_arrays(learner.model), tensors.get_arrays(single.model)
 out["max_weight_diff"] = max(float(np.abs(mirrored_w[k] - single_w[k]).max()) for k in single_w)
 print("RESULT " + json.dumps(out))
 """

@@ -18,12 +18,14 @@ from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
-from streamlearn.learner.batching import padded
-from streamlearn.learner.drift import DriftDetector
 from streamlearn.learner.loop import Learner
-from streamlearn.learner.replay import Replay
-from streamlearn.learner.step import Trainer
-from streamlearn.nn import networks, standardize
+from streamlearn.learner.step import build_trainer
+from streamlearn.nn import networks
+from streamlearn.online import standardize, tensors
+from streamlearn.online.batch import padded
+from streamlearn.online.drift import DriftDetector
+from streamlearn.online.replay import Replay
+from streamlearn.online.trainer import Trainer
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import eventually, settled
@@ -95,7 +97,7 @@ def test_the_actor_answers_what_the_learners_model_computes(start_role, settings
 def early_error(cfg: ModelConfig, x: np.ndarray, y: np.ndarray) -> float:
     """Test-then-train in 40-sample messages (each replayed as the budget allows): the
     mean absolute error of the predictions for samples 40 to 200, relative to y's spread."""
-    trainer = Trainer(cfg, deadletter=lambda *_: None)
+    trainer = build_trainer(cfg, deadletter=lambda *_: None)
     trainer.warm_up()
     errors = []
     for i in range(0, 200, 40):
@@ -221,7 +223,7 @@ def test_the_first_version_after_a_message_has_the_heads_set_from_it(redis, sett
         stop.set()
         worker.join()
     model = networks.build_model(cfg)
-    networks.set_arrays(model, codec.decode(store.fetch(2)[1])[0])
+    tensors.set_arrays(model, codec.decode(store.fetch(2)[1])[0])
     linear = keras.Model(model.inputs, model.get_layer("heads").output)
     fresh_x, fresh_y = linear_samples(200, seed=8)
     target = standardize.find(model, standardize.Unstandardize)
@@ -253,7 +255,7 @@ def drifting_losses(
 @pytest.mark.parametrize("flip_at", [None, 75])
 def test_drift_is_detected_after_an_abrupt_change_and_never_on_a_stationary_stream(flip_at):
     cfg = ModelConfig(name="d", inputs=4, learner=LearnerConfig(replay_ratio=1))
-    trainer = Trainer(cfg, deadletter=lambda *_: None)
+    trainer = build_trainer(cfg, deadletter=lambda *_: None)
     trainer.warm_up()
     fired = drifting_losses(trainer, flip_at)
     if flip_at is None:

@@ -23,9 +23,9 @@ from streamlearn.config import parse_config
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
-from streamlearn.learner.batching import padded
-from streamlearn.learner.step import Trainer
-from streamlearn.nn import networks
+from streamlearn.learner.step import build_trainer
+from streamlearn.online import tensors
+from streamlearn.online.batch import padded
 from streamlearn.stack import embedded
 from streamlearn.store.partitions import open_stream
 from streamlearn.store.stream import GROUP, SampleStream
@@ -175,11 +175,11 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
     single = cfg.model_copy(
         update={"learner": cfg.learner.model_copy(update={"distribute": "none"}), "memory": 0}
     )
-    trainer = Trainer(single, lambda reason, payload: None)
+    trainer = build_trainer(single, lambda reason, payload: None)
     trainer.warm_up()  # as a learner's start: it names the metric of the figures
     first = WeightsStore(redis, names).fetch(1)
     assert first is not None, "the initial weights are kept"
-    networks.set_arrays(trainer.model, codec.decode(first[1])[0])
+    tensors.set_arrays(trainer.model, codec.decode(first[1])[0])
     trainer.guard.reset()  # the rollback point, as a learner's start makes it
     y_tail = () if task == "multiclass" else (1,)
     for turn, (a, b) in enumerate(zip(*parts, strict=True)):
@@ -203,7 +203,7 @@ def test_two_workers_reach_the_weights_of_one_learner_on_the_same_batches(
     metric = trainer.state.online_metric
     assert status["online_metric"] == pytest.approx(metric, rel=1e-4, abs=slack)
     got = codec.decode(WeightsStore(redis, names).fetch(version)[1])[0]
-    want = networks.get_arrays(trainer.model)
+    want = tensors.get_arrays(trainer.model)
     assert got.keys() == want.keys()
     worst = max(float(np.max(np.abs(got[k] - want[k]))) for k in want)
     start = codec.decode(first[1])[0]

@@ -14,7 +14,7 @@ from bench import _quality_learners as learners
 from bench import _quality_streams as streams
 from bench._quality_service import Service
 from bench._stack import Stack
-from streamlearn.cli.evaluate import rolling
+from streamlearn.online.evaluate import rolling
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from streamlearn.stack import runfile
+from streamlearn.config import runfile
 from tests.conftest import ROOT, eventually
 from tests.integration.test_up import alive, children_of
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import redis as redis_lib
 
-from streamlearn.config import Settings
+from streamlearn.config import Settings, runfile
 from streamlearn.contract.names import Names
-from streamlearn.stack import runfile
 from streamlearn.stack.runlog import Board, ChildLog, new_run_dir
 from tests.conftest import ROOT, Client, RoleProcess, eventually
 

@@ -15,13 +15,9 @@ from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import ConfigError
 from streamlearn.learner.loop import Learner
-from streamlearn.learner.variants import (
-    Promoter,
-    RecentFigures,
-    beats,
-    current_champion,
-    read_standings,
-)
+from streamlearn.learner.variants import Promoter, beats
+from streamlearn.online.figures import RecentFigures
+from streamlearn.store.standings import current_champion, read_standings
 from streamlearn.store.stream import SampleStream, group_of
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import eventually

@@ -7,7 +7,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from streamlearn.mqtt import reply_properties, request_properties
-from streamlearn.nn.buckets import ladder
+from streamlearn.online.buckets import ladder
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ import pytest
 
 from streamlearn.cli import light
 from streamlearn.cli.main import main
+from streamlearn.config import runfile
 from streamlearn.errors import ConfigError
-from streamlearn.stack import runfile
 
 POSITIONAL = '[models.c]\ninputs = 1\ntask = "binary"\n'
 NAMED = '[models.n]\ninputs = ["temp"]\ntask = "binary"\n'

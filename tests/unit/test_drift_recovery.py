@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig
-from streamlearn.learner.batching import padded
-from streamlearn.learner.drift import DriftDetector
-from streamlearn.learner.step import Trainer
-from streamlearn.nn.forward import Forward
+from streamlearn.learner.step import build_trainer
+from streamlearn.online.batch import padded
+from streamlearn.online.drift import DriftDetector
+from streamlearn.online.forward import Forward
+from streamlearn.online.trainer import Trainer
 
 MESSAGE = 10
 SWAP = 1500
@@ -48,7 +49,7 @@ def prequential(
 @pytest.mark.parametrize("seed", [0, 1])
 def test_after_a_label_swap_the_next_500_samples_score_within_5_points_of_the_500_before(seed):
     keras.utils.set_random_seed(seed)
-    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
     trainer.warm_up()
     right = prequential(trainer, *concept(SWAP + 500, seed))
     before, after = right[SWAP - 500 : SWAP].mean(), right[SWAP:].mean()
@@ -67,7 +68,7 @@ def test_a_swap_in_a_short_stream_of_40_sample_messages_is_caught_on_its_first_m
     9th step, and a short stream such as breast_cancer's 569 samples, swapped at 284, paid
     a whole message more for it)."""
     keras.utils.set_random_seed(seed)
-    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
     trainer.warm_up()
     right = prequential(trainer, *concept(440, seed, swap=280), message=40)
     assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
@@ -95,7 +96,7 @@ def test_after_a_drift_every_head_serves_alike():
     as a fresh model does (its fit to one message of swapped labels cost breast_cancer_swap
     a point on the quality bench)."""
     keras.utils.set_random_seed(0)
-    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
     trainer.warm_up()
     alpha = trainer.model.get_layer("hedge").alpha
     start = keras.ops.convert_to_numpy(alpha)
@@ -112,7 +113,7 @@ def test_a_swap_halfway_through_a_message_leaves_only_its_newer_half_to_learn_fr
     which shows the drift: the learner starts afresh on the 20 samples of the new concept,
     not on the 20 of the old one before them."""
     keras.utils.set_random_seed(seed)
-    trainer = Trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
     trainer.warm_up()
     x, y = concept(320, seed, swap=300)
     prequential(trainer, x, y, message=40)

@@ -6,8 +6,7 @@ import pytest
 
 from bench._quality_streams import Stream
 from bench.hedge_rules import _hedge, losses
-from streamlearn.learner.mixing import Hedge
-from streamlearn.nn.hedge import HedgeMix
+from streamlearn.online.hedge import Hedge, HedgeMix
 
 
 @pytest.mark.parametrize("task", ["binary", "regression"])

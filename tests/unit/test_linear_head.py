@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from streamlearn.config import LearnerConfig, ModelConfig
-from streamlearn.learner.batching import padded
-from streamlearn.learner.linear import RIDGE, logistic
-from streamlearn.learner.step import Trainer
+from streamlearn.learner.step import build_trainer
 from streamlearn.nn import export
-from streamlearn.nn.forward import Forward
+from streamlearn.online.batch import padded
+from streamlearn.online.forward import Forward
+from streamlearn.online.linear import RIDGE, logistic
+from streamlearn.online.trainer import Trainer
 
 MESSAGE = 40
 
@@ -37,7 +38,7 @@ def learn(trainer: Trainer, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def trainer_for(task: str, inputs: int, solve: bool = True) -> Trainer:
     keras.utils.set_random_seed(0)
-    trainer = Trainer(ModelConfig(name="lin", inputs=inputs, task=task), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="lin", inputs=inputs, task=task), lambda *_: None)
     trainer.warm_up()
     if not solve:
         trainer.linear = None  # the optimizer alone, for comparison
@@ -94,7 +95,7 @@ def test_without_replay_there_is_no_solve_and_no_spare_work():
     """`replay_ratio` 0 keeps no buffer: nothing to solve over, so spare time stays idle
     (a learner that thought otherwise would spin on it)."""
     cfg = ModelConfig(name="lin", inputs=4, learner=LearnerConfig(replay_ratio=0))
-    trainer = Trainer(cfg, lambda *_: None)
+    trainer = build_trainer(cfg, lambda *_: None)
     trainer.warm_up()
     x, y = linear_target(80, seed=3)
     learn(trainer, x, y)
@@ -109,7 +110,7 @@ def test_hedge_gives_a_noise_free_linear_target_to_the_linear_head(seed):
     keras.utils.set_random_seed(seed)
     x = np.random.default_rng(seed).normal(0, 1, (1200, 4)).astype(np.float32)
     y = (x @ np.array([0.5, -1.0, 0.3, 0.0], np.float32) + 0.2).astype(np.float32)
-    trainer = Trainer(ModelConfig(name="lin", inputs=4, task="regression"), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="lin", inputs=4, task="regression"), lambda *_: None)
     trainer.warm_up()
     served = learn(trainer, x, y)
     assert trainer.hedge.alpha[0] >= 0.8, trainer.hedge.alpha

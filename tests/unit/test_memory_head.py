@@ -13,17 +13,19 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig
-from streamlearn.learner.batching import padded
-from streamlearn.learner.step import Trainer
-from streamlearn.nn import export, memory
-from streamlearn.nn.forward import Forward
+from streamlearn.learner.step import build_trainer
+from streamlearn.nn import export
+from streamlearn.online import memory
+from streamlearn.online.batch import padded
+from streamlearn.online.forward import Forward
+from streamlearn.online.trainer import Trainer
 from tests.unit.test_linear_head import MESSAGE, learn
 
 
 def trainer_for(task: str, inputs: int, size: int = 500, classes: int | None = None) -> Trainer:
     keras.utils.set_random_seed(0)
     cfg = ModelConfig(name="mem", inputs=inputs, task=task, memory=size, classes=classes)
-    trainer = Trainer(cfg, lambda *_: None)
+    trainer = build_trainer(cfg, lambda *_: None)
     trainer.warm_up()
     return trainer
 
@@ -78,7 +80,7 @@ def test_the_memory_holds_the_newest_samples_and_answers_with_their_labels():
 
 
 def memory_empty() -> float:
-    from streamlearn.learner.memory import EMPTY
+    from streamlearn.online.memory import EMPTY
 
     return EMPTY
 

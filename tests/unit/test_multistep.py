@@ -1,4 +1,4 @@
-"""Replayed steps, several to a compiled call (`streamlearn.learner.multistep`): the
+"""Replayed steps, several to a compiled call (`streamlearn.online.multistep`): the
 model learns what as many calls of one step each would teach it, the replay's budget and
 figures are those of single steps, and a non-finite step among them is undone."""
 
@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig
-from streamlearn.learner.batching import padded
-from streamlearn.learner.multistep import STEPS
-from streamlearn.learner.step import Trainer
-from streamlearn.nn import networks
+from streamlearn.learner.step import build_trainer
+from streamlearn.online import tensors
+from streamlearn.online.batch import padded
+from streamlearn.online.guard import all_finite
+from streamlearn.online.multistep import STEPS
+from streamlearn.online.trainer import Trainer
 
 pytestmark = pytest.mark.skipif(
     keras.backend.backend() != "tensorflow", reason="several steps to a call on TensorFlow only"
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 def _trainer(task: str = "binary", inputs: int = 4) -> tuple[Trainer, np.ndarray, np.ndarray]:
     """A warmed-up trainer that has learned 160 samples of a linear concept."""
     keras.utils.set_random_seed(0)
-    trainer = Trainer(ModelConfig(name="multi", inputs=inputs, task=task), lambda *_: None)
+    trainer = build_trainer(ModelConfig(name="multi", inputs=inputs, task=task), lambda *_: None)
     trainer.warm_up()
     x = np.random.default_rng(0).uniform(-1, 1, (160, inputs)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 0).astype(np.float32)
@@ -38,14 +40,14 @@ def test_steps_in_one_call_learn_what_as_many_calls_learn():
     assert batch.x.shape == (STEPS, trainer.replay.batch, 4) and batch.n == STEPS * 16
     rate = trainer.model.optimizer.learning_rate
     rates = [float(rate.numpy()) * (1 - 0.1 * i) for i in range(STEPS)]  # each step its own
-    before = networks.snapshot(trainer.variables)
+    before = tensors.snapshot(trainer.variables)
     trainer.fit(batch.x, batch.y, batch.w, rates)
-    together = networks.snapshot(trainer.variables)
-    networks.restore(trainer.variables, before)
+    together = tensors.snapshot(trainer.variables)
+    tensors.restore(trainer.variables, before)
     for i in range(STEPS):
         rate.assign(rates[i])
         trainer.fit(batch.x[i], batch.y[i], batch.w[i])
-    one_by_one = networks.snapshot(trainer.variables)
+    one_by_one = tensors.snapshot(trainer.variables)
     moved = max(float(np.max(np.abs(b - a))) for a, b in zip(before, one_by_one, strict=True))
     assert moved > 1e-3  # the steps did learn
     for a, b in zip(together, one_by_one, strict=True):
@@ -73,7 +75,7 @@ def test_a_non_finite_step_among_them_is_undone():
     assert trainer.replay.due(STEPS)
     assert trainer.replay_step() is False
     assert trainer.state.rollbacks == 1
-    assert networks.all_finite(networks.snapshot(trainer.variables))
+    assert all_finite(tensors.snapshot(trainer.variables))
     # it goes on learning: the next fresh step is kept, and scored as a model that learned
     assert trainer.step(padded([x[:40]], [y[:40]], trainer.buckets, (1,)))
     assert trainer.state.rollbacks == 1 and trainer.state.step == 5

@@ -148,8 +148,8 @@ def test_a_window_models_named_step_takes_its_key_from_the_topic_and_seq_from_ar
 
 
 def test_the_model_imputes_a_missing_input_with_its_running_mean_and_one_hot_encodes():
-    from streamlearn.nn import standardize
     from streamlearn.nn.networks import build_model
+    from streamlearn.online import standardize
 
     model = build_model(MACHINES)
     rng = np.random.default_rng(0)

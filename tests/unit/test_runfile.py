@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streamlearn.stack import runfile
+from streamlearn.config import runfile
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from streamlearn.config import ModelConfig, parse_config
 from streamlearn.contract import codec
 from streamlearn.nn import networks
+from streamlearn.online import tensors
 
 
 def sequence_model(architecture: str, window: int) -> ModelConfig:
@@ -30,8 +31,8 @@ def test_trains_on_windows_and_round_trips_its_weights(architecture, window):
         model.train_on_batch(x, y)
     assert model.evaluate(x, y, verbose=0, return_dict=True)["loss"] < before
 
-    arrays, _ = codec.decode(codec.encode(networks.get_arrays(model)))
+    arrays, _ = codec.decode(codec.encode(tensors.get_arrays(model)))
     twin = networks.build_model(cfg)
-    codec.check_fits(arrays, networks.spec(twin))
-    networks.set_arrays(twin, arrays)
+    codec.check_fits(arrays, tensors.spec(twin))
+    tensors.set_arrays(twin, arrays)
     np.testing.assert_array_equal(twin.predict_on_batch(x), model.predict_on_batch(x))

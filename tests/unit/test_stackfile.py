@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamlearn.config import Settings
-from streamlearn.stack import runfile
+from streamlearn.config import Settings, runfile
 from tests.conftest import ROOT, RoleProcess, eventually
 from tests.integration.test_up import run_dir_of
 

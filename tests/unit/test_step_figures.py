@@ -9,15 +9,17 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig
-from streamlearn.learner.batching import padded
-from streamlearn.learner.step import Trainer
-from streamlearn.nn.forward import Forward
+from streamlearn.learner.step import build_trainer
+from streamlearn.online.batch import padded
+from streamlearn.online.forward import Forward
 
 
 @pytest.mark.parametrize("rows", [10, 40])
 def test_a_step_scores_its_own_batch(rows):
     keras.utils.set_random_seed(0)
-    trainer = Trainer(ModelConfig(name="fig", inputs=4, task="binary", memory=0), lambda *_: None)
+    trainer = build_trainer(
+        ModelConfig(name="fig", inputs=4, task="binary", memory=0), lambda *_: None
+    )
     trainer.warm_up()
     x = np.random.default_rng(0).uniform(-1, 1, (400 + rows, 4)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 0).astype(np.float32)

@@ -1,6 +1,6 @@
 """The linear head, solved: a hedge model's head 0 fitted over the replay buffer.
 
-Head 0 reads the standardised inputs (`streamlearn.nn.hedge`): a linear model, or a
+Head 0 reads the standardised inputs (`streamlearn.online.hedge`): a linear model, or a
 logistic one for a binary task. Trained by the step's optimizer alone it learns at the
 optimizer's pace, and Adam keeps jittering around the fit by its step size: the linear
 head held linear4's error at 0.056 (River's ARF: 0.035) and hyperplane at 0.907 (River's
@@ -51,8 +51,8 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from streamlearn.learner.replay import FromReplay, Replay
-from streamlearn.nn import hedge, standardize
+from streamlearn.online import hedge, standardize
+from streamlearn.online.replay import FromReplay, Replay
 
 # the penalty on the weights, in units of standardised inputs, by task
 RIDGE = {"regression": 0.1, "binary": 1.0}

@@ -24,7 +24,7 @@ import bisect
 
 import numpy as np
 
-from streamlearn.learner.batching import Batch
+from streamlearn.online.batch import Batch
 
 HALF_LIFE = 0.5  # of the buffer's capacity, in samples of age: a draw's weight halves
 

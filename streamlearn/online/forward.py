@@ -1,6 +1,6 @@
 """A model's compiled forward pass, as the actors serve it.
 
-Serving pads each batch to the next bucket size (`streamlearn.nn.buckets`), so a forward pass
+Serving pads each batch to the next bucket size (`streamlearn.online.buckets`), so a forward pass
 compiled (and warmed up) once per bucket at start never traces again while serving.
 """
 
