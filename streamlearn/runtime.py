@@ -17,7 +17,8 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from streamlearn.config import ModelConfig, Settings, load_config, load_settings
+from streamlearn.config.app import ModelConfig, load_config
+from streamlearn.config.settings import Settings, load_settings
 from streamlearn.contract.names import Names
 from streamlearn.errors import ConfigError
 from streamlearn.observe import health

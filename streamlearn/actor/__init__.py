@@ -5,7 +5,15 @@ routed and checked (`replies`), by the loop (`loop`); `worker` is its process.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.actor.inbox import Inbox
+    from streamlearn.actor.loop import Actor
+    from streamlearn.actor.reloader import WeightsReloader
+    from streamlearn.actor.replies import Replier
 
 __all__ = ["Actor", "Inbox", "Replier", "WeightsReloader"]
 

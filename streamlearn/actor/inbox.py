@@ -30,7 +30,7 @@ import paho.mqtt.client as mqtt
 from pydantic_core import from_json
 
 from streamlearn.actor.replies import Answer, Replier, ReplyRoutes
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import PayloadError
 

@@ -44,7 +44,7 @@ from streamlearn.actor.keyed import complete_windows
 from streamlearn.actor.reloader import WeightsReloader
 from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
 from streamlearn.actor.versions import Group, KeptVersions
-from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
 from streamlearn.online import buckets

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import PayloadError
 

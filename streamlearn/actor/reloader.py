@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import keras
 import redis
 
-from streamlearn.config import BASE_VARIANT
+from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import ConfigError, WeightsError
 from streamlearn.online import tensors

@@ -25,7 +25,7 @@ import keras
 import redis
 
 from streamlearn.actor.inbox import Pending
-from streamlearn.config import BASE_VARIANT
+from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
 from streamlearn.online import tensors

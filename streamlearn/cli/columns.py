@@ -12,7 +12,7 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 
 from streamlearn.cli.light import csv_rows, shown
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS, MAX_DEPTH
 from streamlearn.errors import ConfigError
 

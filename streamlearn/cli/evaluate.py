@@ -175,7 +175,8 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streamlearn.client.client import Client
-    from streamlearn.config import load_config, load_settings
+    from streamlearn.config.app import load_config
+    from streamlearn.config.settings import load_settings
     from streamlearn.contract.names import Names
 
     model = load_config(args.config).model(args.model)

@@ -22,7 +22,7 @@ from streamlearn.errors import ConfigError, StreamlearnError
 
 if TYPE_CHECKING:
     from streamlearn.client.client import Client
-    from streamlearn.config import ModelConfig
+    from streamlearn.config.app import ModelConfig
 
 ROLES = ("ingest", "learner", "actor")
 TOOLS = (("versions", "export pin unpin"), ("scaffold", "init"), ("evaluate", "evaluate"))
@@ -213,7 +213,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from streamlearn.config import load_config, load_settings
+    from streamlearn.config.app import load_config
+    from streamlearn.config.settings import load_settings
     from streamlearn.stack import runlog
     from streamlearn.stack.supervisor import DEFAULT_DASHBOARD_PORT, Stack
 
@@ -266,7 +267,8 @@ def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, C
         model = light.model(args.config, args.model)
         print(light.which_stack(), file=sys.stderr)
         return model, Client()
-    from streamlearn.config import load_config, load_settings
+    from streamlearn.config.app import load_config
+    from streamlearn.config.settings import load_settings
 
     model = load_config(args.config).model(args.model)
     settings = load_settings()

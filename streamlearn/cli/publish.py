@@ -13,7 +13,7 @@ from streamlearn.cli import light
 from streamlearn.errors import ConfigError
 
 if TYPE_CHECKING:
-    from streamlearn.config import ModelConfig
+    from streamlearn.config.app import ModelConfig
 
 
 def run(args: argparse.Namespace, target: Callable[[argparse.Namespace], tuple]) -> int:

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from streamlearn.cli.columns import TARGET, Inferred, infer
-from streamlearn.config import DEFAULT_CONFIG, ModelConfig, parse_config
+from streamlearn.config.app import ModelConfig, parse_config
+from streamlearn.config.defaults import DEFAULT_CONFIG
 from streamlearn.errors import ConfigError, StreamlearnError
 
 _NESTED = ("ingest", "learner", "actor", "promotion", "labels")

@@ -4,7 +4,14 @@ predictions over MQTT. Nothing here imports numpy, Redis, pydantic, Keras or Ten
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.client.aio import AsyncClient
+    from streamlearn.client.client import Client
+    from streamlearn.client.pending import ConnectionClosedError, Prediction, PredictionError
 
 __all__ = ["AsyncClient", "Client", "ConnectionClosedError", "Prediction", "PredictionError"]
 

@@ -8,7 +8,32 @@ with a message that names the field.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.config.app import (
+        BASE_VARIANT,
+        SEQUENCE_ARCHITECTURES,
+        STREAM_FIELDS,
+        VARIANT_FIELDS,
+        AppConfig,
+        ModelConfig,
+        VariantConfig,
+        load_config,
+        parse_config,
+    )
+    from streamlearn.config.defaults import DEFAULT_CONFIG, DEMO_TOML
+    from streamlearn.config.inputs import LabelsConfig, SourceConfig
+    from streamlearn.config.policies import (
+        ActorConfig,
+        Frozen,
+        IngestConfig,
+        LearnerConfig,
+        PromotionConfig,
+    )
+    from streamlearn.config.settings import Settings, load_settings
 
 __all__ = [
     "BASE_VARIANT",

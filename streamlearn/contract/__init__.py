@@ -5,7 +5,16 @@ parse of common payloads, and the weights blob's codec.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.contract.codec import decode, encode
+    from streamlearn.contract.fastparse import FastSamples
+    from streamlearn.contract.names import Names
+    from streamlearn.contract.payloads import PayloadParser
+    from streamlearn.contract.records import Observations, Parsed, Rejection, Request, Samples
 
 __all__ = [
     "FastSamples",

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, create_model
 from pydantic_core import from_json
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.records import SampleId, Samples
 
 _F32_MAX = float(np.finfo(np.float32).max)

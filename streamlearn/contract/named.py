@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
 from streamlearn.contract.schemas import version_ref

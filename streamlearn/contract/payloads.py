@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.fastparse import FastSamples
 from streamlearn.contract.named import NamedPayloads
 from streamlearn.contract.records import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.named import NamedFields
 from streamlearn.errors import PayloadError

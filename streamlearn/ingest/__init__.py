@@ -4,7 +4,14 @@ to the samples stream (`writes`), by the loop (`loop`); `worker` is its process.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.ingest.inbox import IngestInbox
+    from streamlearn.ingest.loop import Ingest
+    from streamlearn.ingest.writes import IngestCounters, RunWriter
 
 __all__ = ["Ingest", "IngestCounters", "IngestInbox", "RunWriter"]
 

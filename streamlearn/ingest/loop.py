@@ -37,7 +37,7 @@ from collections.abc import Callable
 import redis
 from paho.mqtt.client import topic_matches_sub
 
-from streamlearn.config import IngestConfig
+from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection
 from streamlearn.ingest.inbox import Delivery, IngestInbox

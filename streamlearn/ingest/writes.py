@@ -33,7 +33,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from streamlearn.config import IngestConfig
+from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.payloads import Parsed, Rejection
 from streamlearn.contract.records import FieldCounts
 from streamlearn.ingest.inbox import Delivery

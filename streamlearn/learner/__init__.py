@@ -7,7 +7,17 @@ and `loop`, which runs them; `worker` is its process.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.learner.batching import Drainer
+    from streamlearn.learner.durability import Durability
+    from streamlearn.learner.lockstep import LockstepLearner
+    from streamlearn.learner.loop import Learner
+    from streamlearn.learner.variants import Promoter
+    from streamlearn.learner.writes import LearnerWrites
 
 __all__ = [
     "Drainer",

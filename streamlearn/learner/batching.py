@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import redis
 
-from streamlearn.config import LearnerConfig
+from streamlearn.config.policies import LearnerConfig
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError
 from streamlearn.online.batch import Batch, padded

@@ -34,7 +34,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.config.tfconfig import TIMEOUT_ENV, Workers, check_replicas
 from streamlearn.errors import StreamlearnError
 from streamlearn.nn import networks

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
 from streamlearn.learner.state import CheckpointDir, from_checkpoint, from_published

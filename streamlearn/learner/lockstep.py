@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.config.tfconfig import Workers
 from streamlearn.errors import ConfigError
 from streamlearn.learner.loop import Learner

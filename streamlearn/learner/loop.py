@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 
 import keras
 
-from streamlearn.config import BASE_VARIANT, LearnerConfig, ModelConfig
+from streamlearn.config.app import BASE_VARIANT, ModelConfig
+from streamlearn.config.policies import LearnerConfig
 from streamlearn.errors import ConfigError
 from streamlearn.learner.batching import Drainer, Prefetcher
 from streamlearn.learner.durability import Durability

@@ -22,7 +22,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from streamlearn.config import BASE_VARIANT
+from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
 from streamlearn.online import tensors

@@ -30,7 +30,8 @@ from typing import Any
 
 import redis
 
-from streamlearn.config import BASE_VARIANT, PromotionConfig
+from streamlearn.config.app import BASE_VARIANT
+from streamlearn.config.policies import PromotionConfig
 from streamlearn.contract.names import Names
 from streamlearn.store.standings import current_champion, decode, decode_rows, standings
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from streamlearn import mqtt, runtime
-from streamlearn.config import BASE_VARIANT
+from streamlearn.config.app import BASE_VARIANT
 from streamlearn.config.tfconfig import Workers
 from streamlearn.learner.lockstep import LockstepLearner
 from streamlearn.learner.loop import Learner

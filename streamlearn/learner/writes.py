@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from streamlearn.config import LearnerConfig
+from streamlearn.config.policies import LearnerConfig
 from streamlearn.contract.records import Rejection
 from streamlearn.learner.variants import Promoter, Promotion
 from streamlearn.store.retries import RedisHealth, Retried

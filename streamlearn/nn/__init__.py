@@ -6,7 +6,13 @@ of a published version as a plain Keras file. Model code keeps to the public `ke
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.nn.export import export
+    from streamlearn.nn.networks import build_model
 
 __all__ = ["build_model", "export"]
 

@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 import keras
 import numpy as np
 
-from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
 from streamlearn.nn import networks

@@ -19,7 +19,8 @@ os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 import keras  # noqa: E402
 
-from streamlearn.config import LearnerConfig, ModelConfig  # noqa: E402
+from streamlearn.config.app import ModelConfig
+from streamlearn.config.policies import LearnerConfig  # noqa: E402
 from streamlearn.config.tfconfig import Workers  # noqa: E402
 from streamlearn.errors import ConfigError  # noqa: E402
 from streamlearn.nn.encode import Encode  # noqa: E402

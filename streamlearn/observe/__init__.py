@@ -5,7 +5,15 @@ commands read back (`monitor`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.observe.health import Health
+    from streamlearn.observe.metrics import WorkerServer
+    from streamlearn.observe.monitor import StatusMonitor, read_status
+    from streamlearn.observe.presence import Presence
 
 __all__ = ["Health", "Presence", "StatusMonitor", "WorkerServer", "read_status"]
 

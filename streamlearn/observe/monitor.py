@@ -23,7 +23,8 @@ import paho.mqtt.client as paho
 import redis
 
 from streamlearn import mqtt
-from streamlearn.config import AppConfig, Settings
+from streamlearn.config.app import AppConfig
+from streamlearn.config.settings import Settings
 from streamlearn.contract.names import Names
 from streamlearn.observe import presence
 from streamlearn.store import redis_client

@@ -6,7 +6,15 @@ file it writes, which the commands and `Client()` read, is `streamlearn.config.r
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.stack.dashboard import Dashboard
+    from streamlearn.stack.demo import DemoStream
+    from streamlearn.stack.embedded import mosquitto, redis_server
+    from streamlearn.stack.supervisor import Stack
 
 __all__ = ["Dashboard", "DemoStream", "Stack", "mosquitto", "redis_server"]
 

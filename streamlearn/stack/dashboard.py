@@ -24,7 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 
-from streamlearn.config import AppConfig, Settings
+from streamlearn.config.app import AppConfig
+from streamlearn.config.settings import Settings
 from streamlearn.observe.monitor import StatusMonitor, snapshot
 from streamlearn.store import redis_client
 

@@ -6,7 +6,7 @@ import zlib
 
 import numpy as np
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.records import Samples
 
 

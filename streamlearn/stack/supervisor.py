@@ -24,7 +24,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamlearn.config import AppConfig, Settings, runfile
+from streamlearn.config import runfile
+from streamlearn.config.app import AppConfig
+from streamlearn.config.settings import Settings
 from streamlearn.config.tfconfig import Workers
 from streamlearn.errors import ConfigError
 from streamlearn.observe.monitor import StatusMonitor, fmt_number

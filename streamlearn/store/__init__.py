@@ -5,7 +5,19 @@ windows, the weights store, and calls sent ahead or retried.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from streamlearn._lazy import exports
+
+if TYPE_CHECKING:
+    from streamlearn.store.appends import Appender
+    from streamlearn.store.partitions import PartitionedStream, open_stream
+    from streamlearn.store.redis_client import connect
+    from streamlearn.store.retries import Retried
+    from streamlearn.store.sent import Sent
+    from streamlearn.store.stream import Entry, Packed, SampleStream, group_of
+    from streamlearn.store.weights import WeightsStore
+    from streamlearn.store.windows import WindowStore
 
 __all__ = [
     "Appender",

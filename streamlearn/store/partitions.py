@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import numpy as np
 import redis
 
-from streamlearn.config import ModelConfig
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Observations, Parsed, Rejection, Samples
 from streamlearn.errors import ConfigError

@@ -32,7 +32,7 @@ from functools import cached_property
 import numpy as np
 import redis
 
-from streamlearn.config import LabelsConfig
+from streamlearn.config.inputs import LabelsConfig
 from streamlearn.contract.names import Names
 from streamlearn.store import lua
 from streamlearn.store.redis_client import evalsha

@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 import redis
 
-from streamlearn.config import BASE_VARIANT, ModelConfig
+from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Rejection, Samples
 from streamlearn.store import lua

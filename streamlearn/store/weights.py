@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import redis
 
-from streamlearn.config import BASE_VARIANT
+from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.schemas import LABEL
