@@ -50,6 +50,7 @@ class FastSamples:
         if type(doc) is self._list:
             rows = [s.x for s in doc.samples]
             y = [s.y for s in doc.samples]
+            ids: list[Any] | None
             ids = [s.id for s in doc.samples]
             ids = None if all(i is None for i in ids) else ids
         elif isinstance(doc.y, list):
@@ -65,7 +66,7 @@ class FastSamples:
         )
 
 
-def _schema(model: ModelConfig) -> tuple[TypeAdapter[Any], type]:
+def _schema(model: ModelConfig) -> tuple[TypeAdapter[Any], type[Any]]:
     """The model's single, columnar and list payloads, tried in that order; and the list's
     type, to tell it apart."""
     row: Any = _F32

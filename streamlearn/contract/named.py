@@ -100,7 +100,7 @@ class NamedFields:
         missing: list[str] = []
         unseen: list[str] = []
         for name, key, category in self.plan:
-            value = doc.get(key) if type(key) is str else _dig(doc, key)
+            value = doc.get(key) if type(key) is str else _dig(doc, key)  # type: ignore[arg-type]
             if value is None:
                 missing.append(name)
                 x.append(math.nan)

@@ -16,7 +16,7 @@ that device's windows itself (`streamlearn.store.windows`); and key-only predict
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pydantic import ValidationError
@@ -27,6 +27,7 @@ from streamlearn.contract.fastparse import FastSamples
 from streamlearn.contract.named import NamedPayloads
 from streamlearn.contract.records import (
     FieldCounts,
+    Kind,
     Observations,
     Parsed,
     Rejection,
@@ -91,13 +92,14 @@ class PayloadParser:
             doc = self._decode_named(raw) if self._named is not None else None
             doc = doc or decode(raw, self.model.ingest.max_payload_bytes)
             if self._named is not None and not _positional(doc):
+                assert counts is not None  # made above for every named model
                 return self._parse_named(doc, raw, counts, key, at)
             check_fields(doc)
             if "samples" in doc:
                 return self._parse_list(doc, raw, self._parse_item)
             item = self._parse_item(doc)
         except PayloadError as exc:
-            return Parsed(None, None, [Rejection(str(exc), raw, exc.kind)], counts)
+            return Parsed(None, None, [Rejection(str(exc), raw, cast(Kind, exc.kind))], counts)
         if isinstance(item, Observations):
             return Parsed(None, item, [])
         return Parsed(item, None, [])
@@ -183,13 +185,13 @@ class PayloadParser:
                     bad.append((i, exc))
                 continue
             if parsed is not None:
-                (seen if isinstance(parsed, Observations) else good).append(parsed)
+                (seen if isinstance(parsed, Observations) else good).append(parsed)  # type: ignore[arg-type]
         if not rejected:
             return Parsed(concat(good), concat_observations(seen), [], counts)
         listed = "; ".join(f"samples.{i}: {exc}" for i, exc in bad)
         more = f"and {rejected - len(bad)} more; " if rejected > len(bad) else ""
         reason = f"{listed} ({more}{rejected} of {len(items)} samples rejected)"
-        summary = Rejection(reason, raw, bad[0][1].kind)
+        summary = Rejection(reason, raw, cast(Kind, bad[0][1].kind))
         return Parsed(concat(good), concat_observations(seen), [summary], counts)
 
     def _count_key(self, key: str, keys: set[str]) -> None:
@@ -245,7 +247,7 @@ class PayloadParser:
     def _parse_record(self, doc: dict[str, Any]) -> Samples:
         columnar = isinstance(doc.get("y"), list)
         try:
-            rec = (ColumnarDoc if columnar else SampleDoc).model_validate(doc)
+            rec: Any = (ColumnarDoc if columnar else SampleDoc).model_validate(doc)
         except ValidationError as exc:
             raise invalid(exc) from None
         try:

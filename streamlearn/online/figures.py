@@ -29,7 +29,7 @@ class LearnerState:
         means = ("online_loss", "online_metric")
         return cls(
             **{k: int(doc.get(k, 0)) for k in counts},
-            **{k: None if doc.get(k) is None else float(doc[k]) for k in means},
+            **{k: None if doc.get(k) is None else float(doc[k]) for k in means},  # type: ignore[arg-type]
         )
 
 

@@ -139,7 +139,7 @@ class Heads(keras.layers.Layer):
             for k, (lo, dim) in enumerate(zip(starts, dims, strict=False))
         ]
 
-    def call(self, taps):  # type: ignore[no-untyped-def]
+    def call(self, taps):
         z = []
         for tap, (lo, hi, left, right) in zip(taps, self.spans, strict=True):
             block = self.kernel[lo:hi, left:right]
@@ -178,7 +178,7 @@ class HedgeMix(keras.layers.Layer):
             name="alpha",
         )
 
-    def call(self, stacked, training=None):  # type: ignore[no-untyped-def]
+    def call(self, stacked, training=None):
         alpha = keras.ops.cast(self.alpha, stacked.dtype)[:, None]
         mix = keras.ops.sum(stacked * alpha, axis=1)
         if training:
@@ -214,7 +214,7 @@ class HeadsLoss(keras.losses.Loss):
         self.base = base
         self.fn = keras.losses.get(base)
 
-    def call(self, y_true, y_pred):  # type: ignore[no-untyped-def]
+    def call(self, y_true, y_pred):
         if len(y_pred.shape) != 3:
             return self.fn(y_true, y_pred)
         return keras.ops.mean(_per_head(self.base, y_true, y_pred), axis=1)
@@ -252,14 +252,14 @@ class HeadLosses(keras.metrics.Metric):
         self.total = self.add_variable((heads,), "zeros", name="total")
         self.count = self.add_variable((), "zeros", name="count")
 
-    def update_state(self, y_true, y_pred, sample_weight=None):  # type: ignore[no-untyped-def]
+    def update_state(self, y_true, y_pred, sample_weight=None):
         if len(y_pred.shape) != 3:
             return
         self.total.assign_add(head_loss_sums(self.base, y_true, y_pred, sample_weight))
         rows = keras.ops.cast(keras.ops.shape(y_pred)[0], "float32")
         self.count.assign_add(rows if sample_weight is None else keras.ops.sum(sample_weight))
 
-    def result(self):  # type: ignore[no-untyped-def]
+    def result(self):
         return self.total / keras.ops.maximum(self.count, 1e-12)
 
     def reset_state(self) -> None:

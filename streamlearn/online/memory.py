@@ -51,7 +51,7 @@ only in spare time, never while a backlog waits.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -88,7 +88,7 @@ class Memory(keras.layers.Layer):
             (self.size, self.outputs), const(self.prior), trainable=False, name="values"
         )
 
-    def call(self, inputs, training=None):  # type: ignore[no-untyped-def]
+    def call(self, inputs, training=None):
         q, heads = inputs
         if not training:
             return self._read(q)
@@ -99,7 +99,7 @@ class Memory(keras.layers.Layer):
         scored = computed_in_step(keras.ops.shape(q)[0])
         return keras.ops.cond(scored, lambda: self._read(q), lambda: standin)
 
-    def _read(self, q):  # type: ignore[no-untyped-def]
+    def _read(self, q):
         w = keras.ops.softmax(keras.ops.matmul(q, self.kernel) + self.bias, axis=-1)
         return keras.ops.expand_dims(keras.ops.matmul(w, self.values), 1)
 
@@ -143,7 +143,7 @@ class MemoryWriter(FromReplay):
     """One model's memory head, and when it is next written."""
 
     def __init__(self, model: keras.Model, task: str) -> None:
-        self.layer: Memory = find(model)
+        self.layer = cast(Memory, find(model))  # `of` made sure it has one
         self.features = keras.Model(model.inputs[0], self.layer.input[0], name="memory_features")
         self.task = task
         self.target = standardize.find(model, standardize.Unstandardize)
@@ -208,7 +208,7 @@ class MemoryWriter(FromReplay):
         return {"memory_writes": self.writes, "memory_bandwidth": self.tau}
 
 
-def bandwidth(keys: np.ndarray, values: np.ndarray, loss) -> float:  # type: ignore[no-untyped-def]
+def bandwidth(keys: np.ndarray, values: np.ndarray, loss) -> float:
     """The candidate bandwidth whose leave-one-out predictions over the slots lose least."""
     sq = np.sum(keys**2, axis=1)
     dist = np.maximum(sq[:, None] + sq[None, :] - 2.0 * keys @ keys.T, 0.0)

@@ -28,6 +28,8 @@ step leaves non-finite weights behind. TensorFlow on one device only (`of`): els
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import keras
 import numpy as np
 
@@ -42,7 +44,7 @@ class MultiStep:
 
         rate = model.optimizer.learning_rate
 
-        def steps(x, y, w, rates):  # type: ignore[no-untyped-def]
+        def steps(x, y, w, rates):
             rate.assign(rates[0])
             logs = model.train_step((x[0], y[0], w[0]))
             for i in tf.range(1, STEPS):
@@ -73,8 +75,8 @@ class MultiStep:
         )
 
     def __call__(
-        self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: list[float]
-    ) -> dict[str, float]:
+        self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: Sequence[float]
+    ) -> dict[str, np.ndarray | float]:
         """`STEPS` steps, on `x[i]`, `y[i]`, `w[i]` at learning rate `rates[i]` in turn
         (`stepsize.StepSize.replayed`): the last one's logs."""
         constant = self._tf.constant

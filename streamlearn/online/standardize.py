@@ -47,7 +47,7 @@ class Standardize(keras.layers.Layer):
         """The mean and variance it computes with, as arrays."""
         return keras.ops.convert_to_numpy(self.mean), keras.ops.convert_to_numpy(self.var)
 
-    def call(self, x):  # type: ignore[no-untyped-def]
+    def call(self, x):
         # A feature constant so far (var 0) is centred to 0, as River's StandardScaler does.
         spread = self.var > EPSILON
         scale = keras.ops.where(spread, keras.ops.rsqrt(keras.ops.maximum(self.var, EPSILON)), 0.0)
@@ -69,7 +69,7 @@ class Unstandardize(Standardize):
     mean. The loss and the online figures stay in the target's own units.
     """
 
-    def call(self, z):  # type: ignore[no-untyped-def]
+    def call(self, z):
         return z * keras.ops.sqrt(keras.ops.maximum(self.var, EPSILON)) + self.mean
 
     def standardized(self, y: np.ndarray) -> np.ndarray:
@@ -101,17 +101,27 @@ class Statistics:
     learner goes on from its checkpoint's.
     """
 
+    # float64, one per feature; None until the first `update` (`_read`, then `_fold`)
+    mean: np.ndarray
+    var: np.ndarray
+    _written_mean: np.ndarray
+    _written_var: np.ndarray
+    _shift: np.ndarray
+    _s1: np.ndarray
+    _s2: np.ndarray
+    _seen: np.ndarray
+
     def __init__(self, layer: Standardize, horizon: int, tolerance: float = 0.01) -> None:
         self.layer = layer
         self.horizon = horizon
         self.tolerance = tolerance
-        self.mean = self.var = self._written_mean = self._written_var = None
+        self.mean = self.var = self._written_mean = self._written_var = None  # type: ignore[assignment]
         self.count = 0.0
         self._unwritten = True
         # rows not yet folded in: their count and sums of (row - shift) and its square,
         # shifted by the mean of when they began, so that the sums lose no precision
         self._pending = 0
-        self._shift = self._s1 = self._s2 = self._seen = None
+        self._shift = self._s1 = self._s2 = self._seen = None  # type: ignore[assignment]
 
     def update(self, x: np.ndarray) -> None:
         """Fold the rows of `x` (samples, or windows of steps) into the statistics.

@@ -24,6 +24,7 @@ by 10% or more (a write costs ~0.2 ms). A schedule (a factory's optimizer) is le
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class StepSize:
@@ -33,7 +34,7 @@ class StepSize:
     FLOOR = 0.1  # the smallest share of `learning_rate` a low loss brings it to
 
     def __init__(self, optimizer: object, horizon: int = 200) -> None:
-        rate = getattr(optimizer, "learning_rate", None)
+        rate: Any = getattr(optimizer, "learning_rate", None)  # a Keras variable (untyped)
         self.rate = rate if hasattr(rate, "assign") else None
         self.full = float(rate.numpy()) if self.rate is not None else 0.0
         self.horizon = horizon

@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -206,6 +206,7 @@ class Trainer:
         if self._forward is None:  # not warmed up
             self._forward = Forward(self.model, self.params.sample_shape)
         predicted = self._forward(batch.x[: batch.n])
+        predicted = cast(np.ndarray, predicted)  # one output: the models it learns have one
         return newer_part(row_losses(self.params.task, predicted, batch.y[: batch.n]))
 
     def changed(self, keep: int = 0) -> None:
@@ -280,6 +281,7 @@ class Trainer:
         if not self._resolve:
             return False
         self._resolve = False
+        assert self.linear is not None  # `_resolve` is set only with a linear head
         self.linear.forget()
         return self.linear.update(self.replay)
 
@@ -289,11 +291,12 @@ class Trainer:
             stats.flush()
 
     def fit(
-        self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: list[float] = ()
-    ) -> dict[str, float]:
+        self, x: np.ndarray, y: np.ndarray, w: np.ndarray, rates: Sequence[float] = ()
+    ) -> dict[str, Any]:
         """One step; `STEPS` steps in one call, at `rates`, for batches stacked
         (`Replay.sample`)."""
         if x.ndim == len(self.params.sample_shape) + 2:
+            assert self.multistep is not None  # stacked batches come only with one
             return self.multistep(x, y, w, rates)
         if self.collective:
             return self.collective.fit(x, y, w)
@@ -301,7 +304,7 @@ class Trainer:
             x, y, w = (tensors.split_per_replica(self.strategy, a) for a in (x, y, w))
         return self.model.train_on_batch(x, y, sample_weight=w, return_dict=True)
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: np.ndarray) -> np.ndarray | list[np.ndarray]:
         """The model's outputs for `x` with the weights as they are now, through the
         compiled forward pass the actors use (traced at warm-up)."""
         if self._forward is None:

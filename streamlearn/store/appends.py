@@ -30,6 +30,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import redis
@@ -68,7 +69,7 @@ def per_call(accepted: Sequence[Samples], entry_each: bool = False) -> list[int]
     return counts
 
 
-_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_quote = json.encoder.encode_basestring_ascii
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,10 @@ class Appender:
             at += n
         return calls
 
+    @overload
+    def backlog(self, pipe: None = None) -> int: ...
+    @overload
+    def backlog(self, pipe: redis.client.Pipeline) -> None: ...
     def backlog(self, pipe: redis.client.Pipeline | None = None) -> int | None:
         """Samples in the stream the learners have not acknowledged (queued when `pipe`)."""
         if pipe is not None:

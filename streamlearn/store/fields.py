@@ -3,7 +3,7 @@ learner reads for its status (`Names.fields_key`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -41,7 +41,7 @@ class FieldTotals:
     def read(self) -> dict[str, Any] | None:
         """`{"extra", "unlabeled", "missing": {input: n}, "unseen": {input: n}}`; None
         while nothing was counted (positional payloads never are)."""
-        raw = self.redis.hgetall(self.key)
+        raw = cast(dict[bytes, bytes], self.redis.hgetall(self.key))
         if not raw:
             return None
         totals: dict[str, Any] = {"extra": 0, "unlabeled": 0, "missing": {}, "unseen": {}}

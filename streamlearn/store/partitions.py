@@ -172,8 +172,8 @@ class PartitionedStream:
     def ack(self, ids: list[bytes]) -> None:
         by_part: dict[int, list[bytes]] = {}
         for tagged in ids:
-            part, _, eid = tagged.partition(b"|")
-            by_part.setdefault(int(part), []).append(eid)
+            tag, _, eid = tagged.partition(b"|")
+            by_part.setdefault(int(tag), []).append(eid)
         for part, eids in by_part.items():
             self.parts[part].ack(eids)
 

@@ -28,9 +28,11 @@ import struct
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 import redis
+from redis.typing import EncodableT
 
 from streamlearn.config.inputs import LabelsConfig
 from streamlearn.contract.names import Names
@@ -111,7 +113,7 @@ class PendingStore:
         the bound evicted."""
         keys = [self.names.pending_key(i) for i in ids]
         now = time.time() if now is None else now
-        args = [now, self.cfg.ttl_s, self.cfg.max_pending, *values]
+        args: list[EncodableT] = [now, self.cfg.ttl_s, self.cfg.max_pending, *values]
         return int(self._keep(keys=[self.names.pending_index_key, *keys], args=args))
 
     def fetch(self, ids: list[str]) -> list[bytes | None]:
@@ -121,7 +123,7 @@ class PendingStore:
             return []
         keys = [self.names.pending_key(i) for i in ids]
         if len(keys) <= CHUNK:
-            return self.redis.mget(keys)
+            return cast(list[bytes | None], self.redis.mget(keys))
         pipe = self.redis.pipeline(transaction=False)
         for start in range(0, len(keys), CHUNK):
             pipe.mget(keys[start : start + CHUNK])

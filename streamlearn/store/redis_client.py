@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import redis
 from redis.cluster import RedisCluster
@@ -38,11 +38,13 @@ def connect(url: str, *, probe_s: float = 10.0, **kwargs: Any) -> redis.Redis:
     `kwargs` go to redis-py (`retry`, timeouts); the cluster client passes them on to
     its connection to each node."""
     if is_cluster_url(url, probe_s, kwargs):
-        return _Cluster.from_url(url, policy_resolver=_ScriptsByTheirKeys(), **kwargs)
+        # typed as the standalone client, whose commands the cluster client serves too
+        cluster = _Cluster.from_url(url, policy_resolver=_ScriptsByTheirKeys(), **kwargs)
+        return cast(redis.Redis, cluster)
     return redis.Redis.from_url(url, **kwargs)
 
 
-def is_cluster(client: object) -> bool:
+def is_cluster(client: object) -> TypeGuard[RedisCluster]:
     return isinstance(client, RedisCluster)
 
 

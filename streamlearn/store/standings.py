@@ -6,7 +6,7 @@ the learners' `Promoter` (`streamlearn.learner.variants`) writes them."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -42,7 +42,7 @@ def standings(
 
 
 def current_champion(client: redis.Redis, names: Names) -> str:
-    value = client.get(names.champion_key)
+    value = cast(bytes | None, client.get(names.champion_key))
     return value.decode() if value else BASE_VARIANT
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from functools import cached_property
+from typing import Any, cast
 
 import numpy as np
 import redis
+from redis.typing import EncodableT
 
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
@@ -29,6 +31,11 @@ from streamlearn.store.entries import Entry, Packed, stream_id, unpack
 from streamlearn.store.sent import Senders, Sent
 
 GROUP = "learners"  # the base variant's group: the one ingest's back-pressure bounds
+
+# What redis-py returns for this (never decoding) client: stream entries as (id, fields),
+# the fields None once deleted; XREADGROUP's reply as (stream, entries) per stream.
+_Rows = list[tuple[bytes, dict[bytes, bytes] | None]]
+_Read = list[tuple[bytes, _Rows]]
 
 
 def group_of(variant: str) -> str:
@@ -157,7 +164,7 @@ class SampleStream:
         self.appender.load()
 
     def _deadletter(self, pipe: redis.client.Pipeline, source: str, rej: Rejection) -> None:
-        fields = {
+        fields: dict[EncodableT, EncodableT] = {
             "reason": rej.reason,
             "kind": rej.kind,
             "source": source,
@@ -179,8 +186,11 @@ class SampleStream:
 
     def read(self, consumer: str, count: int, block_ms: int | None) -> list[Entry]:
         """New entries for `consumer`; waits up to `block_ms` when none (None: don't wait)."""
-        resp = self.redis.xreadgroup(
-            self.group, consumer, {self.key: ">"}, count=count, block=block_ms
+        resp = cast(
+            _Read | None,
+            self.redis.xreadgroup(
+                self.group, consumer, {self.key: ">"}, count=count, block=block_ms
+            ),
         )
         return [self._entry(eid, f) for _, rows in resp or () for eid, f in rows if f]
 
@@ -240,7 +250,10 @@ class SampleStream:
         entries: list[Entry] = []
         after: bytes | str = "0"
         while True:
-            resp = self.redis.xreadgroup(self.group, consumer, {self.key: after}, count=count)
+            resp = cast(
+                _Read | None,
+                self.redis.xreadgroup(self.group, consumer, {self.key: after}, count=count),
+            )
             rows = [row for _, rows in resp or () for row in rows]
             if not rows:
                 return entries
@@ -256,12 +269,17 @@ class SampleStream:
         entries: list[Entry] = []
         start: bytes | str = "-"
         while True:
-            rows = self.redis.xpending_range(
-                self.key, self.group, start, "+", count, idle=min_idle_ms
+            rows = cast(
+                list[dict[str, Any]],
+                self.redis.xpending_range(
+                    self.key, self.group, start, "+", count, idle=min_idle_ms
+                ),
             )
             theirs = [r["message_id"] for r in rows if r["consumer"].decode() != consumer]
             if theirs:
-                claimed = self.redis.xclaim(self.key, self.group, consumer, min_idle_ms, theirs)
+                claimed = cast(
+                    _Rows, self.redis.xclaim(self.key, self.group, consumer, min_idle_ms, theirs)
+                )
                 entries += [self._entry(eid, f) for eid, f in claimed if f]
             if len(rows) < count:
                 return entries

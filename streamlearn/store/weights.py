@@ -23,7 +23,10 @@ when the script runs.
 
 from __future__ import annotations
 
+from typing import cast
+
 import redis
+from redis.typing import EncodableT
 
 from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
@@ -70,7 +73,7 @@ class WeightsStore:
         the version and whether it became the model's (always, without a variant)."""
         own, model = self.names, self.model
         keys = _weights_keys(own)
-        args = [blob, after, self.keep, self.history_every_ms, self.history]
+        args: list[EncodableT] = [blob, after, self.keep, self.history_every_ms, self.history]
         args += [model.weights_channel]
         if self.variant is None:
             keys += [model.pin_key, model.labels_key]
@@ -118,7 +121,10 @@ class WeightsStore:
 
     def history_versions(self) -> list[tuple[int, float]]:
         """The model's history: (version, publish time in s since the epoch), oldest first."""
-        kept = self.redis.zrange(self.model.history_key, 0, -1, withscores=True)
+        kept = cast(
+            list[tuple[bytes, float]],
+            self.redis.zrange(self.model.history_key, 0, -1, withscores=True),
+        )
         return [(int(v), at / 1000) for v, at in kept]
 
     def pin(self, version: int) -> None:
@@ -168,7 +174,7 @@ class WeightsStore:
             version = int(self.redis.get(names.latest_key) or 0)
         if version <= 0:
             return None
-        blob = self.redis.hget(names.blobs_key, version)
+        blob = cast(bytes | None, self.redis.hget(names.blobs_key, version))
         return None if blob is None else (version, blob)
 
 
