@@ -140,14 +140,14 @@ MUTANTS = (
     ),
     Mutant(
         "padding_off",
-        "streamlearn/learner/batching.py",
+        "streamlearn/online/batch.py",
         (("size = buckets.fit(sizes, n)", "size = n"),),
         (G + "test_learner_does_not_retrace_for_any_batch_size",),
         "the learner trains on unpadded batches (a new shape per batch size)",
     ),
     Mutant(
         "serve_eagerly",
-        "streamlearn/nn/forward.py",
+        "streamlearn/online/forward.py",
         (
             (
                 "self._call = lambda x: concrete(tf.constant(x))",
@@ -160,14 +160,25 @@ MUTANTS = (
     Mutant(
         "swap_during_batch",
         "streamlearn/actor/loop.py",
-        (("y = self.predict(x)\n", "y = self.predict(x)\nself.reload()\n"),),
+        (
+            (
+                "        y = self.predict(x, group.model)\n",
+                "        self.reload()\n        y = self.predict(x, group.model)\n",
+            ),
+        ),
         (G + "test_a_reply_names_the_version_whose_weights_computed_it",),
         "a staged version is swapped in inside a batch (replies name weights they did not use)",
     ),
     Mutant(
         "reload_waits",
-        "streamlearn/actor/loop.py",
-        (("self.reloader.take(self.model, block)", "self.reloader.take(self.model, True)"),),
+        "streamlearn/actor/reloader.py",
+        (
+            (
+                "        tensors.set_arrays(model, arrays)\n",
+                "        with self._lock:  # the load holds the lock the swap needs\n"
+                "            tensors.set_arrays(model, arrays)\n",
+            ),
+        ),
         (G + "test_a_reload_in_progress_never_holds_up_a_batch",),
         "the serving loop waits for a version being loaded",
     ),

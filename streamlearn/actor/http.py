@@ -11,13 +11,11 @@ full inbox sheds it at once (503), and it waits at most `request_deadline_ms` (5
 serving loop batches both doors' requests together and hands an HTTP request's reply back
 to its waiting handler.
 
-aiohttp, chosen by measurement (`bench.serve`'s HTTP case; on 2 cores, a handler that
-queues each request to a batching thread: aiohttp ~12,500 requests/s with p99 1 ms at
-8 connections, uvicorn ~12,000, the standard library's threading server ~4,900 with p99
-4 ms, and 0.5 s at 32 connections). It runs its own event loop in one thread, so it
-adds one thread to the actor whatever the connections. Bounds: a body of at most
-`ingest.max_payload_bytes` (413), the inbox's requests and bytes, and an idle keep-alive
-connection is closed after `KEEPALIVE_S`.
+aiohttp, chosen by measurement (`bench.serve`'s HTTP case, against uvicorn and the
+standard library's threading server: docs/learning-log.md, "Serving"). It runs its own
+event loop in one thread, so it adds one thread to the actor whatever the connections.
+Bounds: a body of at most `ingest.max_payload_bytes` (413), the inbox's requests and
+bytes, and an idle keep-alive connection is closed after `KEEPALIVE_S`.
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@ Acme's VariableClient pattern: the actor asks cheaply and often (`take()` betwee
 the fetch runs in the background, is skipped while one is in flight, blocks only on first
 use, and a failed fetch keeps the last good weights. A version is loaded into a spare copy
 of the model and staged, so the swap between batches exchanges two references instead of
-assigning every variable on the serving path (1-10 ms for a small MLP on 2 cores). The
-load runs off the lock that guards the swap: a version being loaded never holds up the
-take of the one staged before it (it did, and the actor went on serving the version
-before both: at 10 messages a second, a message's reply came from weights two messages
-old). Three models of the serving variant are kept: serving, staged, being loaded.
+assigning every variable on the serving path. The load runs off the lock that guards the
+swap: a version being loaded never holds up the take of the one staged before it, so the
+actor never serves a version older than the one staged. Three models of the serving
+variant are kept: serving, staged, being loaded.
 
 Variants (`streamlearn.learner.variants`): a blob's metadata names the variant that learned it.
 When the champion changes, the first version of the new variant is loaded into a model
@@ -93,7 +92,7 @@ class WeightsReloader:
         self._serving_variant = variant
         self._ready: Staged | None = None
         self._staged = 0
-        self._lock = threading.Lock()  # guards the models; held while loading one
+        self._lock = threading.Lock()  # guards the models; never held while loading one
         self._fetching = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()

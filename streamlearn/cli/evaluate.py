@@ -143,7 +143,7 @@ def plot(task: str, y: np.ndarray, result: Replay, last: int, path: str) -> None
 
 
 def add_command(sub: argparse._SubParsersAction) -> None:
-    """`streamlearn evaluate`, for cli.py's parser."""
+    """`streamlearn evaluate`, for `streamlearn.cli.main`'s parser."""
     p = sub.add_parser("evaluate", help=__doc__.splitlines()[0], description=__doc__)
     p.add_argument("file", help="CSV (header with the target column) or NDJSON payloads")
     p.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")

@@ -118,7 +118,7 @@ Task = Literal["regression", "binary", "multiclass"]
 Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
 # Architectures whose x is a window of `window` steps of `inputs` features.
 SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
-# The memory head's slots (`nn.memory`): (inputs + outputs + 1) floats each in a version.
+# The memory head's slots (`online.memory`): (inputs + outputs + 1) floats each in a version.
 MEMORY = 500
 MAX_MEMORY = 10_000
 

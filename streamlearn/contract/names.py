@@ -177,5 +177,5 @@ class Names:
     @property
     def fields_key(self) -> str:
         """Hash: what named payloads held besides their inputs, summed over every ingest
-        process (`streamlearn.ingest.writes.FieldTotals`)."""
+        process (`streamlearn.store.fields.FieldTotals`)."""
         return self.key("fields")

@@ -13,7 +13,7 @@ the step is written here with the public API: a `GradientTape` over the model's 
 `compute_loss` (which already divides by the replicas in sync) and `optimizer.apply`
 (which all-reduces the gradients). Its logs are those of `train_on_batch`: the loss and
 the built-in metric of the batch with the weights from before its update, and the
-`finite` flag (`models.FINITE`).
+`finite` flag (`streamlearn.online.guard.FINITE`).
 
 A worker that stops taking part (stopped, hung, cut off) would block every other in its
 next collective for good: each collective here is watched (`Watchdog`), and one that waits
@@ -62,7 +62,7 @@ class Collective:
         self.workers = workers.count
         self.watchdog = Watchdog(workers.timeout_s)
         check_replicas(self._replica_counts(workers))
-        self.traces = 0  # of the step, as `models.TrainProbe` counts them
+        self.traces = 0  # of the step, as `guard.TrainProbe` counts them
         metric = None if cfg.factory else networks.head_metric(cfg.task)
         per_row = hedge.PER_ROW_METRICS.get(metric) if metric else None
         variables = [*model.trainable_variables, *model.optimizer.variables]

@@ -4,7 +4,7 @@ That state is a checkpoint when `checkpoint_dir` is set (every training variable
 counters, `checkpoint_every_s` / `checkpoint_every_samples`), else a published version
 (`publish_every_steps` / `publish_every_ms`). Until then the entries stay pending in the
 stream, so a crash loses nothing: the restarted learner resumes from that state (its
-checkpoint, else its latest published weights: `resume`) and trains again on what is
+checkpoint, else its latest published weights: `state`) and trains again on what is
 still pending. Non-finite weights are never published nor checkpointed.
 """
 

@@ -1,8 +1,8 @@
 """The learner: drains micro-batches from the sample stream into training steps.
 
 Its parts, each on a screen of its own:
-- `training.Trainer`: the step on padded batches, test-then-train figures, the guard
-  against non-finite steps;
+- `streamlearn.online.trainer.Trainer` (built by `step`): the step on padded batches,
+  test-then-train figures, the guard against non-finite steps;
 - `durability.Durability`: publishes and checkpoints, and acknowledges entries only once
   the state that learned them is durable; a restart resumes from that state;
 - `reporting.Reporter`: the status, the metrics and the promotion between variants;

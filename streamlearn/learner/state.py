@@ -1,8 +1,9 @@
 """The learner's state: its counters, its checkpoint, and where a restart picks up.
 
 A checkpoint holds every training variable (optimizer state included) and the learner's
-counters (`LearnerState`), in one file: a weights blob (`codec`: the safetensors layout,
-nothing in it can run code) whose metadata holds the counters as JSON. It is written to a
+counters (`streamlearn.online.figures.LearnerState`), in one file: a weights blob
+(`codec`: the safetensors layout, nothing in it can run code) whose metadata holds the
+counters as JSON. It is written to a
 temporary file, synced and renamed over the previous one, so a crash at any moment leaves
 the last complete checkpoint. Published weights hold the model's weights, step and
 samples seen. A restarted learner resumes from its checkpoint, else its latest published
@@ -86,7 +87,7 @@ log = logging.getLogger(__name__)
 def from_checkpoint(
     checkpoints: CheckpointDir, model: keras.Model, variables: list[keras.Variable]
 ) -> LearnerState | None:
-    """Restore `variables` (`models.training_variables(model)`) from the checkpoint and
+    """Restore `variables` (`tensors.training_variables(model)`) from the checkpoint and
     return its counters; None, touching nothing, when there is none or it does not fit."""
     try:
         found = checkpoints.load()

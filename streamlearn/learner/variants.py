@@ -1,17 +1,19 @@
 """Variants and promotion: variants of one model that learn from the same stream.
 
 Each variant (`[models.NAME.variants.VNAME]`, plus `base`, the model's own config) has its
-own learner, reading the stream in its own consumer group (`stream.group_of`). Every learner keeps
-the mean of its test-then-train loss and metric over its last `window_samples` samples
-(`RecentFigures`) and reports them, at each status tick, in the hash `sl:{model}:variants`.
+own learner, reading the stream in its own consumer group (`stream.group_of`). Every
+learner keeps the mean of its test-then-train loss and metric over its last
+`window_samples` samples (`streamlearn.online.figures.RecentFigures`) and reports them,
+at each status tick, in the hash `sl:{model}:variants`.
 
 The champion pointer `sl:{model}:champion` (absent: `base`) names the variant the actors
 serve: only the champion's learner also publishes to the model's weights keys
-(`weights.VariantWeights`, checked in the same atomic step as the publish). A variant
-whose window figure beats the champion's by the configured margin, both windows holding
-`min_samples` and the champion's report fresh, swaps the pointer with a compare-and-set
-(`Promoter.tick`); the promotion is stored in `sl:{model}:promotion`, logged, and announced.
-The promoted learner then publishes its weights at once, and actors switch to it.
+(`weights.WeightsStore` with its `variant`, checked in the same atomic step as the
+publish). A variant whose window figure beats the champion's by the configured margin,
+both windows holding `min_samples` and the champion's report fresh, swaps the pointer
+with a compare-and-set (`Promoter.tick`); the promotion is stored in
+`sl:{model}:promotion`, logged, and announced. The promoted learner then publishes its
+weights at once, and actors switch to it.
 
 Words, one each: a *variant* is one config that learns (the model's own is `base`); the
 *champion* is the variant the actors serve (the contract's key and status field); a

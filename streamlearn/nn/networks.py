@@ -1,4 +1,6 @@
-"""Keras models from config, and moving their weights in and out as named arrays.
+"""Keras models from config: the built-in architectures, a factory's model, the strategy.
+
+Moving a model's weights in and out as named arrays is `streamlearn.online.tensors`'s.
 
 Only the public `keras` API is used, so the same code runs on the TensorFlow, JAX or
 PyTorch backend (data-parallel training through `tf.distribute` is TensorFlow's own).

@@ -11,6 +11,9 @@ PyTorch underneath), never Redis, MQTT or the config's pydantic models.
   (non-finite steps undone), `standardize` (inputs and target scaled as a layer);
 - the plumbing they share: `batch` and `buckets` (padded steps), `forward` (the compiled
   prediction), `tensors` (a model's variables as named arrays), `figures` (counters).
+
+What was measured on the way to each of them, and what was tried and dropped:
+docs/learning-log.md.
 """
 
 from __future__ import annotations

@@ -14,11 +14,9 @@ steps' means over the last SPREAD_STEPS steps (a trimmed mean: the steps at a ch
 at the start of the stream do not count). A significant fall (the model learning) drops
 the older part without a drift, so that the start of a stream, whose loss was high, is no
 reference; but the newest `min_samples` samples stay, so that a change right after the
-fall has a reference to rise from (with only the fall's newer part left, 80 samples, a
-label swap on the next step could not be tested, and once it was in the older part it
-never showed: the model stayed on the old concept); on drift the older part is dropped
-too, so the test starts over on the new concept, and the learner starts afresh
-(`step.Trainer.changed`).
+fall has a reference to rise from; on drift the older part is dropped too, so the test
+starts over on the new concept, and the learner starts afresh
+(`streamlearn.online.trainer.Trainer.changed`). What was measured: docs/learning-log.md.
 
 Bounded: at most `max_steps` steps in the window and SPREAD_STEPS differences (16 and 8
 bytes each, allocated once).
@@ -31,11 +29,8 @@ import numpy as np
 SPREAD_STEPS = 256  # neighbouring steps the loss's spread is judged by
 TRIM = 2  # of the spread's evidence: the largest left out
 # Differences of neighbouring steps before the first test: the spread is judged by at least
-# 4 once the TRIM largest are left out. At 8 (6 judged), a stream of 40-sample messages
-# could show no drift before its 360th sample: breast_cancer with its labels swapped at
-# 284 was caught at 360, a message late (0.79 -> 0.85 in-process, no other stream of the
-# quality bench moved; false alarms on simulated stationary losses: 11 in 4,500 runs of 30
-# steps at 6, 16 at 8).
+# 4 once the TRIM largest are left out. More delays the first drift a stream can show
+# (docs/learning-log.md, "Drift").
 MIN_SPREAD = 6
 LONE = 2.0  # the bound's factor for a newer part of a single step
 FLOOR = 0.1  # of the loss at the start of the stream: a smaller rise is never drift
@@ -164,8 +159,7 @@ def newer_part(losses: np.ndarray) -> int:
     Why: the learner starts afresh on the step that showed a drift, and a change seldom
     falls on a step's first row. Early in a gradual change, or with a step that began
     before an abrupt one, most of the step is the old concept: kept, the new model first
-    learned the concept it had just left (mixed_drift, in-process: the drift shown by 2 of
-    the step's 40 rows).
+    learned the concept it had just left (docs/learning-log.md, "Drift").
 
     >>> newer_part(np.array([0.01] * 30 + [3.0] * 10))  # the change 30 rows in
     10

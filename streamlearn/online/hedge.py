@@ -2,87 +2,33 @@
 
 Hedge Backpropagation (Sahoo et al., IJCAI 2018, arXiv 1711.03705), the built-in
 architectures' default (`heads = "hedge"`): head 0 reads the standardised inputs (a linear
-model, or a logistic one), head k the k-th hidden layer's output. The model serves
-`sum_k alpha_k * head_k`; the mixture weights `alpha` are a weight of the `HedgeMix`
-layer (`hedge/alpha`), published with the others, so the actors serve exactly what the
-learner scores, and `export` writes them as built-in layers (`standalone`).
-
-Training learns every head on its own loss, their mean the training loss: shallow heads
-learn fast and carry the prediction at the start of a stream and after a change, deeper
-ones take over as the concept needs them. The learner moves `alpha` by Hedge on each
-head's loss, outside the compiled step (`streamlearn.online.hedge`), so the step is the
-same on every backend.
+model, or a logistic one), head k the k-th hidden layer's output. Training learns every
+head on its own loss, their mean the training loss (`HeadsLoss`): shallow heads learn fast
+and carry the prediction at the start of a stream and after a change, deeper ones take
+over as the concept needs them. The model serves `sum_k alpha_k * head_k` (`HedgeMix`).
 
 In training, `HedgeMix` outputs the mixture and the heads stacked, (batch, 1 + heads,
-outputs): the loss (`HeadsLoss`) reads the heads, the compiled metric (`served`) the
-mixture, and `HeadLosses` each head's mean loss for the learner's Hedge update.
+outputs): the loss reads the heads, the compiled metric (`served`) the mixture, and
+`HeadLosses` each head's mean loss.
 
-Hedge: the learner moves a hedge model's mixture weights by each head's loss.
+The mixture weights `alpha` are a weight of the model (`hedge/alpha`), so they are
+published, checkpointed and undone with the rest, the actors serve exactly what the
+learner scores, and `export` writes them as built-in layers (`as_builtin`). The learner
+moves them by Hedge on each head's loss (`Hedge`), outside the compiled step, so the step
+is the same on every backend:
 
-After every fresh step (scored before it learned), each head k's weight is multiplied by
-`beta ** (n * loss_k)` for the step's n samples and mean loss `loss_k`, as Hedge does a
-sample at a time; then every weight is raised to at least `smoothing / heads` (so a head
-out of favour can come back after a change) and the weights renormalised (Sahoo et al.,
-2018, smoothing 0.2). Their beta, 0.99, is this module's 0.9: a head better by 0.05 of
-loss a sample then wins in ~50 samples rather than ~500, and with the solved linear head
-(`linear`) the quality bench gained on every linear concept (hyperplane 0.907 -> 0.918)
-and on mixed_drift and sine_drift (+0.01 each), losing no stream by more than 0.002 but
-breast_cancer. Replayed steps do not count: their samples were learned.
+- after every fresh step each weight is multiplied by `beta ** (n * loss_k)` (replayed
+  steps do not count: their samples were learned), raised to a floor of
+  `smoothing / heads` so that a head out of favour can come back after a change, and
+  renormalised; a regression's losses are taken relative to the heads' mean, so the pace
+  does not depend on the target's scale;
+- the model serves each weight above the floor: the floor keeps a head in the race, it
+  does not make it serve;
+- the weights start from a prior that favours a solved linear head (`linear`), fitted to
+  every sample from the first message on, and after a drift are uniform, as no head is
+  known to be better on the new concept.
 
-A regression's losses (squared errors, in the target's units) are taken relative to the
-heads' mean loss of the step (`relative`): in target units beta's pace depended on the
-target's scale. Diabetes (a target of ~150, squared errors ~3,000) followed whichever
-head won the last message; a noise-free linear target (squared errors ~1e-4 once
-learned) never moved the weights, so the deep heads kept the share they had after the
-first messages: linear4's MAE was 0.035 to 0.050 by seed, and is 0.035 to 0.037.
-
-The model serves each head's weight above the floor (`served`), renormalised: the floor
-keeps a head able to come back, but a head held there does not serve. With the memory
-head (`streamlearn.online.memory`) the floors of three heads out of favour made linear4's MAE
-0.049 where the solved linear head alone reaches 0.033; served above the floor, 0.035.
-
-The weights start from a prior (`prior`): a model whose head 0 is solved over the replay
-buffer (`linear`) starts it at `FAVOURED` times another head's weight, the others alike.
-That head is fitted to every sample so far from the first message on, while the hidden
-layers' heads start from zero and learn at the optimizer's pace; a uniform start served them
-a quarter each on the second message, when they had seen one step. In-process on the quality
-bench, seeds 0-1, against a uniform start: sea 0.873 -> 0.875, sea_drift 0.869 -> 0.872,
-linear4's MAE 0.034 -> 0.032, hyperplane +0.001; agrawal_drift -0.001, sine_drift -0.001,
-breast_cancer -0.002 (2 of 569 samples). Tried at 3 with the memory head at 2 (sea_drift
-+0.001 more, agrawal_drift -0.001 more) and at 5 (linear4 0.031, but sea_drift,
-agrawal_drift and breast_cancer lower).
-
-After a drift the weights are uniform (`changed`), not the prior: every head then starts
-from zero on the same few samples of the new concept (the drift step the buffer kept), and
-the hidden layers' heads read features learned over the whole stream, so the linear head has
-no head start to reward. Back to the prior instead, breast_cancer_swap served the linear
-head's fit to one message's worth of swapped labels. In-process, seeds 0-1, against the
-prior: breast_cancer_swap 0.853 -> 0.864, friedman_drift's MAE 1.775 -> 1.763, agrawal_drift
-0.904 -> 0.905, sine_drift 0.961 -> 0.962, stagger_drift 0.984 -> 0.985, mixed_drift
--0.0003; the streams with no drift unchanged. Chosen by replaying the heads' recorded
-outputs through both rules first: the weights move only what is served, never what a head
-learns.
-
-Other rules were tried the same way (`python -m bench.hedge_rules --rule '{"beta": 0.98}'`:
-the heads' outputs recorded in-process on all 23 streams of the quality bench, seeds 0-1,
-40-sample messages, and replayed through each rule). The served mixture is within 0.003 of
-its best single head on every stream but breast_cancer (0.921 against a hidden layer's
-head's 0.929, whose log loss is worse), breast_cancer_swap (-0.005) and wine (-0.014) (and
-diabetes, an MAE 0.11 above its linear head's), and no rule gained 0.002 on a stream
-without losing as much on another: Brier's loss (sea_drift -0.004, sea -0.002;
-agrawal_drift +0.002, wine +0.003), the 0-1 loss (digits -0.006, wine +0.003), log loss
-mixed with it (half and half: sea_drift +0.002, the rest within 0.001; a fifth of log loss:
-digits -0.003), beta 0.85 to 0.98 (at 0.98: agrawal and agrawal_drift -0.004, mixed_drift
--0.005, for diabetes' MAE 0.3 lower), smoothing 0.1, a favoured head at 5, and AdaHedge (de
-Rooij et al., 2014; sea -0.003, digits -0.005). One sample a message (`--message-size 1`),
-on the three small tables, beta 0.98 gained (breast_cancer 0.955 -> 0.961, wine 0.935 ->
-0.947, diabetes 50.0 -> 49.0); it stays at 0.9, which the 40-sample messages of the bench
-(and of a fleet's batches) favour.
-
-The weights live in the model (`streamlearn.online.hedge.HedgeMix`, `hedge/alpha`), so they are
-published, checkpointed and undone with the rest. Writing them costs ~0.2 ms on the
-TensorFlow backend, so they are written only when one has moved by 5% or more since the
-last write; the exact values are kept here and the written ones lag by less than that.
+What was measured and tried (beta, the losses, the prior, other rules): docs/learning-log.md.
 """
 
 from __future__ import annotations
@@ -107,15 +53,12 @@ class Heads(keras.layers.Layer):
 
     The heads' weights are one kernel over the taps side by side, of which head k reads
     its diagonal block (tap k's rows, its own columns; the rest stays zero): one variable
-    instead of one per head, which halves what the heads add to a step (each variable
-    costs the optimizer's update and the step's finiteness check a few operations).
+    instead of one per head, which halves what the heads add to a step.
 
     Each head is computed from its block alone: a head of one output as its tap times a
     row of weights, summed (one loop that XLA fuses with the activation and the loss), a
-    head of several as a matrix product. One product of all taps side by side against
-    the kernel masked to its blocks, as it was, is a (rows x 137) by (137 x 3) GEMM for
-    `bench.learner`'s 9-64-64 model, which made a 256-sample step 1.42 ms against the one-
-    head model's 1.05 ms on 2 cores; computed by blocks, 1.09 ms against 1.09 ms.
+    head of several as a matrix product; a product against the whole kernel, masked,
+    made the step a third slower (docs/learning-log.md, "The step's cost").
     """
 
     def __init__(self, outputs: int, activation: str | None = None, **kwargs: Any) -> None:
@@ -167,7 +110,7 @@ class Heads(keras.layers.Layer):
 @keras.saving.register_keras_serializable(package="streamlearn")
 class HedgeMix(keras.layers.Layer):
     """`sum_k alpha_k * head_k`, alpha a non-trainable weight (uniform when built; the
-    learner sets its prior: `streamlearn.online.hedge`)."""
+    learner sets its prior: `Hedge`)."""
 
     def build(self, input_shape: Any) -> None:
         self.heads = int(input_shape[1])
@@ -299,7 +242,11 @@ FAVOURED = 3.0  # a favoured head's starting weight, in units of another head's
 
 
 class Hedge:
-    """The mixture weights of one model's `HedgeMix` layer and their updates."""
+    """The mixture weights of one model's `HedgeMix` layer and their updates.
+
+    The exact weights are kept here; the layer's are written only when one has moved by
+    `tolerance` (a write costs ~0.2 ms on TensorFlow), so they lag by less than that.
+    """
 
     def __init__(
         self,

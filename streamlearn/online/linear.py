@@ -1,49 +1,26 @@
 """The linear head, solved: a hedge model's head 0 fitted over the replay buffer.
 
 Head 0 reads the standardised inputs (`streamlearn.online.hedge`): a linear model, or a
-logistic one for a binary task. Trained by the step's optimizer alone it learns at the
-optimizer's pace, and Adam keeps jittering around the fit by its step size: the linear
-head held linear4's error at 0.056 (River's ARF: 0.035) and hyperplane at 0.907 (River's
-logistic regression: 0.912). A linear model has a better way to learn, so in the
-learner's spare time the head's weights are solved over the replay buffer as soon as
-fresh samples came (first, so that the next publish has it), and again once their replay
-is done, which moved them (the most recent `replay_buffer` samples, none
-from before a drift): ridge regression in closed form, on the standardised target, for a
+logistic one for a binary task. Trained by the step's optimizer alone it would learn at
+the optimizer's pace and jitter around the fit by its step size; a linear model has a
+better way to learn. So in the learner's spare time the head's weights are solved over
+the replay buffer (the most recent `replay_buffer` samples, none from before a drift) as
+soon as fresh samples came (first, so that the next publish has it), and again once
+their replay is done: ridge regression in closed form, on the standardised target, for a
 regression; for a binary task ridge logistic regression by Newton's method, from the
-weights the head has, each step shortened until it lowers the penalised log loss
-(`logistic`). The bias is not penalised.
-
-Newton's full step overshoots where the labels contradict the head's fit: after a label
-swap (breast_cancer's labels swapped halfway, in-process) the objective rose with every
-step (12.8 -> 59 -> 159 -> 791), the weights' norm reached 100-400, the head scored 0.39
-on the very samples it was solved over, and every later solve started from there: the
-head that should carry the model through a change was lost until the next drift. The
-step is now halved until the objective falls (Armijo), and the solve stops once Newton's
-decrement says it has converged.
-
-The penalty (`RIDGE`) differs by task. A regression's is small: it only keeps the system
-well posed, and on the first messages a larger one shrinks the fit toward zero (on the
-quality bench, in-process, seeds 0-1: linear4's MAE 0.036 at 1.0, 0.034 at 0.1;
-friedman_drift 1.774 -> 1.763; diabetes and friedman unchanged). A logistic one's keeps
-the weights finite where the classes barely overlap: at 0.1, hyperplane fell from 0.920
-to 0.911 (confident heads lose their Hedge weight on the noisy labels).
+weights the head has, each step halved until it lowers the penalised log loss and the
+solve stopped once Newton's decrement says it has converged (`logistic`), so that labels
+contradicting the fit (a swap) cannot make it diverge. The bias is not penalised; the
+penalty (`RIDGE`) differs by task.
 
 The solve writes the head's block of the heads' kernel and bias (`hedge.Heads`), which
 are published, checkpointed and exported as the rest; it is skipped, leaving the head as
 it was, when its outcome is not finite. A multiclass head stays with the optimizer (a
-softmax head's Newton step solves a system of (inputs x classes) unknowns).
+softmax head's Newton step solves a system of (inputs x classes) unknowns). It runs only
+in spare time, never while a backlog waits.
 
-Tried and dropped (in-process quality bench, seeds 0-1): the solve weighting samples by
-age as the replay draws them (half-life 0.25 to 0.5 of the buffer): sea_drift 0.872 ->
-0.871, hyperplane 0.921 -> 0.920 / 0.919, the linear head being out of favour where the
-concept moves; a logistic penalty of 4 or 16: breast_cancer 0.921 -> 0.920 / 0.924 but
-hyperplane -> 0.919 / 0.914 and sea 0.877 -> 0.876 / 0.872; a multiclass head solved one
-class against the rest (the logits its softmax reads): wine 0.792 -> 0.795, digits 0.936
--> 0.930.
-
-Cost: the inputs' standardisation over the buffer (one forward pass of the model's first
-layers) and a system of (inputs + 1) unknowns: ~2 ms for 2,000 samples of 10 inputs on
-one core. It runs only in spare time, never while a backlog waits.
+What was measured and tried (the penalties, Newton's overshoot, weighting by age, a
+multiclass solve, the cost): docs/learning-log.md.
 """
 
 from __future__ import annotations

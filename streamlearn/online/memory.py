@@ -9,44 +9,37 @@ recent samples near them, weighted by a Gaussian kernel of the squared distance:
 over `size` slots of keys `k_j` (inputs) and values `v_j` (a class's probabilities, or the
 standardised target). As |q|^2 is the same for every slot, the softmax's argument is
 affine in q, `q @ kernel + bias` with kernel `2 k_j / tau` and bias `-|k_j|^2 / tau`; the
-layer holds it in that form, so the head is a `Dense` with a softmax and a `Dense` without
-a bias (`as_builtin`, for `export`), and the actors serve it as the learner scores it.
+layer (`Memory`) holds it in that form, so the head is a `Dense` with a softmax and a
+`Dense` without a bias (`as_builtin`, for `export`), and the actors serve it as the
+learner scores it. A nearest-neighbour model is what River does best on the streams whose
+concept is local, and where the concept changes it follows at once: the memory holds
+only what came since.
 
-Its weights are not trained: the learner writes them in its spare time from the replay
-buffer's newest samples, the bandwidth `tau` chosen there (`streamlearn.online.memory`).
-Until the first write every slot weighs alike and every value is the prior (`prior`), so
-the head predicts it. A nearest-neighbour model is what River does best on the streams
-whose concept is local (moving centroids, digits, small tables), and where the concept
-changes it follows at once: the memory holds only what came since.
+Its weights are not trained but written (`MemoryWriter`), in the learner's spare time
+after the replay and the linear head's solve: the newest `memory` samples of the replay
+buffer become the slots, their standardised inputs (the model's first layers, as the head
+reads them) the keys, their targets the values (a class's probabilities smoothed by
+`SMOOTHING`, so that no miss costs an unbounded log loss, or the standardised target).
+After a drift the buffer holds only the samples since, and so, at the next write, does
+the memory. Until the first write every slot weighs alike and every value is the prior
+(`prior`), so the head predicts it.
+
+The bandwidth `tau` is chosen over the memory itself (`bandwidth`): the candidates are
+`BANDWIDTHS` times the median squared distance from a slot to its `NEIGHBOURS`-th nearest
+neighbour, and the one with the least leave-one-out loss wins. It is chosen again once a
+quarter of the samples it holds are new.
 
 A training step computes the head only on the few rows of a live stream's batch (a
 padded batch of at most `SCORED_ROWS` rows): there the step's logs (the served metric,
-each head's loss for Hedge) hold the head as it serves. On a backlog's larger batches its
-softmax over every slot for every row would cost a step ~10%: there it stands in as the
+each head's loss for Hedge) hold the head as it serves. On a backlog's larger batches,
+where its softmax over every slot for every row would be costly, it stands in as the
 other heads' plain mean, with no gradient (the learner counts its loss as the worst
 head's). Which of the two is fixed per batch size: on TensorFlow, whose trace covers every
-size, by a condition that XLA (the learner's step is compiled with it: `networks`)
-resolves when it compiles each bucket size, so no step pays for the test.
+size, by a condition that XLA (the learner's step is compiled with it:
+`streamlearn.nn.networks`) resolves when it compiles each bucket size, so no step pays
+for the test.
 
-The memory head, written: the replay buffer's newest samples into a hedge model's
-nearest-neighbour head (`streamlearn.online.memory`).
-
-In the learner's spare time, after the replay and the linear head's solve, the newest
-`memory` samples of the replay buffer become the head's slots: their standardised inputs
-(the model's first layers, as the head reads them) the keys; their targets the values: a
-class's probabilities, smoothed by `SMOOTHING` so that no miss costs an unbounded log
-loss, or the standardised target of a regression. After a drift the buffer holds only
-the samples since, and so, at the next write, does the memory.
-
-The kernel's bandwidth `tau` is chosen over the memory itself: the candidates are
-`BANDWIDTHS` times the median squared distance from a slot to its `NEIGHBOURS`-th nearest
-neighbour, and the one with the least leave-one-out loss wins (each slot predicted by the
-others). It is chosen again once a quarter of the samples it holds are new: after a drift,
-when the buffer starts again from a few samples, at every write while the memory fills.
-
-Cost: the first layers' forward pass over `memory` samples and, when the bandwidth is
-chosen, a (memory x memory) distance matrix: ~5 ms for 500 samples of 10 inputs. It runs
-only in spare time, never while a backlog waits.
+What it costs: docs/learning-log.md.
 """
 
 from __future__ import annotations

@@ -1,29 +1,25 @@
 """Several replayed steps in one compiled call: the replay's steps at a fraction of the cost.
 
 A training step of a small model costs the learner almost nothing to compute and a lot to
-call: on 2 cores, `train_on_batch` of a 16-sample replayed batch of the quality bench's
-10-64-64 hedge model took 1.4 ms, of which ~1.2 ms is the call itself (the compiled
-function's dispatch, its inputs' conversion, the logs' copies back), the same at 16 rows
-as at 256. Between two messages of a live stream the learner replays `replay_ratio`
-samples per fresh one in such steps (40 of them for a 40-sample message): through the
-service, at 400 samples/s on 2 cores shared with the other workers, it reached 6 of the 16
-replays per sample that the in-process loop makes, and served a model that had learned
-less (friedman's MAE 1.458 against 1.374 in-process; replayed 6 times per sample in-process
-instead of 16, 1.425).
+call (the compiled function's dispatch, its inputs' conversion, the logs' copies back),
+the same at 16 rows as at 256. Between two messages of a live stream the learner replays
+`replay_ratio` samples per fresh one in such steps; paying the call for each, a learner
+sharing its cores with the service's other workers replayed far fewer than the in-process
+loop, and served a model that had learned less.
 
 So the replay's steps go `STEPS` at a time through one compiled function: a loop over
 `STEPS` batches stacked, each step the model's own `train_step` (the trace probe's, which
-zeroes the metrics and adds the `finite` flag: `TrainProbe`), compiled by XLA as
+zeroes the metrics and adds the `finite` flag: `guard.TrainProbe`), compiled by XLA as
 the learner's step is. The same batches, drawn in the same order, in the same steps: only
-the call is shared. 8 steps in one call took 1.44 ms, 0.18 ms a step (7.7x less).
-
-The function is traced and compiled at warm-up, for the replay's batch size: ~4 s more
-on 2 cores (a learner's warm-up took 7.2 s and takes 11.5 s); without XLA it compiled in
-2.4 s but a step took 0.83 ms, not 0.36 ms (the same 2 cores, a busier hour).
+the call is shared. The function is traced and compiled at warm-up, for the replay's
+batch size.
 
 The logs are those of the last step; its `finite` flag covers every step, as a non-finite
 step leaves non-finite weights behind. TensorFlow on one device only (`of`): elsewhere
 (JAX, PyTorch, a mirrored or multi-worker learner) every replayed step is a call.
+
+What was measured (the call's cost, the gain through the service, the compile time):
+docs/learning-log.md.
 """
 
 from __future__ import annotations

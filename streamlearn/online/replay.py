@@ -9,11 +9,8 @@ fresh batches and replays nothing. Replayed steps never count in the online metr
 sample is scored only on its first sight, before it is learned.
 
 A sample's chance to be drawn halves with every `HALF_LIFE` x `replay_buffer` samples
-that came after it: the newest are replayed most. On the quality bench, in-process,
-against uniform draws, this gained where the concept moves (sine_drift 0.942 -> 0.960,
-stagger_drift 0.967 -> 0.973, mixed_drift 0.907 -> 0.912, rbf_drift 0.842 -> 0.849) for
-~0.004 on sea and rbf; a half-life of a quarter of the buffer gained more on rbf_drift
-(0.856) and lost more on the stationary streams.
+that came after it: the newest are replayed most, which helps where the concept moves
+(against uniform draws and other half-lives: docs/learning-log.md).
 
 Memory: `replay_buffer` x (bytes per x row + bytes per y row), allocated once, reported.
 """

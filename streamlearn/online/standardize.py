@@ -63,10 +63,10 @@ class Unstandardize(Standardize):
     """A regression's last layer: `z * sqrt(var) + mean`, the target's running moments.
 
     The layers before it learn a standardised target, whatever the target's units: an
-    optimizer's step size (0.01 for Adam) then moves the prediction by a hundredth of the
-    target's spread, not by 0.01 of its units, which took thousands of steps to reach a
-    target of ~150 (scikit-learn's diabetes). A target constant so far (var 0) gives its
-    mean. The loss and the online figures stay in the target's own units.
+    optimizer's step size then moves the prediction by a share of the target's spread,
+    not by a fixed amount of its units (docs/learning-log.md, "Standardisation"). A
+    target constant so far (var 0) gives its mean. The loss and the online figures stay
+    in the target's own units.
     """
 
     def call(self, z):
@@ -96,9 +96,9 @@ class Statistics:
     They are written to the layer's weights (what the model computes with, publishes and
     checkpoints) only when they have moved by more than `tolerance` of a standard
     deviation (or its square, for the variance) since the last write: once they settle, a
-    step costs no variable writes (each costs ~0.3 ms on TensorFlow, on the learner's
-    critical path). They are read from the layer once, at the first update, so a resumed
-    learner goes on from its checkpoint's.
+    step costs no variable writes, which are on the learner's critical path. They are
+    read from the layer once, at the first update, so a resumed learner goes on from its
+    checkpoint's.
     """
 
     # float64, one per feature; None until the first `update` (`_read`, then `_fold`)
@@ -126,7 +126,7 @@ class Statistics:
     def update(self, x: np.ndarray) -> None:
         """Fold the rows of `x` (samples, or windows of steps) into the statistics.
 
-        A step only adds to two sums (~20 us); they are folded in once a chunk of rows is
+        A step only adds to two sums; they are folded in once a chunk of rows is
         pending (every call at first, then every 1,024 rows) and at every `flush` (the
         learner's publish), so the statistics lag by at most that chunk.
 

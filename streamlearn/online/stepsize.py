@@ -10,15 +10,15 @@ Two rules set the optimizer's learning rate, `learning_rate x by_loss x idle`:
   falls the steps shrink; when it rises (a change) they grow back by themselves, and at a
   drift (`changed`) the recent loss starts over.
 - While idle: with no fresh samples, replay runs epochs over the same buffer, and at a
-  constant step size the fit jitters instead of settling (a noise-free linear function's
-  final error varied 0.02 to 0.2 between seeds). So, as multi-epoch training anneals, a
-  replayed step takes `1 / (1 + e - GRACE)` of the rate once `e` epochs over the buffer
-  since the last fresh batch pass `GRACE`; the next fresh batch trains at the full rate
-  again. Replay between the messages of a live stream, a fraction of an epoch (or one or
-  two over a small buffer), keeps the full rate.
+  constant step size the fit jitters instead of settling. So, as multi-epoch training
+  anneals, a replayed step takes `1 / (1 + e - GRACE)` of the rate once `e` epochs over
+  the buffer since the last fresh batch pass `GRACE`; the next fresh batch trains at the
+  full rate again. Replay between the messages of a live stream, a fraction of an epoch
+  (or one or two over a small buffer), keeps the full rate.
 
 The rate is the optimizer's own variable (no retrace); it is written only when it moves
-by 10% or more (a write costs ~0.2 ms). A schedule (a factory's optimizer) is left alone.
+by 10% or more, as a write costs the step time. A schedule (a factory's optimizer) is
+left alone. What was measured: docs/learning-log.md.
 """
 
 from __future__ import annotations

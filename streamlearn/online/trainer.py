@@ -53,7 +53,8 @@ DeadLetter = Callable[[str, bytes], None]
 @dataclass(frozen=True)
 class Params:
     """What the trainer needs to know of its model's config: plain values, so that this
-    package needs no config library (the learner role makes them: `learner.step`)."""
+    package needs no config library (the learner role makes them:
+    `streamlearn.learner.step.params_of`)."""
 
     task: str  # "regression", "binary" or "multiclass"
     sample_shape: tuple[int, ...]
@@ -200,9 +201,8 @@ class Trainer:
     def _newer_part(self, batch: Batch) -> int:
         """How many of the newest samples of the step that showed a drift are the new
         concept (`drift.newer_part`), judged by each one's loss under the served model.
-        One forward pass of the step's samples, at a drift only: compiled at warm-up (~1 ms;
-        the model called eagerly took 54 ms the first time, 10 ms after, and through the
-        service the message after a drift was answered by the version before it)."""
+        One forward pass of the step's samples, at a drift only, compiled at warm-up: called
+        eagerly it held up the publish after a drift (docs/learning-log.md, "Drift")."""
         if self._forward is None:  # not warmed up
             self._forward = Forward(self.model, self.params.sample_shape)
         predicted = self._forward(batch.x[: batch.n])

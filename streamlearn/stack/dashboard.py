@@ -1,7 +1,7 @@
 """A small live dashboard for `streamlearn up`, served on localhost.
 
 A sampler thread records, once a second, each model's learner status and queue figures
-(and, for a model with variants, each variant's figures from `champion.read_standings`);
+(and, for a model with variants, each variant's figures from `standings.read_standings`);
 the page (plain HTML and JS shipped in the package, no build step, no external library)
 polls `/api/series` and draws SVG charts with axes, one line per variant, and a y scale
 that a start-up spike does not flatten (see dashboard.js, `scale`).
