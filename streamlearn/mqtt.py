@@ -118,7 +118,7 @@ def _puback(mid: int) -> bytes:
     return bytes((_PUBACK, 2, mid >> 8, mid & 0xFF))
 
 
-MessageHandler = Callable[[mqtt.Client, object, mqtt.MQTTMessage], None]
+MessageHandler = Callable[[BufferedClient, object, mqtt.MQTTMessage], None]  # `connect`'s client
 
 
 @dataclass(frozen=True)
@@ -244,10 +244,10 @@ def connect(
     client.on_connect = on_connect
     client.on_disconnect = on_disconnect
     client.on_subscribe = on_subscribe
-    if no_delay:
-        client.on_socket_open = _no_delay
-    if on_message is not None:
-        client.on_message = on_message
+    if no_delay:  # paho types the socket as its SocketLike; over TCP or TLS, a socket
+        client.on_socket_open = _no_delay  # type: ignore[assignment]
+    if on_message is not None:  # paho calls it with itself, a BufferedClient
+        client.on_message = on_message  # type: ignore[assignment]
     props = Properties(PacketTypes.CONNECT)
     if persistent:
         props.SessionExpiryInterval = SESSION_EXPIRY_S
@@ -286,6 +286,7 @@ class PackedProperties(Properties):
 
     _generic = Properties(PacketTypes.PUBLISH)
     types, names, properties = _generic.types, _generic.names, _generic.properties
+    _packed: bytes  # set at construction
 
     def __init__(self, response_topic: str | None, correlation: bytes | None) -> None:
         set_ = object.__setattr__

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -85,7 +85,7 @@ class Inbox:
     def put(self, msg: mqtt.MQTTMessage) -> bool:
         """Queue a request (paho's network thread); False when it was shed. Never blocks."""
         now = time.monotonic()
-        payload = msg.payload
+        payload = cast(bytes, msg.payload)  # a received one: bytes
         size = len(payload)
         if size > self.max_payload_bytes:
             payload = b""  # refused unread: keep only its size

@@ -60,6 +60,8 @@ def read_samples(path: str, target: str = "y") -> tuple[np.ndarray, np.ndarray]:
     if not Path(path).is_file():
         raise ConfigError(f"no such file: {path}")
     samples = ndjson_samples if path.endswith((".ndjson", ".jsonl")) else csv_samples
+    xs: list[list[float]]
+    ys: list[float]
     xs, ys = [], []
     for x, y in samples(path, target):
         if len(ys) == MAX_SAMPLES:
@@ -97,9 +99,9 @@ def report(task: str, y: np.ndarray, result: Replay, last: int, served: bool = F
         f"{result.seconds:.1f} s, request then {'label' if served else 'publish'}, "
         f"{result.messages:,} messages)",
     ]
-    served = result.versions[result.versions >= 0]
+    versions = result.versions[result.versions >= 0]
     known = result.behind[result.behind >= 0]
-    if not len(served):
+    if not len(versions):
         lines.append("freshness: no request was answered")
     else:
         lag = (
@@ -108,7 +110,9 @@ def report(task: str, y: np.ndarray, result: Replay, last: int, served: bool = F
             if len(known)
             else "the learner's newest version unknown (no status seen)"
         )
-        lines.append(f"freshness: replies came from versions {served.min()}..{served.max()}, {lag}")
+        lines.append(
+            f"freshness: replies came from versions {versions.min()}..{versions.max()}, {lag}"
+        )
     lines += [f"  {count} x {error}" for error, count in result.errors.items()]
     return lines
 

@@ -70,7 +70,7 @@ def _take(doc: dict, name: str) -> Any:
     """
     *parents, leaf = name.split(".")
     for part in parents:
-        doc = doc.get(part)
+        doc = doc.get(part)  # type: ignore[assignment]
         if not isinstance(doc, dict):
             return None
     return doc.pop(leaf, None)

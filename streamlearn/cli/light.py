@@ -147,7 +147,7 @@ def _first_bad_utf8(path: str | Path) -> tuple[int, int]:
     return 0, offset
 
 
-def json_line(path: str, number: int, line: str) -> object:
+def json_line(path: str, number: int, line: str) -> Any:
     """One NDJSON line, strictly JSON: NaN and Infinity, which Python reads but the service
     refuses, and nesting too deep to read are errors naming the line."""
     try:
@@ -214,7 +214,7 @@ def file_payloads(
         yield from _columnar_payloads(path, batch, model)
 
 
-def ndjson_lines(path: str) -> Iterator[tuple[int, str, object]]:
+def ndjson_lines(path: str) -> Iterator[tuple[int, str, Any]]:
     """(line number, line, document) per non-empty line of an NDJSON file."""
     try:
         with open(path, encoding="utf-8") as f:

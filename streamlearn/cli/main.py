@@ -69,7 +69,7 @@ def _needs_service(_args: argparse.Namespace | None = None) -> int:
     return 2
 
 
-def _guard(func) -> int:  # type: ignore[no-untyped-def]
+def _guard(func) -> int:
     try:
         return int(func() or 0)
     except ModuleNotFoundError as exc:
@@ -111,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     base_only = service_missing() is not None
 
-    def command(name: str, help: str, func) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+    def command(name: str, help: str, func) -> argparse.ArgumentParser:
         described = f"{help}. With this install, {SERVICE_EXTRA}." if base_only else help
         p = sub.add_parser(name, help=help, description=described)
         p.add_argument(
@@ -263,6 +263,7 @@ def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, C
     line that says which broker, and why, goes to stderr."""
     from streamlearn.client.client import Client
 
+    model: ModelConfig | light.LightModel
     if service_missing() is not None:
         model = light.model(args.config, args.model)
         print(light.which_stack(), file=sys.stderr)

@@ -75,6 +75,7 @@ def run(args: argparse.Namespace, target: Callable[[argparse.Namespace], tuple])
         f"in {elapsed:.1f} s ({sent / max(elapsed, 1e-9):,.0f} samples/s)"
     )
     if refused:
+        assert judge is not None  # refusals are counted by the judge
         kinds = ", ".join(f"{kind} {count}" for kind, count in judge.kinds.items())
         print(
             f"streamlearn: {refused} of {sent} samples refused by the model's checks, not "

@@ -50,7 +50,7 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     unpin.add_argument("--label", help="remove this version label instead")
 
 
-def _store(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _store(args: argparse.Namespace):
     """The model's config and its weights store, from --config and the environment."""
     from streamlearn.store import redis_client
     from streamlearn.store.weights import WeightsStore

@@ -34,7 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 import paho.mqtt.client as paho
 
@@ -186,8 +186,8 @@ class Client:
     def publish_many(
         self,
         model: str,
-        xs: Sequence[Any],
-        ys: Sequence[Any],
+        xs: Any,  # a sequence or an array (`documents.plain`)
+        ys: Any,
         ids: Sequence[str] | None = None,
         *,
         timeout: float = 10.0,
@@ -343,12 +343,15 @@ class Client:
         return Sent(topic, self._mqtt.publish(topic, payload, qos=1), before)
 
     def _on_reply(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
-        self._pending.resolve(getattr(msg.properties, "CorrelationData", b""), msg.payload)
+        self._pending.resolve(
+            getattr(msg.properties, "CorrelationData", b""), cast(bytes, msg.payload)
+        )
 
     def _watch_connection(self, url: str) -> None:
         """Fail the waiting requests when the connection is lost (their replies are lost
         with it); take requests again once a reconnect has resubscribed."""
         on_disconnect, on_subscribe = self._mqtt.on_disconnect, self._mqtt.on_subscribe
+        assert on_disconnect is not None and on_subscribe is not None  # `mqtt.connect` set them
         where = mqtt.BrokerAddress.parse(url)
 
         def disconnected(*args: Any) -> None:

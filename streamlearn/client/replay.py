@@ -13,11 +13,17 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from streamlearn.client.client import PredictionError
 from streamlearn.online.evaluate import decide
+
+if TYPE_CHECKING:
+    import paho.mqtt.client as paho
+
+    from streamlearn.client.client import Client
 
 DEFAULT_BATCH = 40
 
@@ -39,7 +45,7 @@ class Replay:
 
 
 def replay(
-    client: object,
+    client: Client,
     model: str,
     task: str,
     x: np.ndarray,
@@ -86,13 +92,13 @@ def replay(
 class LearnerWatch:
     """The learner's newest version, from its retained status (about once a second)."""
 
-    def __init__(self, client: object, status_topic: str) -> None:
+    def __init__(self, client: Client, status_topic: str) -> None:
         self.client, self.topic = client, status_topic
         self.latest: dict = {}
         client.mqtt.message_callback_add(status_topic, self._on_status)
         client.mqtt.subscribe(status_topic, qos=1)
 
-    def _on_status(self, _c: object, _u: object, msg: object) -> None:
+    def _on_status(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         try:
             self.latest = json.loads(msg.payload) if msg.payload else {}
         except ValueError:

@@ -203,13 +203,14 @@ class ModelConfig(Frozen):
     @model_validator(mode="after")
     def _check_names(self) -> ModelConfig:
         named = self.fields is not None
-        if named and len(self.fields) != self.inputs:
-            raise ValueError(f"fields: {len(self.fields)} names for inputs = {self.inputs}")
+        if named and len(self.fields) != self.inputs:  # type: ignore[arg-type]
+            raise ValueError(f"fields: {len(self.fields)} names for inputs = {self.inputs}")  # type: ignore[arg-type]
         if not named:
             for name in ("categorical", "strict_fields", "target", "max_missing"):
                 if getattr(self, name) != type(self).model_fields[name].default:
                     raise ValueError(f"{name}: only for named inputs (inputs = [names])")
             return self
+        assert self.fields is not None  # named
         own = {"x", "id", "ids", "key", "seq", "reply_to", "samples"}
         clash = own & {*self.fields, self.target}
         if clash:
@@ -311,7 +312,7 @@ class ModelConfig(Frozen):
 
     @property
     def outputs(self) -> int:
-        return self.classes if self.task == "multiclass" else 1
+        return self.classes if self.task == "multiclass" else 1  # type: ignore[return-value]
 
 
 class AppConfig(Frozen):

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass
+from typing import cast
 
 from streamlearn.errors import ConfigError
 
@@ -120,7 +121,8 @@ STREAMLEARN_TF_PUBLIC_ADDRESSES=allow if a firewall already keeps everyone else 
     """
     host = address.rsplit(":", 1)[0].strip("[]")
     try:
-        found = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        found = cast(set[str], {info[4][0] for info in infos})  # IP addresses: str
     except (OSError, UnicodeError):
         return
     public = sorted(ip for ip in found if ipaddress.ip_address(ip.split("%")[0]).is_global)

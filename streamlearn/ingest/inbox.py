@@ -27,7 +27,7 @@ import math
 import threading
 import time
 from collections import deque
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import paho.mqtt.client as paho
 
@@ -93,7 +93,9 @@ class IngestInbox:
             return  # the client is closing: never acknowledged, the broker delivers it again
         self._bytes_in += size
         self._messages.append(
-            Delivery(client.generation, client, msg.mid, msg.qos, msg.topic, msg.payload)
+            Delivery(
+                client.generation, client, msg.mid, msg.qos, msg.topic, cast(bytes, msg.payload)
+            )
         )
         waiting = len(self._messages)
         if waiting == 1 or waiting >= self._wanted:

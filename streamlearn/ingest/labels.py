@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from streamlearn.contract.payloads import PayloadParser
-from streamlearn.contract.records import Parsed, Rejection, Samples
+from streamlearn.contract.records import Kind, Parsed, Rejection, Samples
 from streamlearn.contract.schemas import decode as decode_json
 from streamlearn.errors import PayloadError
 from streamlearn.store.pending import Joined, Kept, PendingStore, decode
@@ -65,7 +65,7 @@ class LabelJoiner:
                     "too_many_samples",
                 )
         except PayloadError as exc:
-            return LabelMessage([], [Rejection(str(exc), raw, exc.kind)])
+            return LabelMessage([], [Rejection(str(exc), raw, cast(Kind, exc.kind))])
         good: list[tuple[str, float]] = []
         bad: list[tuple[int, PayloadError]] = []
         rejected = 0
@@ -98,7 +98,7 @@ class LabelJoiner:
         listed = "; ".join(f"{where}{i}: {exc}".removeprefix("0: ") for i, exc in bad)
         more = f"and {rejected - len(bad)} more; " if rejected > len(bad) else ""
         reason = f"{listed} ({more}{rejected} of {len(items)} labels rejected)"
-        return LabelMessage(good, [Rejection(reason, raw, bad[0][1].kind)])
+        return LabelMessage(good, [Rejection(reason, raw, cast(Kind, bad[0][1].kind))])
 
     def _label(self, item: Any) -> tuple[str, float]:
         if not isinstance(item, dict):
@@ -159,9 +159,9 @@ class LabelJoiner:
             m.joined = []
             samples = None
             if found:
-                y = np.asarray(ys, np.float32)
+                targets = np.asarray(ys, np.float32)
                 x = np.stack([k.x for k in found]).reshape((len(found), *self.model.sample_shape))
-                samples = Samples(x, y, tuple(sample_ids))
+                samples = Samples(x, targets, tuple(sample_ids))
                 predictions = np.stack([k.y for k in found])
                 loss, metric = score(self.model.task, predictions, np.asarray(ys, np.float64))
                 delay = np.maximum(0.0, now - np.array([k.served_at for k in found]))

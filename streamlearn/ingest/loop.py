@@ -69,7 +69,7 @@ class Ingest:
     def __init__(
         self,
         parser: PayloadParser,
-        stream: SampleStream,
+        stream: SampleStream | PartitionedStream,
         cfg: IngestConfig,
         windows: WindowStore | None = None,
         max_run: int = 500,
@@ -116,7 +116,7 @@ class Ingest:
         for writer in self.writers:
             writer.waiting = lambda: self.heartbeat()  # waiting out Redis is not hung
 
-    def metrics(self) -> dict[str, float | int | None]:
+    def metrics(self) -> dict[str, float | int | None | dict[str, int]]:
         """For `streamlearn.observe.metrics` (Prometheus): names ending in `_total` are counters."""
         c = self.counters
         return {

@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -35,7 +35,7 @@ from redis.exceptions import (
 
 from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.payloads import Parsed, Rejection
-from streamlearn.contract.records import FieldCounts
+from streamlearn.contract.records import FieldCounts, Observations
 from streamlearn.ingest.inbox import Delivery
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.windows import WindowStore
@@ -224,7 +224,9 @@ class RunWriter:
         observing = [m for m in piece if not m.observed]
         if observing:
             assert self.windows is not None  # only a model with a window accepts them
-            observations = [m.parsed.observations for m in observing]
+            observations = cast(  # a message not yet observed has observations
+                list[Observations], [m.parsed.observations for m in observing]
+            )
             try:
                 windowed = self.windows.append(
                     observations, self.cfg.window_ttl_s, self.cfg.max_devices
@@ -266,7 +268,7 @@ class RunWriter:
         appending: list[RunMessage],
         calls: list[int],
         letters: list[tuple[RunMessage, Rejection]],
-        replies: list,
+        replies: Iterable[Any],
     ) -> redis.RedisError | None:
         """Mark what the pipeline's `replies` say Redis took; the error to act on, if any."""
         errors = [r for r in replies if isinstance(r, redis.RedisError)]

@@ -34,7 +34,7 @@ class Encode(keras.layers.Layer):
         self.numeric = [i for i, k in enumerate(self.categories) if k == 0]
         self.coded = [(i, k) for i, k in enumerate(self.categories) if k > 0]
 
-    def call(self, x):  # type: ignore[no-untyped-def]
+    def call(self, x):
         ops = keras.ops
         parts = []
         if self.numeric:

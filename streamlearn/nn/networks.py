@@ -78,6 +78,7 @@ def _build(cfg: ModelConfig) -> keras.Model:
         for i, units in enumerate(cfg.hidden):
             h = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(h)
             taps.append(h)
+    losses: hedge.HeadsLoss | str
     if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
         heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
         if cfg.memory_slots:  # a nearest-neighbour head on the inputs, after the others

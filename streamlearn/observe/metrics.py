@@ -140,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: WorkerServer
 
     def setup(self) -> None:
-        self.timeout = self.server.client_timeout_s  # read by StreamRequestHandler.setup
+        self.timeout = self.server.client_timeout_s  # type: ignore[misc]  # read by StreamRequestHandler.setup
         super().setup()
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)

@@ -17,7 +17,7 @@ import contextlib
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import paho.mqtt.client as paho
 import redis
@@ -95,7 +95,7 @@ class StatusMonitor:
 
     def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
         if msg.topic in BROKER_TOPICS:
-            self._on_broker_counter(BROKER_TOPICS[msg.topic], msg.payload)
+            self._on_broker_counter(BROKER_TOPICS[msg.topic], cast(bytes, msg.payload))
             return
         try:
             doc = json.loads(msg.payload) if msg.payload else None
