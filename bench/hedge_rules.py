@@ -11,7 +11,7 @@ after which a drift set the weights back to uniform; then each rule serves those
 and is scored as `bench.quality` scores the served model (accuracy, or MAE).
 
 A rule is JSON: `loss` ("log", the learner's; "brier"; "zero_one"; or "mix:A", A x log
-loss + (1 - A) x zero_one), `beta`, `smoothing` and `favoured` (as `hedge.Hedge`), or
+loss + (1 - A) x zero_one), `beta`, `smoothing` and `favoured` (as `online.hedge.Hedge`), or
 `{"rule": "adahedge"}` (de Rooij et al., 2014: the learning rate from the mixability gap,
 no floor). Columns: `served`, what the learner served; `default`, the learner's rule
 replayed, which must match it (the check: the replay is faithful); then each rule's score
@@ -29,10 +29,9 @@ import numpy as np
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
 from bench._report import exit_status, report
-from streamlearn.online import hedge
-from streamlearn.online.hedge import Hedge, HedgeMix
+from streamlearn.online.hedge import FAVOURED, Hedge, HedgeMix
 
-DEFAULT = {"loss": "log", "beta": 0.9, "smoothing": 0.2, "favoured": hedge.FAVOURED}
+DEFAULT = {"loss": "log", "beta": 0.9, "smoothing": 0.2, "favoured": FAVOURED}
 
 
 def record(stream: streams.Stream, seed: int, message_size: int) -> dict:
@@ -103,14 +102,14 @@ def _messages(stream: streams.Stream, rec: dict, loss: str):  # type: ignore[no-
 
 
 def _hedge(stream: streams.Stream, rec: dict, rule: dict) -> list[np.ndarray]:
-    """The served weights per message: the learner's `hedge.Hedge`, with `rule`'s settings."""
+    """The served weights per message: the learner's `Hedge`, with `rule`'s settings."""
     layer = HedgeMix()
     layer.build((None, len(rec["prior"]), 1))
     favoured = int(np.argmax(rec["prior"])) if np.ptp(rec["prior"]) > 0 else None
     hedge = Hedge(
         layer, rule["beta"], rule["smoothing"], relative=rec["relative"], favoured=favoured
     )
-    if favoured is not None and rule["favoured"] != hedge.FAVOURED:
+    if favoured is not None and rule["favoured"] != FAVOURED:
         hedge.prior[:] = 1.0
         hedge.prior[favoured] = rule["favoured"]
         hedge.prior /= hedge.prior.sum()

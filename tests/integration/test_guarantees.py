@@ -480,7 +480,7 @@ def test_a_reload_in_progress_never_holds_up_a_batch(redis, settings, monkeypatc
         actor.serve(actor._gather(idle_s=1.0))
         served.set()
 
-    monkeypatch.setattr(networks, "set_arrays", slow_load)
+    monkeypatch.setattr(tensors, "set_arrays", slow_load)
     publish_constant(actor.reloader.store, linear_cfg(), 3, 3.0)
     poll = threading.Thread(target=actor.reloader.poll, daemon=True)
     poll.start()
