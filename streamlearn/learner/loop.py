@@ -69,7 +69,7 @@ class Learner:
         self.trainer = build_trainer(cfg, self.writes.deadletter)
         self.durability = Durability(cfg, variant, self.trainer, store, self.writes, clock)
         self.reporter = Reporter(
-            cfg.name,
+            cfg,
             variant,
             self.trainer,
             self.writes,

@@ -22,6 +22,7 @@ from typing import Any
 import paho.mqtt.client as paho
 import redis
 
+from streamlearn.config.app import ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.learner.tensorboard import Rate, ScalarLog
 from streamlearn.learner.variants import Promoter, Promotion
@@ -40,7 +41,7 @@ class Reporter:
 
     def __init__(
         self,
-        cfg_name: str,
+        cfg: ModelConfig,
         variant: str,
         trainer: Trainer,
         writes: LearnerWrites,
@@ -49,14 +50,13 @@ class Reporter:
         unpublished: Callable[[], int] = lambda: 0,
     ) -> None:
         """`unpublished()`: steps taken since the last published version."""
-        self.model = cfg_name
+        self.model = cfg.name
         self.unpublished = unpublished
         self.variant = variant
         self.trainer = trainer
         self.writes = writes
         self.sink = sink
         self.promoter = promoter
-        cfg = trainer.cfg
         queue = writes.queue
         self.pending = PendingStore(queue.redis, queue.names, cfg.labels)
         self.served_metric = served_metric(cfg.task)
