@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import redis
@@ -34,7 +35,9 @@ def complete_windows(
         return batch
     need = windows.window - 1
     try:
-        earlier = windows.recent([(p.key, p.seq) for p in keyed], need)
+        earlier = windows.recent(  # each of `keyed` has a key
+            cast(list[tuple[str, float | None]], [(p.key, p.seq) for p in keyed]), need
+        )
     except redis.RedisError as exc:
         log.warning("stored observations unavailable: %s", exc)
         for p in keyed:

@@ -31,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 import keras
 import numpy as np
@@ -248,13 +249,13 @@ class Actor:
             chunk = x[start : start + self.policy.max_batch]
             n = len(chunk)
             chunk = buckets.pad(chunk, buckets.fit(self.buckets, n))
-            out.append(forward(chunk)[:n])
+            out.append(cast(np.ndarray, forward(chunk))[:n])  # the one output actors serve
         return out[0] if len(out) == 1 else np.concatenate(out)
 
     def traces(self) -> int | None:
         """Times the forward passes were traced (compiled); None where unknown."""
         counts = [f.traces() if f.traces else None for f in self._forward.values()]
-        return None if None in counts else sum(counts)
+        return None if None in counts else sum(cast(list[int], counts))
 
     def status(self) -> dict[str, object]:
         """The version served, how long ago it was loaded, and what was refused."""

@@ -271,7 +271,7 @@ def _named(
     rows = None
     for name, values in tensors.items():
         flat = values.reshape(-1).tolist() if isinstance(values, np.ndarray) else values
-        shape = values.shape if isinstance(values, np.ndarray) else (len(values),)
+        shape: tuple[int, ...] = values.shape if isinstance(values, np.ndarray) else (len(values),)
         if len(shape) > 2 or (len(shape) == 2 and shape[1] != 1):
             raise PayloadError(f"inputs ({name!r}): shape must be [rows] or [rows, 1]")
         if rows is not None and len(flat) != rows:

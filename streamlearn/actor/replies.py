@@ -113,6 +113,7 @@ class ReplyRoutes:
             if not (asked.startswith(space + "/") or (client is not None and asked == space)):
                 problem = f"outside this request's reply space {space}/..."
         if problem is None:
+            assert isinstance(asked, str)  # as above
             return Route(asked)
         return Route(default.topic, f"reply topic {_shown(asked)} refused: {problem}")
 

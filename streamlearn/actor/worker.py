@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         http_port = door.start()
         log.info("Open Inference Protocol on http://%s:%d/v2", door.host, http_port)
 
-    def snapshot() -> dict[str, object]:
-        figures: dict[str, object] = dict(actor.metrics())
+    def snapshot() -> metrics.Snapshot:
+        figures: dict[str, float | int | None | dict[str, int]] = dict(actor.metrics())
         if door is not None:
             figures["http_responses_total"] = dict(door.responses)
         return figures

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import redis
@@ -26,6 +27,7 @@ from streamlearn.config.policies import LearnerConfig
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError
 from streamlearn.online.batch import Batch, padded
+from streamlearn.store.partitions import PartitionedStream
 from streamlearn.store.retries import Retried
 from streamlearn.store.stream import Packed, SampleStream
 
@@ -90,7 +92,7 @@ class Drainer:
 
     def __init__(
         self,
-        stream: SampleStream,
+        stream: SampleStream | PartitionedStream,
         consumer: str,
         policy: LearnerConfig,
         buckets: tuple[int, ...],
@@ -164,7 +166,10 @@ class Drainer:
             return
         count = min(self._count(_READ_BATCHES * limit - self._carry.available), limit)
         sent = send(self.consumer, count)
-        self._ahead = lambda: self._took(self.stream.packed(sent.result()), count)
+        # one with `send_read` is a SampleStream
+        self._ahead = lambda: self._took(
+            cast(SampleStream, self.stream).packed(sent.result()), count
+        )
 
     def _first(self, limit: int, block_ms: int | None) -> int:
         """A read for the first entry, waiting up to `block_ms`. Redis ends a blocked read

@@ -79,6 +79,7 @@ class Collective:
             if per_row is None:
                 logs = {"loss": ctx.all_reduce("sum", loss)}
             else:  # the metric's weighted mean over every worker's rows; one all-reduce
+                assert metric is not None  # `per_row` is a metric's
                 w = tf.cast(w, "float32")
                 hits = tf.reduce_sum(w * tf.reshape(per_row(y, hedge.served(pred)), [-1]))
                 sums = [loss, hits, tf.reduce_sum(w)]
@@ -115,7 +116,7 @@ class Collective:
             )
         return [int(n) for n in every.numpy()]
 
-    def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    def fit(self, x: np.ndarray, y: np.ndarray, w: np.ndarray) -> dict[str, float | np.ndarray]:
         """One synchronous step: replica r trains rows r, r+R, r+2R... of the batch, which
         must be the same on every worker (the learner's batches are: `exchange`)."""
         split = [tensors.split_per_replica(self.strategy, a) for a in (x, y, w)]

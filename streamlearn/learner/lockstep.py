@@ -92,7 +92,7 @@ class LockstepLearner(Learner):
         (counters,) = self._chiefs_variables(counters)
         kinds = [f.name for f in fields(LearnerState)]
         self.trainer.state = LearnerState(
-            **{
+            **{  # type: ignore[arg-type]
                 k: None if np.isnan(v) else (float(v) if k.startswith("online") else int(v))
                 for k, v in zip(kinds, counters, strict=True)
             }
@@ -149,6 +149,7 @@ class LockstepLearner(Learner):
         x = np.zeros((self.share, *self.cfg.sample_shape), np.float32)
         y = np.zeros((self.share, *self.y_tail), np.float32)
         if n:
+            assert batch is not None  # n is its size
             x[:n], y[:n] = batch.x[:n], batch.y[:n]
         events = self._events()
         chiefs = events != self._sent if self.workers.chief else np.zeros(3, bool)

@@ -31,6 +31,7 @@ from streamlearn.learner.step import build_trainer
 from streamlearn.learner.variants import Promoter
 from streamlearn.learner.writes import LearnerWrites
 from streamlearn.online.batch import Batch
+from streamlearn.store.partitions import PartitionedStream
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 
@@ -46,7 +47,7 @@ class Learner:
     def __init__(
         self,
         cfg: ModelConfig,
-        sample_queue: SampleStream,
+        sample_queue: SampleStream | PartitionedStream,
         store: WeightsStore,
         *,
         consumer: str = "learner",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from streamlearn.errors import ConfigError
 
@@ -41,7 +42,7 @@ class ScalarLog:
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
         ).SerializeToString()
 
-    def write(self, status: dict[str, object]) -> None:
+    def write(self, status: dict[str, Any]) -> None:
         step = int(status.get("samples_seen") or 0)
         with self.writer.as_default(step=step):
             for name in self.SCALARS:

@@ -7,6 +7,7 @@ stream in its own consumer group, its own weights keys, and the model's while ch
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from streamlearn import mqtt, runtime
 from streamlearn.config.app import BASE_VARIANT
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     partitions = workers.partitions(cfg.ingest.partitions) if workers else None
     chief = workers is None or workers.chief
     stream = open_stream(redis, names, cfg, group_of(variant), partitions)
-    parts = {
+    parts: dict[str, Any] = {  # for either learner
         "consumer": f"learner-{model.name}",
         "status": publisher if chief else None,
         "variant": variant,
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in (partitions or range(cfg.ingest.partitions))
     ]
 
-    def snapshot() -> dict[str, object]:
+    def snapshot() -> metrics.Snapshot:
         """The learner's counters plus its stream's length, pending and dead letters, and
         the samples waiting for it (the alert on a stale learner reads them)."""
         figures = queue_figures(redis, names, group_of(variant), cfg.ingest.partitions)

@@ -22,6 +22,7 @@ import redis
 from streamlearn.config.policies import LearnerConfig
 from streamlearn.contract.records import Rejection
 from streamlearn.learner.variants import Promoter, Promotion
+from streamlearn.store.partitions import PartitionedStream
 from streamlearn.store.retries import RedisHealth, Retried
 from streamlearn.store.sent import Sent
 from streamlearn.store.stream import SampleStream
@@ -37,7 +38,7 @@ class LearnerWrites:
 
     def __init__(
         self,
-        queue: SampleStream,
+        queue: SampleStream | PartitionedStream,
         store: WeightsStore,
         policy: LearnerConfig,
     ) -> None:
@@ -83,6 +84,7 @@ class LearnerWrites:
         Redis's (~0.5 us an entry): acknowledging a durable point's 12,800 one-sample
         entries at once held the next read up for 7 ms.
         """
+        sent: Sent | None
         if self._sent is not None:
             (n, sent), self._sent = self._sent, None
             if self.acking.run(sent.result):

@@ -22,7 +22,7 @@ import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from typing import Any
+from typing import Any, cast
 
 from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
@@ -90,8 +90,8 @@ def samples_per_s(prev: dict[str, Any] | None, point: dict[str, Any]) -> float |
         return None
     t0, t1 = prev.get("updated_at"), point.get("updated_at")
     n0, n1 = prev.get("samples_seen"), point.get("samples_seen")
-    if all(isinstance(v, int | float) for v in (t0, t1, n0, n1)) and t1 > t0:
-        return (n1 - n0) / (t1 - t0)
+    if all(isinstance(v, int | float) for v in (t0, t1, n0, n1)) and t1 > t0:  # type: ignore[operator]
+        return (n1 - n0) / (t1 - t0)  # type: ignore[operator]
     return prev.get("samples_per_s")
 
 
@@ -119,7 +119,7 @@ class Dashboard:
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = cast(tuple[str, int], self._server.server_address[:2])  # TCP
         return f"http://{host}:{port}/"
 
     def start(self, *, sample: bool = True) -> str:
@@ -159,7 +159,7 @@ class Dashboard:
             for row in rows:
                 points = self.series[row["model"]]
                 prev = points[-1] if points else None
-                point = {k: row.get(k) for k in _KEYS}
+                point: dict[str, Any] = {k: row.get(k) for k in _KEYS}
                 point["actors"] = len(row.get("actors", []))
                 point["samples_per_s"] = samples_per_s(prev, point)
                 if point["status_age_s"] is None and isinstance(point["updated_at"], int | float):

@@ -90,7 +90,7 @@ class ChildLog:
         self.path = path
         self.max_bytes = max_bytes
 
-    def open(self):  # type: ignore[no-untyped-def]
+    def open(self):
         """The file to hand the child as stdout and stderr (the caller closes its copy)."""
         return open(self.path, "ab")
 
