@@ -19,7 +19,7 @@ need_debian_packages() {
     command -v cc >/dev/null || missing+=(gcc)
     [ -f /usr/include/mosquitto_plugin.h ] || missing+=(mosquitto-dev)
     [ -f /usr/include/mosquitto.h ] || missing+=(libmosquitto-dev)
-    # kubectl's built-in kustomize renders deploy/k8s (tests/unit/test_k8s_manifests.py).
+    # kubectl's built-in kustomize renders deploy/k8s (tests/integration/test_k8s_manifests.py).
     command -v kubectl >/dev/null || command -v kustomize >/dev/null || missing+=(kubernetes-client)
     # promtool and prometheus: the alerting rules' tests (deploy/prometheus/alerts.yml).
     command -v promtool >/dev/null || missing+=(prometheus)

@@ -19,7 +19,7 @@ from streamlearn.online import memory
 from streamlearn.online.batch import padded
 from streamlearn.online.forward import Forward
 from streamlearn.online.trainer import Trainer
-from tests.unit.test_linear_head import MESSAGE, learn
+from tests.learning.test_linear_head import MESSAGE, learn
 
 
 def trainer_for(task: str, inputs: int, size: int = 500, classes: int | None = None) -> Trainer:
