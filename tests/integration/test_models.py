@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import numpy as np
 
 from streamlearn.contract.names import Names
@@ -63,7 +65,9 @@ def test_one_models_bad_input_and_crash_do_not_touch_another(
     # Served by an actor that built the factory's architecture and loaded its weights.
     assert reply["version"] == int(redis.get(good.latest_key)) > 0
     assert len(reply["y"]) == 2 and all(np.isfinite(reply["y"]))
-    assert bad_learner.proc.poll() is not None, "still dead"
+    # still dead, by the kill above: wait() rather than poll(), which reads None while a
+    # SIGKILLed process has not exited yet (it read None once under pytest -n 4, loaded)
+    assert bad_learner.proc.wait(30) == -signal.SIGKILL, "still dead"
     eventually(
         lambda: int(redis.get(bad.ingest_count_key) or 0) == 5, 30, "the bad model's valid samples"
     )
