@@ -408,6 +408,7 @@ def test_a_flood_beyond_the_inbox_bound_is_shed_and_counted(serve, devices, stat
     still_serving(actor, pid, me)
 
 
+@pytest.mark.serial  # 10 ms deadlines: under pytest -n 4 on 2 cores every request expired
 def test_requests_past_their_deadline_are_not_computed(serve, devices, status):
     actor, pid, me = flood_target(serve, devices, status, "request_deadline_ms = 10")
     sent = [me.send(FLOOD, qos=0) for _ in range(500)]  # far more than 10 ms of work
