@@ -108,7 +108,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import redis
-from streamlearn.nn import networks
+from streamlearn.online import tensors
 from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner.loop import Learner
 from streamlearn.contract.names import Names
