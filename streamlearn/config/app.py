@@ -202,17 +202,16 @@ class ModelConfig(Frozen):
 
     @model_validator(mode="after")
     def _check_names(self) -> ModelConfig:
-        named = self.fields is not None
-        if named and len(self.fields) != self.inputs:  # type: ignore[arg-type]
-            raise ValueError(f"fields: {len(self.fields)} names for inputs = {self.inputs}")  # type: ignore[arg-type]
-        if not named:
+        fields = self.fields
+        if fields is None:
             for name in ("categorical", "strict_fields", "target", "max_missing"):
                 if getattr(self, name) != type(self).model_fields[name].default:
                     raise ValueError(f"{name}: only for named inputs (inputs = [names])")
             return self
-        assert self.fields is not None  # named
+        if len(fields) != self.inputs:
+            raise ValueError(f"fields: {len(fields)} names for inputs = {self.inputs}")
         own = {"x", "id", "ids", "key", "seq", "reply_to", "samples"}
-        clash = own & {*self.fields, self.target}
+        clash = own & {*fields, self.target}
         if clash:
             raise ValueError(f"inputs: {sorted(clash)} name(s) the payload's own fields")
         for name, values in self.categorical.items():
@@ -220,7 +219,7 @@ class ModelConfig(Frozen):
                 raise ValueError(
                     f"categorical.{name}: 1 to {MAX_CATEGORIES} values, got {len(values)}"
                 )
-        check_fields(list(self.fields), self.target, self.categorical)
+        check_fields(list(fields), self.target, self.categorical)
         return self
 
     @model_validator(mode="after")
