@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from streamlearn.errors import StreamlearnError
 
@@ -96,7 +97,7 @@ class ServerProcess:
     def start(self, timeout_s: float = 15.0) -> ServerProcess:
         if shutil.which(self.argv[0]) is None:
             raise StreamlearnError(f"{self.argv[0]} not found on PATH; install Debian's package")
-        with open(self.log_path, "ab") as log:
+        with open_private(self.log_path) as log:
             self.proc = subprocess.Popen(
                 self.argv,
                 stdout=log,
@@ -151,6 +152,15 @@ def write_private(path: Path, text: str) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+def open_private(path: Path, truncate: bool = False) -> BinaryIO:
+    """`path` opened to append (emptied first with `truncate`), readable by its owner only
+    (0600): the logs of servers and workers hold what they print, payloads and URLs."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if truncate else 0)
+    fd = os.open(path, flags, 0o600)
+    os.fchmod(fd, 0o600)  # an older file may have had a wider mode
+    return os.fdopen(fd, "ab")
 
 
 def redis_server(

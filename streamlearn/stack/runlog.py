@@ -23,7 +23,9 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
+
+from streamlearn.stack.embedded import open_private
 
 # TensorFlow's C++ logging (TF_CPP_*: 3 = errors only, fatal still shown), gRPC's and glog's.
 QUIET_ENV = {
@@ -57,10 +59,12 @@ def new_run_dir(root: Path, keep: int = 5) -> Path:
     """A fresh `root/YYYYmmdd-HHMMSS` directory; all but the newest `keep` runs are removed.
 
     Only directories named like a run are ever removed, so a mistaken root loses nothing else.
+    The root (when made here) and each run are their owner's only (0700): the logs hold what
+    the workers print, the servers' directories their data.
     """
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = sorted(
         ((p.name[:15], int(p.name[16:] or 0)) for p in root.iterdir() if _RUN_NAME.match(p.name)),
@@ -70,7 +74,7 @@ def new_run_dir(root: Path, keep: int = 5) -> Path:
     while True:  # another `up` may take the same name at the same moment
         path = root / (f"{stamp}-{n}" if n else stamp)
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
             break
         except FileExistsError:
             n += 1
@@ -90,15 +94,17 @@ class ChildLog:
         self.path = path
         self.max_bytes = max_bytes
 
-    def open(self):
+    def open(self) -> BinaryIO:
         """The file to hand the child as stdout and stderr (the caller closes its copy)."""
-        return open(self.path, "ab")
+        return open_private(self.path)
 
     def bound(self) -> None:
         try:
             if self.path.stat().st_size <= self.max_bytes:
                 return
-            shutil.copyfile(self.path, self.path.with_name(self.path.name + ".1"))
+            rotated = self.path.with_name(self.path.name + ".1")
+            with open(self.path, "rb") as src, open_private(rotated, truncate=True) as dst:
+                shutil.copyfileobj(src, dst)
             os.truncate(self.path, 0)
         except OSError:
             pass  # the file went away or the disk is full: nothing better to do here

@@ -153,6 +153,10 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
         # its own tools find the stack through the run file and get in
         actor_log = run_dir / "actor-demo-0.log"
         eventually(lambda: "actor for demo ready" in actor_log.read_text(), 90, "actor ready")
+        # the run directory and every log in it (workers', servers') are up's user's only
+        assert run_dir.stat().st_mode & 0o777 == 0o700
+        logs = list(run_dir.rglob("*.log"))
+        assert actor_log in logs and {p.stat().st_mode & 0o777 for p in logs} == {0o600}, logs
         store = redis_lib.Redis.from_url(settings.redis)
         eventually(lambda: int(store.get(Names("demo").latest_key) or 0) > 0, 90, "a version")
         store.close()
