@@ -299,6 +299,19 @@ class ActorConfig(Frozen):
         description="the address the HTTP door listens on: loopback unless a deployment asks "
         "for more (compose, Kubernetes: 0.0.0.0)",
     )
+    http_max_connections: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="open HTTP connections, at most; one more is answered 503 and closed "
+        "unread. Each holds at most one request body (the door's body bound)",
+    )
+    http_body_timeout_ms: float = Field(
+        10_000,
+        gt=0,
+        description="a request body not received whole this long after its headers is "
+        "refused (408) and its connection closed",
+    )
     kept_versions: int = Field(
         4,
         ge=1,
