@@ -20,6 +20,7 @@ its seq the `seq` field or the arrival time.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,8 @@ from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
 from streamlearn.contract.schemas import version_ref
 from streamlearn.errors import PayloadError
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 _F32_MAX = float(np.finfo(np.float32).max)
 # Fields of an object that are not inputs: the payload's own.
@@ -130,11 +133,18 @@ class NamedFields:
         return x, y
 
     def columns(self, doc: dict[str, Any]) -> list[dict[str, Any]] | None:
-        """A columnar object (the target a list) as one object per row; None if not one."""
+        """A columnar object (the target a list) as one object per row; None if not one.
+
+        The row count is checked before any row is built: a message over it costs no more
+        than its decoded JSON."""
         y = doc.get(self.target[0]) if len(self.target) == 1 else _dig(doc, self.target)
         if type(y) is not list:
             return None
-        n = len(y)
+        n, limit = len(y), self.model.ingest.max_samples_per_message
+        if n > limit:
+            raise PayloadError(
+                f"{n} samples exceed max_samples_per_message={limit}", "too_many_samples"
+            )
         rows: list[dict[str, Any]] = [{} for _ in range(n)]
         for path in [*self.paths, self.target, ["ids"]]:
             column = _dig(doc, path)
@@ -293,9 +303,12 @@ class NamedPayloads:
 
 
 def _sample_id(value: Any) -> str:
-    if type(value) is str and 1 <= len(value) <= 256:
+    if type(value) is str and 1 <= len(value) <= 256 and not _CONTROL.search(value):
         return value
-    raise PayloadError(f"id: a string of 1 to 256 characters, got {_shown(value)}", "bad_string")
+    raise PayloadError(
+        f"id: a string of 1 to 256 characters, no control characters, got {_shown(value)}",
+        "bad_string",
+    )
 
 
 def _key(value: Any) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -115,6 +116,20 @@ def test_a_list_keeps_its_good_objects_and_a_columnar_message_is_judged_whole():
     assert samples.x.tolist() == [[1, 3, 5, 0], [2, 4, 6, 2]] and samples.ids == ("a", "b")
     _, _, [rejection], _ = parse({**columnar, "vibration": [3]})
     assert rejection.kind == "wrong_shape"
+
+
+def test_a_columnar_message_of_too_many_rows_is_refused_before_its_rows_are_built():
+    """1 MiB of `[1,1,...]` is 524,280 rows: refused on its count, not after a dict per row
+    (which peaked at 100 MiB for one message)."""
+    body = json.dumps({"failed": [1] * 524_280}, separators=(",", ":")).encode()
+    tracemalloc.start()
+    try:
+        _, _, [rejection], _ = PARSER.parse_message(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rejection.kind == "too_many_samples" and "524280 samples" in rejection.reason
+    assert peak < 4 * len(body) + (8 << 20)  # the decoded JSON, not a row apiece
 
 
 def test_a_sample_without_its_label_is_counted_not_learned_and_positional_forms_still_work():
