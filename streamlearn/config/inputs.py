@@ -64,11 +64,19 @@ class SourceConfig(Frozen):
 
     Ingest subscribes to it through the shared subscription, and judges its messages exactly
     like the model's samples topic. `key = "topic:N"` takes a device key from level N of the
-    message's topic (0 is the first): the window a keyed model's observation extends.
+    message's topic (0 is the first): the window a keyed model's observation extends. Under
+    a per-device topic ACL that level is the sender's identity, so a step may not name
+    another key unless `key_from_payload` (a gateway publishing for many devices).
     """
 
     topic: str = Field(min_length=1, max_length=512, description="an MQTT topic filter")
     key: str | None = Field(None, pattern=KEY_PATTERN, description='"topic:N": level N as key')
+    key_from_payload: bool = Field(
+        False,
+        description='with `key`: a step\'s own "key" field names its window (the topic level '
+        "only when it has none); off, the topic level is the key and a step naming another "
+        "is a dead letter (wrong_key)",
+    )
 
     @field_validator("topic")
     @classmethod

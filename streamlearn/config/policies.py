@@ -101,6 +101,21 @@ class IngestConfig(Frozen):
         description="devices (keys) whose windows are kept; a new one evicts the window of "
         "the device idle the longest",
     )
+    max_keys_per_sender: int = Field(
+        1000,
+        ge=1,
+        description="window keys one sender (the topic a message came on) may create; "
+        "observations of further new keys from it are dead-lettered (too_many_keys), so one "
+        "sender's flood cannot evict others' windows",
+    )
+    window_max_seq_jump: float = Field(
+        1e10,
+        gt=0,
+        le=2.0**54,
+        description="how far a keyed observation's seq may run ahead of its key's newest, in "
+        "the seq's own unit; further is a dead letter (out_of_range). 1e10: a gap of 10,000 s "
+        "in microsecond timestamps, 115 days in milliseconds",
+    )
     max_inbox_messages: int = Field(
         10_000,
         ge=1,
