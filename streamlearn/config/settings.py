@@ -5,9 +5,18 @@ Read once at start; a bad value fails with a message that names the variable.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -42,8 +51,44 @@ class Settings(BaseSettings):
         description="the address /metrics, /livez and /readyz listen on: loopback unless "
         "another machine must scrape (compose: 0.0.0.0, inside its own network)",
     )
+    http_token: SecretStr | None = Field(
+        None,
+        description="a bearer token the actors' HTTP door then requires on every route but "
+        "/v2/health/live and /v2/health/ready; unset: no token",
+    )
+    http_token_file: Path | None = Field(
+        None,
+        description="a file holding that token (a Kubernetes Secret mounted as a file), "
+        "read once at start; a missing or empty file fails the start",
+    )
 
     _stack: runfile.StackRecord | None = PrivateAttr(None)
+    _token: str | None = PrivateAttr(None)
+
+    @field_validator("http_token")
+    @classmethod
+    def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("the token is empty")
+        return value
+
+    @field_validator("http_token_file")
+    @classmethod
+    def _check_token_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """Read now: a missing or empty Secret fails the start, not the first request."""
+        if value is None:
+            return None
+        if info.data.get("http_token") is not None:
+            raise ValueError("set this or STREAMLEARN_HTTP_TOKEN, not both")
+        if not _read_token(value):
+            raise ValueError(f"{value} holds no token")
+        return value
+
+    @model_validator(mode="after")
+    def _keep_token(self) -> Settings:
+        token = self.http_token.get_secret_value() if self.http_token else None
+        self._token = _read_token(self.http_token_file) if self.http_token_file else token
+        return self
 
     @model_validator(mode="wrap")
     @classmethod
@@ -63,6 +108,11 @@ class Settings(BaseSettings):
         return settings
 
     @property
+    def bearer_token(self) -> str | None:
+        """The token the HTTP door requires (`http_token` or `http_token_file`'s), if any."""
+        return self._token
+
+    @property
     def stack(self) -> runfile.StackRecord | None:
         """The recorded stack these settings fall back on (None: explicit URLs, or none)."""
         return self._stack
@@ -74,7 +124,9 @@ class Settings(BaseSettings):
     def as_env(self) -> dict[str, str]:
         """The `STREAMLEARN_*` variables that give a child process these settings."""
         return {
-            f"STREAMLEARN_{name.upper()}": str(value)
+            f"STREAMLEARN_{name.upper()}": (
+                value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+            )
             for name, value in self.model_dump().items()
             if value is not None
         }
@@ -89,6 +141,14 @@ class Settings(BaseSettings):
     def redis(self) -> str:
         stacked = self._stack.redis_url if self._stack else None
         return self.redis_url or stacked or "redis://localhost:6379/0"
+
+
+def _read_token(path: Path) -> str:
+    """The token in a file, without the newline a Secret's file often ends in."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read it: {exc}") from None
 
 
 def load_settings() -> Settings:
