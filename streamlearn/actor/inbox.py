@@ -32,6 +32,7 @@ from pydantic_core import from_json
 from streamlearn.actor.replies import Answer, Replier, ReplyRoutes
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.contract.schemas import request_id
 from streamlearn.errors import PayloadError
 
 log = logging.getLogger(__name__)
@@ -325,10 +326,12 @@ class Admission:
 
 
 def _request_id(value: object) -> str | int | None:
-    """A request's id, echoed in its reply even when the request is invalid."""
-    if isinstance(value, str) and len(value) <= 256:
-        return value
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A request's id, echoed in its reply even when the request is invalid; one out of
+    its bounds is not (the reply says why, `request_id`)."""
+    try:
+        return request_id(value)
+    except PayloadError:
+        return None
 
 
 def _rows(x: object, sample_dims: int) -> int:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import math
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.contract.schemas import request_id
 from streamlearn.errors import PayloadError
 
 OUTPUT = "y"
@@ -95,9 +96,7 @@ def read_infer(
         raise PayloadError(f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise PayloadError(f"the request must be a JSON object, got {type(doc).__name__}")
-    rid = doc.get("id")
-    if rid is not None and not (isinstance(rid, str) and len(rid) <= 256):
-        raise PayloadError("id: a string of up to 256 characters")
+    rid = cast(str | None, request_id(doc.get("id"), integers=False))  # a string in OIP
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs or len(inputs) > MAX_INPUTS:
         raise PayloadError(f"inputs: a list of 1 to {MAX_INPUTS} tensors expected")

@@ -29,7 +29,7 @@ import numpy as np
 from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
-from streamlearn.contract.schemas import version_ref
+from streamlearn.contract.schemas import request_id, version_ref
 from streamlearn.errors import PayloadError
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -267,11 +267,7 @@ class NamedPayloads:
             x, batched = np.asarray(rows, dtype=np.float32), True
         else:
             x, batched = np.asarray([self.fields.row(doc, counts, own)[0]], np.float32), False
-        rid, reply_to = doc.get("id"), doc.get("reply_to")
-        if rid is not None and not ((type(rid) is str and len(rid) <= 256) or type(rid) is int):
-            raise PayloadError(
-                f"id: a string of up to 256 characters or an integer, got {_shown(rid)}"
-            )
+        rid, reply_to = request_id(doc.get("id")), doc.get("reply_to")
         if reply_to is not None and not (
             type(reply_to) is str and 0 < len(reply_to) <= 512 and not set(reply_to) & {"#", "+"}
         ):

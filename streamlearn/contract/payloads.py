@@ -49,6 +49,7 @@ from streamlearn.contract.schemas import (
     invalid,
     nested,
     reason,
+    request_id,
     version_ref,
 )
 from streamlearn.contract.width import RequestWidth
@@ -332,7 +333,8 @@ class PayloadParser:
         except ValidationError as exc:
             raise PayloadError(reason(exc, "x")) from None
         x = self._to_array(x, batched)
-        return Request(x, batched, req.id, req.reply_to, version=version_ref(req.version))
+        rid, version = request_id(req.id), version_ref(req.version)
+        return Request(x, batched, rid, req.reply_to, version=version)
 
     def _parse_keyed_request(self, doc: dict[str, Any]) -> Request:
         if self.model.window is None:
@@ -344,9 +346,8 @@ class PayloadParser:
             req = KeyedRequestDoc.model_validate(doc)
         except ValidationError as exc:
             raise PayloadError(reason(exc)) from None
-        x = self._step(req.x)
-        version = version_ref(req.version)
-        return Request(x, False, req.id, req.reply_to, key=req.key, seq=req.seq, version=version)
+        x, rid, version = self._step(req.x), request_id(req.id), version_ref(req.version)
+        return Request(x, False, rid, req.reply_to, key=req.key, seq=req.seq, version=version)
 
 
 def _positional(doc: dict[str, Any]) -> bool:

@@ -16,7 +16,6 @@ from streamlearn.contract.records import Kind, SampleId
 from streamlearn.errors import PayloadError
 
 Finite = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-RequestId = Annotated[str, Field(strict=True, max_length=256)] | Annotated[int, Field(strict=True)]
 Topic = Annotated[str, Field(strict=True, min_length=1, max_length=512, pattern=r"^[^#+]+$")]
 # A device's key names a Redis key: short, no whitespace or control characters.
 WindowKey = Annotated[
@@ -28,6 +27,12 @@ Seq = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-(2**53), le=2
 # rejected after counting, before validation, which would report each unknown field.
 MAX_FIELDS = 4
 FIELDS = frozenset(("x", "y", "id", "ids", "samples", "key", "seq"))
+# A request's id: a string of 1 to 256 characters, or an integer every JSON parser reads
+# exactly (JavaScript's safe integers). Its prediction is kept under it (§2.8): bounded,
+# so that a kept prediction's key is too.
+MAX_ID_CHARS = 256
+MAX_ID_INT = 2**53 - 1
+ID_RULE = f"a string of 1 to {MAX_ID_CHARS} characters or an integer within ±(2**53 - 1)"
 # A version label (`streamlearn pin --label`): `stable`, `canary-2`.
 LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 # Reasons of rejected items a message's one dead letter lists (with their indexes).
@@ -63,7 +68,7 @@ class ObservationDoc(Strict):
 
 class RequestDoc(Strict):
     x: list[Any] = Field(min_length=1)
-    id: RequestId | None = None
+    id: Any = None  # `request_id`
     reply_to: Topic | None = None
     version: Any = None  # `version_ref`
 
@@ -88,6 +93,31 @@ def version_ref(value: Any) -> int | str | None:
         return value
     shown = repr(value)[:40]
     raise PayloadError(f"version: a version number (1 or more) or a label, got {shown}")
+
+
+def request_id(value: Any, integers: bool = True) -> str | int | None:
+    """A request's id, the same over both doors (the HTTP door's, `integers=False`, is a
+    string in its protocol); PayloadError naming the rule for anything else.
+
+    >>> request_id("r-1"), request_id(-7), request_id(None)
+    ('r-1', -7, None)
+    >>> request_id(10**30)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    streamlearn.errors.PayloadError: id: a string of 1 to 256 characters or an integer ...
+    """
+    if value is None or (type(value) is str and 1 <= len(value) <= MAX_ID_CHARS):
+        return value
+    if integers and type(value) is int and -MAX_ID_INT <= value <= MAX_ID_INT:
+        return value
+    if type(value) is int and value.bit_length() > 128:  # not spelled out: 4,300 digits
+        shown = f"an integer of {value.bit_length()} bits"
+    else:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    rule = ID_RULE if integers else f"a string of 1 to {MAX_ID_CHARS} characters"
+    kind: Kind = "bad_string" if type(value) is str else "wrong_type"
+    kind = "out_of_range" if type(value) is int else kind
+    raise PayloadError(f"id: {rule}, got {shown}", kind)
 
 
 class KeyedRequestDoc(RequestDoc):

@@ -739,3 +739,58 @@ def test_the_widest_valid_positional_request_is_read():
     assert request.x.shape == (rows, 3) and request.batched
     keyed = {"key": ":," * 64, "seq": 1, "x": [0.5, 1.5], "id": ":," * 128}
     assert LSTM.parse_request(dumps(keyed)).key == ":," * 64
+
+
+# -- request ids: typed and bounded alike on every form and both doors ---------------------
+
+NAMED = _parser(inputs=["t", "rpm"], task="regression")
+HUGE = 10**4299  # 4,300 digits: the longest integer Python's json reads
+GOOD_IDS = ["r", "é" * 256, 0, -(2**53 - 1), 2**53 - 1]
+BAD_IDS = [
+    ("", "a string of 1 to 256 characters"),
+    ("r" * 257, "a string of 1 to 256 characters"),
+    (2**53, "got 9007199254740992"),
+    (-(2**53), "got -9007199254740992"),
+    (HUGE, "got an integer of 14281 bits"),
+    (True, "got True"),
+    (1.5, "got 1.5"),
+    (["r"], "got ['r']"),
+]
+REQUESTS = [
+    (BINARY, {"x": [1, 2, 3]}),
+    (BINARY, {"x": [[1, 2, 3], [4, 5, 6]]}),
+    (LSTM, {"key": "dev-1", "x": [1, 2]}),
+    (NAMED, {"t": 1, "rpm": 2}),
+    (NAMED, {"samples": [{"t": 1, "rpm": 2}]}),
+]
+
+
+@pytest.mark.parametrize("rid", GOOD_IDS, ids=lambda v: repr(v)[:12])
+@pytest.mark.parametrize(("parser", "doc"), REQUESTS, ids=repr)
+def test_a_request_id_within_its_bounds_is_kept_as_sent(parser, doc, rid):
+    assert parser.parse_request(dumps({**doc, "id": rid})).id == rid
+
+
+@pytest.mark.parametrize(("rid", "shown"), BAD_IDS, ids=lambda v: repr(v)[:12])
+@pytest.mark.parametrize(("parser", "doc"), REQUESTS, ids=repr)
+def test_a_request_id_out_of_its_bounds_is_refused_naming_the_rule(parser, doc, rid, shown):
+    """A 4,300-digit integer would be kept under a 4,300-character key: refused, as
+    everything but a string of 1-256 characters or an integer JSON parsers read exactly."""
+    with pytest.raises(PayloadError) as err:
+        parser.parse_request(dumps({**doc, "id": rid}))
+    rule = "id: a string of 1 to 256 characters or an integer within ±(2**53 - 1)"
+    assert str(err.value).startswith(rule) and shown in str(err.value)
+
+
+@pytest.mark.parametrize("rid", ["", "r" * 257, 5, None], ids=lambda v: repr(v)[:12])
+def test_the_http_door_takes_the_same_string_ids_and_no_integers(rid):
+    """The Open Inference Protocol's `id` is a string: the same 1-256 characters."""
+    from streamlearn.actor import oip
+
+    tensor = {"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}
+    body = dumps({"inputs": [tensor], **({} if rid is None else {"id": rid})})
+    if rid is None:
+        assert oip.read_infer(BINARY.model, BINARY, body, None)[1] is None
+        return
+    with pytest.raises(PayloadError, match=r"^id: a string of 1 to 256 characters, got "):
+        oip.read_infer(BINARY.model, BINARY, body, None)
