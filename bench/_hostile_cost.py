@@ -3,6 +3,9 @@
     .venv/bin/python -m bench.hostile            # the full run (best of 30 per request)
     .venv/bin/python -m bench.hostile --quick    # the CI smoke: best of 5, half of the goal
 
+Then the HTTP rows (`bench._hostile_http`): what a hostile HTTP client costs legitimate MQTT
+traffic and the actor's memory, on a real actor (`--http-seconds 0` skips them).
+
 For a model with named inputs and a positional one (4 inputs each), the actor's own path:
 `Admission.admit` (size, width and nesting checks, the decode, the validation, the error
 reply's encoding) and, for the valid request, its forward pass (compiled, as the actor
@@ -126,8 +129,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.hostile", description=__doc__.split("\n")[0])
     parser.add_argument("--passes", type=int, default=30, help="passes over the requests")
     parser.add_argument("--quick", action="store_true", help="CI smoke: 5 passes, half the goal")
+    parser.add_argument(
+        "--http-seconds",
+        type=float,
+        default=4.0,
+        help="legitimate load per run of the HTTP rows (bench._hostile_http); 0: skip them",
+    )
     args = parser.parse_args(argv)
     passes = 5 if args.quick else args.passes
     rows, checks, figures = measure(passes, args.quick)
     report("hostile", rows, checks, quick=args.quick, figures=figures, passes=passes, goal=GOAL)
+    if args.http_seconds > 0:
+        http_rows, http_checks, http_figures = _http_rows(args.http_seconds)
+        report("hostile_http", http_rows, http_checks, quick=args.quick, figures=http_figures)
+        checks |= http_checks
     return exit_status(checks)
+
+
+def _http_rows(seconds: float) -> tuple[list[dict], dict[str, bool], dict[str, float]]:
+    """The HTTP rows on a real actor, broker and Redis of their own."""
+    import tempfile
+    from pathlib import Path
+
+    from bench import _hostile_http
+    from bench._stack import Stack, broker
+    from streamlearn.stack import embedded
+
+    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
+        work = Path(tmp)
+        with (
+            broker(work / "mqtt", nagle=False) as mqtt,
+            embedded.redis_server(workdir=work / "redis") as store,
+        ):
+            return _hostile_http.measure(Stack(mqtt.port, store.port, work), seconds)
