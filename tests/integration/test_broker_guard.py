@@ -8,6 +8,7 @@ roles, and device accounts over TLS.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import sys
@@ -21,7 +22,7 @@ from streamlearn import mqtt
 from streamlearn.config import Settings
 from streamlearn.contract.names import Names
 from tests.conftest import RoleProcess, eventually, role_env
-from tests.deployed import MQTT_PW, REDIS_PW, mqtt_url, redis_as
+from tests.deployed import MQTT_PW, REDIS_PW, deployed_broker, mqtt_url, redis_as
 from tests.integration.test_deploy import NOT_AUTHORIZED, Peer, device
 
 NAMES = Names("s")
@@ -164,3 +165,36 @@ def vanish(broker, name: str, will_topic: str, retain: bool) -> None:
     assert isinstance(sock, (socket.socket, ssl.SSLSocket))
     sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+def test_a_flood_of_refused_shared_subscriptions_writes_a_bounded_log():
+    """Each refused `$share` filter was one log line (6.8 bytes of log per byte of
+    SUBSCRIBE: about 45 packets rotated out compose's 100 MB log). Now at most a line a
+    second, each saying how many were not logged since the one before. A broker of its own:
+    its log (stdout to a file) is read whole once it has stopped."""
+    with deployed_broker() as broker:
+        thief = device(broker, "alice", client_id="alice")
+        acked = threading.Semaphore(0)
+        thief.client.on_subscribe = lambda *_args: acked.release()
+        started = time.monotonic()
+        try:
+            sent = 0
+            for n in range(100):  # 2,000 filters, about 1 MB of SUBSCRIBE
+                filters = [(f"$share/g{n}-{i}/{'x' * 480}/samples", 1) for i in range(20)]
+                sent += sum(len(f) for f, _ in filters)
+                thief.client.subscribe(filters)
+            for _ in range(100):
+                assert acked.acquire(timeout=30), "a SUBACK missing"
+            flood_s = time.monotonic() - started
+            time.sleep(1.1)  # the next refusal is logged, with the count of those that were not
+            assert subscribe_codes(thief, [NAMES.shared("samples", "late")]) == [NOT_AUTHORIZED]
+        finally:
+            thief.close()
+        broker.server.stop()
+        logged = broker.log
+    refusals = [line for line in logged.splitlines() if "refused shared subscription" in line]
+    assert 2 <= len(refusals) <= flood_s + 3, refusals
+    assert "$share/late/" in refusals[-1]
+    suppressed = [int(re.search(r"(\d+) suppressed", line).group(1)) for line in refusals]
+    assert len(refusals) + sum(suppressed) == 2001  # every refusal logged or counted
+    assert len(logged) < sent / 100, f"{len(logged)} bytes of log for {sent} of filters"

@@ -14,6 +14,10 @@
  *      (MQTT v5: PUBACK "not authorized"; a will is not sent), and a retained message a
  *      device left before this plugin was loaded is not delivered (check_retain_source).
  *
+ * Each kind of refusal is logged at most once a second (`throttle`), that line counting the
+ * refusals of its kind that were not logged since the previous one, and a topic is cut to
+ * 100 characters: a flood of refused SUBSCRIBEs costs a line a second, not a line a filter.
+ *
  * Everything else is deferred to the acl_file, which runs after this plugin. Options:
  *
  *   plugin_opt_roles ingest actor learner    accounts allowed both (the stack's roles;
@@ -25,6 +29,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <mosquitto.h>
 #include <mosquitto_broker.h>
@@ -36,7 +41,26 @@ static mosquitto_plugin_id_t *plugin_id;
 static char *role_names;          /* the option's value, split in place */
 static const char *roles[MAX_ROLES];
 static int role_count;
-static unsigned long refused_retain;
+
+/* One kind of refusal's log: when it last wrote a line, and how many it has not logged since.
+ * The broker calls plugins from its one main thread, so no lock. */
+struct throttle {
+	time_t last;
+	unsigned long suppressed;
+};
+static struct throttle shared_log, retain_log;
+
+/* Whether this refusal may be logged now; if not, it is counted for the next line. */
+static bool throttle_pass(struct throttle *t)
+{
+	time_t now = time(NULL);
+	if(t->last != 0 && now - t->last < 1){
+		t->suppressed++;
+		return false;
+	}
+	t->last = now;
+	return true;
+}
 
 static bool is_role(const char *username)
 {
@@ -56,19 +80,24 @@ static int acl_check(int event, void *event_data, void *userdata)
 
 	if(is_role(username)) return MOSQ_ERR_PLUGIN_DEFER;
 	if(ed->access == MOSQ_ACL_SUBSCRIBE && strncmp(ed->topic, "$share/", 7) == 0){
-		mosquitto_log_printf(MOSQ_LOG_NOTICE,
-				"streamlearn_guard: refused shared subscription %s to client %s (user %s)",
-				ed->topic, mosquitto_client_id(ed->client), username ? username : "-");
+		if(throttle_pass(&shared_log)){
+			mosquitto_log_printf(MOSQ_LOG_NOTICE,
+					"streamlearn_guard: refused shared subscription %.100s to client %.100s "
+					"(user %.100s; %lu suppressed since the last such line)", ed->topic,
+					mosquitto_client_id(ed->client), username ? username : "-",
+					shared_log.suppressed);
+			shared_log.suppressed = 0;
+		}
 		return MOSQ_ERR_ACL_DENIED;
 	}
 	if(ed->access == MOSQ_ACL_WRITE && ed->retain){
-		/* One line for the first and then every 1,000th: a device that retains every
-		 * sample must not flood the log. */
-		if(refused_retain++ % 1000 == 0){
+		if(throttle_pass(&retain_log)){
 			mosquitto_log_printf(MOSQ_LOG_NOTICE,
-					"streamlearn_guard: refused retained message on %s from client %s "
-					"(user %s; %lu refused so far)", ed->topic, mosquitto_client_id(ed->client),
-					username ? username : "-", refused_retain);
+					"streamlearn_guard: refused retained message on %.100s from client %.100s "
+					"(user %.100s; %lu suppressed since the last such line)", ed->topic,
+					mosquitto_client_id(ed->client), username ? username : "-",
+					retain_log.suppressed);
+			retain_log.suppressed = 0;
 		}
 		return MOSQ_ERR_ACL_DENIED;
 	}
