@@ -26,7 +26,8 @@ DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 ROLES = ("ingest", "actor", "learner")
 DEVICES = ("alice", "bob", "dev-1")  # one account each, as in deploy/mosquitto/devices
 MQTT_PW = {name: f"mqtt-{name}-{uuid.uuid4().hex}" for name in ROLES + DEVICES}
-REDIS_PW = {role: f"redis-{role}-{uuid.uuid4().hex}" for role in ("ingest", "learner", "actor")}
+# admin: make-acl.sh's optional all-powerful account, for the tests' ACL LOG reads
+REDIS_PW = {r: f"redis-{r}-{uuid.uuid4().hex}" for r in ("ingest", "learner", "actor", "admin")}
 
 
 def _secrets_env() -> dict[str, str]:

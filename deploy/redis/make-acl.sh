@@ -39,8 +39,10 @@
 #            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA);
 #            read-only: the served score (sl:*:served*) and the field counts (sl:*:fields)
 #            it puts in the model's status.
-#   actor    read-only GET of sl:*:weights* (HGETALL: the version labels of `streamlearn
-#            pin --label`), SUBSCRIBE to channel sl:*:weights; read-only
+#   actor    read-only GET of sl:*:weights* (HGET: a version's blob; HKEYS: the versions
+#            kept, which the HTTP door's model metadata and versioned `ready` answer and
+#            an error for a version not kept names; HGETALL: the version labels of
+#            `streamlearn pin --label`), SUBSCRIBE to channel sl:*:weights; read-only
 #            ZREVRANGEBYSCORE of sl:*:window:* (the stored steps of key-only requests), through
 #            its read-only Lua script (EVALSHA_RO, SCRIPT LOAD; it runs with the actor's rights).
 #            Read-write only sl:*:pending* (each served prediction of a request with an id,
@@ -99,7 +101,7 @@ trap 'rm -f "$tmp"' EXIT
     # sample stream or the dead letters, directly or from a script.
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat)"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hkeys +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

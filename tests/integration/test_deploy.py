@@ -8,11 +8,14 @@ for consistency with the code.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
 import threading
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +32,7 @@ from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError, WeightsError
 from streamlearn.observe.monitor import StatusMonitor
+from streamlearn.stack.embedded import free_port
 from streamlearn.store import pending
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream
@@ -328,6 +332,24 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     assert learner.exists(names.samples_key, names.deadletter_key) == 2, "both streams kept"
 
 
+def test_the_acl_example_is_what_make_acl_writes(tmp_path):
+    """deploy/redis/users.acl.example, the rules a reader sees, is make-acl.sh's output (which
+    the tests here load into a real Redis) with placeholders for the hashes."""
+    out = tmp_path / "users.acl"
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_ADMIN_PASSWORD"}
+    env.update({f"REDIS_{r.upper()}_PASSWORD": REDIS_PW[r] for r in ("ingest", "learner", "actor")})
+    cmd = ["sh", str(ROOT / "deploy/redis/make-acl.sh"), str(out)]
+    subprocess.run(cmd, env=env, cwd=tmp_path, check=True, capture_output=True)
+    text = out.read_text()
+    for role in ("ingest", "learner", "actor"):
+        digest = hashlib.sha256(REDIS_PW[role].encode()).hexdigest()
+        placeholder = (
+            f"REPLACE-WITH-SHA256-OF-REDIS_{role.upper()}_PASSWORD-run-deploy/redis/make-acl.sh"
+        )
+        text = text.replace(digest, placeholder)
+    assert (ROOT / "deploy/redis/users.acl.example").read_text() == text
+
+
 # -- the whole stack under least privilege ---------------------------------------------------
 
 
@@ -337,11 +359,18 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
     topic for a request on its own request topic; so does `streamlearn predict`. The
     operator's account (the learner's, as in `docker compose exec learner streamlearn
     status`) sees the learner's and ingest's presence markers and the learner's status,
-    and the broker's will clears a killed learner's marker: the ACL lets each through."""
+    and the broker's will clears a killed learner's marker: the ACL lets each through. The
+    actor's HTTP door answers metadata, versioned readiness and inference under its Redis
+    account, and Redis's ACL LOG holds no refusal at the end."""
     from tests.conftest import RoleProcess
 
+    port = free_port()
     toml = tmp_path / "streamlearn.toml"
-    toml.write_text('[models.s]\ninputs = 2\ntask = "regression"\n')
+    toml.write_text(
+        f'[models.s]\ninputs = 2\ntask = "regression"\n[models.s.actor]\nhttp_port = {port}\n'
+    )
+    admin = redis_as(acl_redis, "admin")
+    admin.acl_log_reset()  # the other tests' refusals on the module's Redis
     procs = []
     monitor = None
     try:
@@ -388,6 +417,18 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
             [*argv, "[0.2, 1.0]"], env=role_env(tool), capture_output=True, text=True, timeout=60
         )
         assert answer.returncode == 0 and json.loads(answer.stdout)["version"] > 0, answer
+        # The HTTP door under the actor's account: metadata (the versions kept), a version's
+        # readiness, an inference with an id (kept for its label).
+        http = f"http://127.0.0.1:{port}/v2/models/s"
+        version = reply["version"]
+        assert str(version) in http_json(http)["versions"]
+        assert http_json(f"{http}/versions/{version}/ready")["ready"] is True
+        body = {
+            "id": "h-1",
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [0.2, 1.0]}],
+        }
+        assert len(http_json(f"{http}/infer", body)["outputs"][0]["data"]) == 1
+        assert http_json(f"{http}/versions/{version}/infer", body)["model_version"] == str(version)
 
         # Presence under the deploy ACL: both markers reach the operator, so does the
         # learner's plain status (`status/#` covers `status` itself); a SIGKILLed learner's
@@ -408,6 +449,15 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
             proc.stop()
     refusals = [line for p in procs for line in p.lines if "NOPERM" in line or "authori" in line]
     assert not refusals
+    assert admin.acl_log() == [], "Redis refused a role something its doors offer"
+
+
+def http_json(url: str, body: dict | None = None) -> dict:
+    """A JSON answer of the actor's HTTP door; HTTPError on any status but 2xx."""
+    data = None if body is None else json.dumps(body).encode()
+    kind = {"Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(url, data, kind), timeout=30) as r:
+        return json.loads(r.read())
 
 
 # -- compose.yaml ----------------------------------------------------------------------------
