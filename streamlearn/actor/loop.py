@@ -42,6 +42,7 @@ from streamlearn.actor import inbox
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.kept import Keeper
 from streamlearn.actor.keyed import complete_windows
+from streamlearn.actor.loader import VersionLoader
 from streamlearn.actor.reloader import WeightsReloader
 from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
 from streamlearn.actor.versions import Group, KeptVersions
@@ -94,8 +95,13 @@ class Actor:
             windows = WindowStore(store.redis, names, cfg.window, cfg.inputs, partitions=partitions)
         self.windows = windows
         self.keeper = Keeper(PendingStore(store.redis, names, cfg.labels))  # for labels
+        reloader = self.reloader
         self.versions = KeptVersions(
-            store, self._build_variant, self._forget, self.policy.kept_versions
+            store,
+            self._build_variant,
+            self._forget,
+            self.policy.kept_versions,
+            epoch=lambda: reloader.changes,
         )
         self.version = 0
         self.loaded_at: float | None = None
@@ -114,6 +120,13 @@ class Actor:
             self.policy.max_queued_bytes,
             self.policy.request_deadline_ms,
             cfg.ingest.max_payload_bytes,
+        )
+        self.loader = VersionLoader(  # requests for a version not held wait for it there
+            self.versions,
+            self.inbox.offer,
+            self.policy.max_queued_requests,
+            self.policy.max_queued_bytes,
+            self.policy.request_deadline_ms,
         )
         self._status_due = 0.0
         self._status_version = -1
@@ -143,6 +156,7 @@ class Actor:
         self.reloader.poll(block=True)
         self.reload()
         self.reloader.start()
+        self.loader.start()
         try:
             while not stop.is_set() and (
                 max_requests is None or self.served - start < max_requests
@@ -151,9 +165,12 @@ class Actor:
                 self._maybe_publish_status()
                 batch = self._gather(idle_s=0.1)
                 self.reload()  # after the wait: a version staged meanwhile answers this batch
+                for p in self.loader.expired(time.monotonic()):
+                    self.admission.admit(p)  # past its deadline: the deadline error reply
                 if batch:
                     self.serve(batch)
         finally:
+            self.loader.stop()
             self.reloader.stop()
         return self.served - start
 
@@ -169,6 +186,8 @@ class Actor:
                 break
             if batch:
                 self.serve(batch)
+        for p in self.loader.take_all():
+            self._reply_error(p, f"the actor stopped before version {p.version} was loaded")
         return self.served - start
 
     def reload(self) -> None:
@@ -192,7 +211,7 @@ class Actor:
             log.exception("serving a batch of %d requests failed", len(batch))
             reason = f"internal error: {type(exc).__name__}: {exc}"
             for p in batch:
-                if not p.done:
+                if not p.done and not self.loader.holds(p):  # a parked one rejoins later
                     self.failed += 1
                     self._reply_error(p, reason)
 
@@ -205,14 +224,22 @@ class Actor:
             for p in batch:
                 self._reply_error(p, reason)
             return
-        if self.windows is not None:
-            batch = complete_windows(batch, self.windows, self._reply_error)
-        if not batch:
-            return
         serving = (self.version, self.variant)
         latest, labels = self.reloader.latest_seen, self.reloader.labels
-        for group in self.versions.split(batch, serving, latest, labels, self._reply_error):
-            self._answer(group)
+        groups, misses = self.versions.split(batch, serving, latest, labels, self._reply_error)
+        try:
+            for p in misses:  # loaded off this thread; they rejoin a following batch
+                if (refused := self.loader.park(p)) is not None:
+                    self._reply_error(p, refused)
+            if self.windows is not None:  # once a request is in a batch: not while parked
+                ready = [p for group in groups for p in group.requests]
+                complete_windows(ready, self.windows, self._reply_error)
+            for group in groups:
+                group.requests = [p for p in group.requests if not p.done]
+                if group.requests:
+                    self._answer(group)
+        finally:
+            self.versions.release(groups)
 
     def _answer(self, group: Group) -> None:
         """One forward pass for a group of requests (of one version), and their replies."""
@@ -282,6 +309,7 @@ class Actor:
             "batches": self.batches,
             "shared_batches": self.shared_batches,
             "versions_kept": self.versions.kept(),
+            "requests_waiting_for_versions": self.loader.parked,
             "predictions_kept": self.keeper.kept,
             "keep_failures": self.keeper.failures,
             "refused": {str(v): reason for v, reason in self.reloader.refused.items()},
@@ -301,6 +329,7 @@ class Actor:
             "batches_total": self.batches,
             "shared_batches_total": self.shared_batches,
             "version_loads_total": self.versions.loads,
+            "requests_waiting_for_versions": self.loader.parked,
             "predictions_kept_total": self.keeper.kept,
             "keep_failures_total": self.keeper.failures,
             "reloads_total": self.reloads,

@@ -85,6 +85,10 @@ class WeightsReloader:
         self.latest_seen = 0
         self.pinned: int | None = None  # the pinned version, as last read
         self.labels: dict[str, int] = {}  # version labels (`stable` -> 12), as last read
+        # Bumped when the latest version, the pin or the labels read differ from the last
+        # read: what an announcement brings (`KeptVersions` forgets what the store lacked).
+        self.changes = 0
+        self._targets: tuple[int, int | None, dict[str, int]] | None = None
         # Models not serving, by variant; a staged one is in _ready instead, one being
         # loaded in neither.
         self._spares: dict[str, list[keras.Model]] = {variant: list(spares)}
@@ -137,7 +141,10 @@ class WeightsReloader:
         started = time.perf_counter()
         target = 0
         try:
-            latest, self.pinned, self.labels = self.store.targets()
+            targets = latest, self.pinned, self.labels = self.store.targets()
+            if targets != self._targets:
+                self._targets = targets
+                self.changes += 1
             self.latest_seen = max(self.latest_seen, latest)
             target = self.pinned or latest
             if target == self._staged or target in self.refused:
