@@ -10,6 +10,7 @@ kubernetes-client) where neither is on PATH. The kustomizations are written for 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -27,7 +28,9 @@ import pytest
 import yaml
 
 from streamlearn.config import load_config
+from streamlearn.config.settings import load_settings
 from streamlearn.config.tfconfig import PUBLIC_ENV, Workers
+from streamlearn.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -40,6 +43,8 @@ ROLES = ("ingest", "learner", "actor")
 WORKLOADS = ("Deployment", "StatefulSet", "Job")
 METRICS_PORT = 9100
 HTTP_PORT = 8000
+# The namespace label the API server sets (Kubernetes 1.21+): a name no user can forge.
+NAMESPACE_NAME = "kubernetes.io/metadata.name"
 
 Obj = dict[str, Any]
 
@@ -58,7 +63,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Obj]]:
     (never a user's filled-in secrets/*.env)."""
     tree = tmp_path_factory.mktemp("k8s") / "k8s"
     shutil.copytree(K8S, tree, ignore=shutil.ignore_patterns("*.env"))
-    for example in (tree / "common" / "secrets").glob("*.env.example"):
+    for example in tree.rglob("secrets/*.env.example"):
         shutil.copy(example, example.with_suffix(""))
     out = {}
     for target in TARGETS:
@@ -239,8 +244,12 @@ def test_committed_secrets_are_placeholders_only():
             name, _, url = line.partition("=")
             who = path.name.split(".")[0]
             assert url.split("://")[1].startswith(f"{who}:change-me-"), (path.name, name)
-    ignored = (K8S / "common" / "secrets" / ".gitignore").read_text()
-    assert "*.env" in ignored.split()
+    # the HTTP door's token: empty, so that an actor given the example refuses to start
+    [token] = (K8S / "overlays" / "http-token" / "secrets").glob("*.env.example")
+    lines = [x for x in token.read_text().splitlines() if x and not x.startswith("#")]
+    assert lines == ["token="]
+    for folder in (K8S / "common" / "secrets", token.parent):
+        assert "*.env" in (folder / ".gitignore").read_text().split()
 
 
 # -- the roles -------------------------------------------------------------------------------
@@ -386,7 +395,7 @@ def test_network_policies_admit_metrics_http_and_workers_only(rendered, target):
     objs = rendered[target]
     prometheus = [
         {
-            "namespaceSelector": {},
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: "monitoring"}},
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
         }
     ]
@@ -401,6 +410,90 @@ def test_network_policies_admit_metrics_http_and_workers_only(rendered, target):
             assert only_learners and all(set(p) == {"podSelector"} for p in only_learners)
             assert all(matches(p["podSelector"], peer["matchLabels"]) for p in only_learners)
         assert ports == {}, f"{role(template)}: more is open: {ports}"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_peer_a_network_policy_admits_is_pinned_to_a_namespace(rendered, target):
+    """A pod label is anyone's to set who may create a pod somewhere: every peer is a pod
+    of this namespace, or of one named by `kubernetes.io/metadata.name` (set by the API
+    server, not by a user) and labelled as well; never any namespace, never any address."""
+    for policy in find(rendered[target], "NetworkPolicy"):
+        for rule in policy["spec"].get("ingress", []):
+            for peer in rule["from"]:
+                where = (policy["metadata"]["name"], peer)
+                if set(peer) == {"podSelector"}:
+                    continue  # the policy's own namespace
+                assert set(peer) == {"namespaceSelector", "podSelector"}, where
+                assert set(peer["namespaceSelector"]) == {"matchLabels"}, where
+                assert list(peer["namespaceSelector"]["matchLabels"]) == [NAMESPACE_NAME], where
+                assert peer["podSelector"].get("matchLabels"), where
+
+
+# -- opt-in: the HTTP door's token, TLS to the servers -------------------------------------
+
+
+def mounted_file(template: Obj, container: Obj, path: str) -> tuple[Obj, Obj]:
+    """The (volume, mount) that puts a file at `path` in `container`."""
+    mounts = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    assert len(mounts) == 1, f"{container['name']}: nothing mounted at {path}"
+    [volume] = [v for v in template["spec"]["volumes"] if v["name"] == mounts[0]["name"]]
+    return volume, mounts[0]
+
+
+def test_http_token_overlay_gives_the_actor_its_token_file_and_nobody_else(
+    rendered, tmp_path, monkeypatch
+):
+    """The overlay mounts Secret streamlearn-http-token read-only into the actors and points
+    STREAMLEARN_HTTP_TOKEN_FILE at its key `token`; the actor's settings read it at start,
+    and refuse the committed (empty) example. Without the overlay, no token: opt-in."""
+    objs = rendered["http-token"]
+    secret = generated(objs, "Secret", "streamlearn-http-token")
+    for _, template in pods(objs):
+        [c] = template["spec"]["containers"]
+        env = env_of(c)
+        if role(template) != "actor":
+            assert "STREAMLEARN_HTTP_TOKEN_FILE" not in env
+            assert all(
+                v.get("secret", {}).get("secretName") != secret["metadata"]["name"]
+                for v in template["spec"]["volumes"]
+            )
+            continue
+        path = env["STREAMLEARN_HTTP_TOKEN_FILE"]["value"]
+        volume, mount = mounted_file(template, c, path)
+        assert mount["readOnly"] is True
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+        key = path.rsplit("/", 1)[1]
+        assert key == "token" and key in secret["data"]
+        assert not volume["secret"].get("optional"), "a missing Secret must not mean no token"
+        stored = tmp_path / "token"
+        stored.write_bytes(base64.b64decode(secret["data"][key]))
+        monkeypatch.delenv("STREAMLEARN_HTTP_TOKEN", raising=False)
+        monkeypatch.setenv("STREAMLEARN_HTTP_TOKEN_FILE", str(stored))
+        with pytest.raises(ConfigError, match="HTTP_TOKEN_FILE"):
+            load_settings()
+        stored.write_text("s3cret-token\n")
+        assert load_settings().bearer_token == "s3cret-token"
+    for target in ("base", "gpu", "multi-worker"):
+        _, template = role_pod(rendered[target], "actor")
+        assert "STREAMLEARN_HTTP_TOKEN_FILE" not in env_of(template["spec"]["containers"][0])
+
+
+def test_tls_overlay_gives_every_role_the_servers_ca(rendered):
+    """Every role trusts the CA of Secret streamlearn-ca (key ca.crt), mounted read-only:
+    STREAMLEARN_MQTT_CA_FILE for mqtts://, and the same file for rediss:// (the URL's
+    `ssl_ca_certs`, docs/kubernetes.md)."""
+    objs = rendered["tls"]
+    for _, template in pods(objs):
+        [c] = template["spec"]["containers"]
+        path = env_of(c)["STREAMLEARN_MQTT_CA_FILE"]["value"]
+        volume, mount = mounted_file(template, c, path)
+        assert mount["readOnly"] is True
+        assert volume["secret"]["secretName"] == "streamlearn-ca"
+        assert volume["secret"]["items"] == [{"key": "ca.crt", "path": path.rsplit("/", 1)[1]}]
+    examples = (K8S / "overlays" / "tls" / "kustomization.yaml").read_text()
+    for scheme in ("mqtts://", "rediss://"):
+        assert scheme in examples, f"the overlay shows a {scheme} URL"
+    assert f"ssl_ca_certs={path}" in examples
 
 
 # -- the multi-host learner ------------------------------------------------------------------
