@@ -31,7 +31,7 @@ from streamlearn.config import LabelsConfig, Settings, load_config
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError, WeightsError
-from streamlearn.observe.monitor import StatusMonitor
+from streamlearn.observe.monitor import StatusMonitor, queue_figures
 from streamlearn.stack.embedded import free_port
 from streamlearn.store import pending
 from streamlearn.store.pending import PendingStore
@@ -284,6 +284,13 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     with pytest.raises(WeightsError, match=r"no version 7 in Redis; versions kept: \[1\]"):
         operator.pin(7)
     assert operator.unpin() == 1 and WeightsStore(actor, names).pinned_version() is None
+    # a version label (`pin --label`), which the actor reads with the versions kept (the
+    # HTTP door's metadata); `status` and `export` with the learner's account
+    operator.label("stable", 1)
+    assert WeightsStore(actor, names).targets() == (1, None, {"stable": 1})
+    assert WeightsStore(actor, names).versions() == [1] == operator.versions()
+    assert [v for v, _ in operator.history_versions()] == [1]
+    assert queue_figures(learner, names)["latest_version"] == 1
     # labels that come later: the actor keeps, ingest reads and joins, the learner reports
     labels = LabelsConfig()
     value = pending.encode(np.ones(2, np.float32), np.array([0.5], np.float32), 1, 0.0)
