@@ -32,7 +32,7 @@ class Keeper:
     def __init__(self, store: PendingStore) -> None:
         self.store = store
         self.kept = 0
-        self.evicted = 0  # older predictions dropped to keep `labels.max_pending`
+        self.evicted = 0  # dropped before their TTL to keep `max_pending`, `max_pending_bytes`
         self.failures = 0  # batches whose predictions could not be kept
         self._logged_at = -float("inf")
 

@@ -115,10 +115,17 @@ class LabelsConfig(Frozen):
 
     A prediction request with an `id` keeps its features, the version that served it and its
     prediction for `ttl_s`; a label `{"id", "y"}` on `{prefix}/{model}/labels` joins it into
-    a sample. At most `max_pending` are kept: beyond, the soonest to expire go first. Each
-    costs Redis ~343 bytes with 4 inputs and 12-character ids, measured (~340 MB at the
-    default bound), plus 4 per input or output (`streamlearn.store.pending`).
+    a sample. At most `max_pending` are kept, of at most `max_pending_bytes` of Redis memory
+    together (each counted as `streamlearn.store.pending` says, ~380 B with 4 inputs and
+    12-character ids): beyond either, the soonest to expire go first. The default byte
+    bound fits the deployed 2 GB Redis beside the streams and weights.
     """
 
     ttl_s: int = Field(3600, ge=1, le=30 * 86_400, description="how long a prediction waits")
     max_pending: int = Field(1_000_000, ge=1, le=100_000_000, description="predictions kept")
+    max_pending_bytes: int = Field(
+        256 * 2**20,
+        ge=2**16,
+        le=2**40,
+        description="Redis memory the kept predictions may take together, in bytes",
+    )

@@ -3,8 +3,9 @@
 An actor keeps each prediction it served for a request with an `id` under
 `pending:{id}` for `labels.ttl_s`: the request's features, the version, the prediction
 and the serve time, one binary value (`encode`). The sorted set `pending` (key -> expiry)
-bounds them to `labels.max_pending`: a keep trims the expired entries and, beyond the
-bound, the soonest to expire. Ingest reads them back when a label arrives
+bounds them to `labels.max_pending`, and `pending_bytes` (the index's entries' bytes,
+`entry_bytes`) to `labels.max_pending_bytes`: a keep trims the expired entries and,
+beyond either bound, the soonest to expire. Ingest reads them back when a label arrives
 (`streamlearn.ingest.labels`), and once a label has joined one into a sample it is
 overwritten by a one-byte tombstone that keeps its TTL, so a label repeated after the
 de-duplication window still finds it joined and adds nothing.
@@ -15,15 +16,14 @@ and the list `served:delays` holds the newest `MAX_DELAYS` label delays (label a
 minus serve time, seconds) for their percentiles.
 
 Memory: a kept prediction is a value of `HEADER.size` (18) + 4 × (inputs + outputs)
-bytes, a key with a TTL, and an index entry holding the key name again. Measured (Redis
-7.0, jemalloc): 343 B each for 4 inputs, one output and 12-character ids of model
-`machines` (100,000 kept), so ~340 MB at the default bound of 1,000,000; each input or
-output adds 4 B, each character of the id or model name 2 B. The delays list is at most
+bytes, a key with a TTL, and an index entry holding the key again; `entry_bytes` counts
+it, a little above what Redis spends (docs/learning-log.md). The delays list is at most
 `MAX_DELAYS` short strings (~50 kB); the served hash four fields.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from dataclasses import dataclass
@@ -45,6 +45,18 @@ MAGIC = b"P1"
 JOINED = b"J"  # a prediction a label has joined: the tombstone
 MAX_DELAYS = 1000  # label delays kept for the percentiles
 CHUNK = 10_000  # keys per command or script call
+ENTRY_BYTES = 256  # what a kept prediction costs Redis beside its value and key
+
+
+def entry_bytes(key: bytes, value_bytes: int) -> int:
+    """The bytes a kept prediction counts against `labels.max_pending_bytes` (as
+    `pending_keep.lua` counts them): `ENTRY_BYTES`, its value, and 2.5 per byte of its key,
+    held twice (the key, the index's member) and rounded up by the allocator.
+
+    >>> entry_bytes(b"sl:{machines}:pending:-:s:r-1", 38)
+    367
+    """
+    return ENTRY_BYTES + value_bytes + math.ceil(2.5 * len(key))
 
 
 @dataclass(frozen=True)
@@ -108,13 +120,28 @@ class PendingStore:
     def _join(self) -> redis.commands.core.Script:
         return lua.load(self.redis, "pending_join")
 
+    @property
+    def bytes_key(self) -> str:
+        """String: the bytes of the index's entries (`entry_bytes`), kept by each keep."""
+        return self.names.key("pending_bytes")
+
     def keep(self, ids: list[str], values: list[bytes], now: float | None = None) -> int:
         """Keep `values` (`encode`) under `ids`, in one call; returns how many older ones
-        the bound evicted."""
+        the bounds evicted."""
         keys = [self.names.pending_key(i) for i in ids]
         now = time.time() if now is None else now
-        args: list[EncodableT] = [now, self.cfg.ttl_s, self.cfg.max_pending, *values]
-        return int(self._keep(keys=[self.names.pending_index_key, *keys], args=args))
+        cfg, fixed = self.cfg, ENTRY_BYTES + max(map(len, values), default=0)
+        args: list[EncodableT] = [now, cfg.ttl_s, cfg.max_pending, cfg.max_pending_bytes, fixed]
+        index = [self.names.pending_index_key, self.bytes_key]
+        return int(self._keep(keys=[*index, *keys], args=[*args, *values]))
+
+    def size(self) -> tuple[int, int]:
+        """(predictions kept, their bytes as counted against `labels.max_pending_bytes`)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zcard(self.names.pending_index_key)
+        pipe.get(self.bytes_key)
+        count, counted = pipe.execute()
+        return int(count), int(counted or 0)
 
     def fetch(self, ids: list[str]) -> list[bytes | None]:
         """The values kept under `ids` (None where none), in one round trip (an MGET of
