@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -213,13 +214,13 @@ class NamedPayloads:
         self.check_targets = check_targets
 
     def item(
-        self, doc: dict[str, Any], counts: FieldCounts, key: str | None, at: float | None
+        self, doc: dict[str, Any], counts: FieldCounts, key: StepKey, at: float | None
     ) -> Samples | Observations | None:
         """One object: a sample, a keyed step (window models), or None when it has no
         label and no window to extend (counted as unlabeled)."""
         x, y = self.fields.row(doc, counts, SAMPLE_FIELDS)
         if self.model.window is not None:
-            step_key = _key(doc.get("key", key))
+            step_key = key.of(doc.get("key"))
             seq = _seq(doc.get("seq"), at)
             target = math.nan if y is None else self._target(y)
             return Observations(
@@ -305,6 +306,37 @@ def _sample_id(value: Any) -> str:
         f"id: a string of 1 to 256 characters, no control characters, got {_shown(value)}",
         "bad_string",
     )
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """Whose window a keyed step extends. `topic`: the key the source topic's level names
+    (None: none). A step's own `"key"` comes first only with `from_payload`: under a
+    per-device topic ACL the level is the sender, and a step naming another device's key
+    would train in that device's window."""
+
+    topic: str | None = None
+    from_payload: bool = False
+
+    def of(self, given: Any) -> str:
+        """The step's key, given its own `"key"` field (None when it has none).
+
+        >>> StepKey("dev-1").of(None), StepKey("dev-1", from_payload=True).of("dev-2")
+        ('dev-1', 'dev-2')
+        >>> StepKey("dev-1").of("dev-2")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        streamlearn.errors.PayloadError: key: 'dev-2' is not the topic's device 'dev-1' ...
+        """
+        if self.topic is None or given is None or self.from_payload:
+            return _key(self.topic if given is None else given)
+        if given != self.topic:
+            raise PayloadError(
+                f"key: {_shown(given)} is not the topic's device {self.topic!r} (its source "
+                "takes the key from the topic; key_from_payload = true lets a step name another)",
+                "wrong_key",
+            )
+        return _key(given)
 
 
 def _key(value: Any) -> str:

@@ -24,7 +24,7 @@ from pydantic_core import from_json
 
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.fastparse import FastSamples
-from streamlearn.contract.named import NamedPayloads
+from streamlearn.contract.named import NamedPayloads, StepKey
 from streamlearn.contract.records import (
     FieldCounts,
     Kind,
@@ -75,30 +75,39 @@ class PayloadParser:
 
     # -- samples -------------------------------------------------------------------------
 
-    def parse_message(self, raw: bytes, key: str | None = None, at: float | None = None) -> Parsed:
+    def parse_message(
+        self,
+        raw: bytes,
+        key: str | None = None,
+        at: float | None = None,
+        key_from_payload: bool = False,
+    ) -> Parsed:
         """Split a samples message into what is accepted and what is rejected.
 
         A `{"samples": [...]}` list is judged item by item, so one bad sample does not
         hold back the good ones beside it; a single or columnar payload is judged whole.
-        For named payloads (`streamlearn.contract.named`), `key` is the device key of the
-        source topic the message came on and `at` its arrival (unix s): a window model's
-        step without its own `key` and `seq` fields takes them.
+        `key` is the device key of the source topic the message came on: a window model's
+        step is that key's, and one naming another key is refused (`wrong_key`), unless
+        `key_from_payload` (then a step's own `key` comes first). For named payloads
+        (`streamlearn.contract.named`), `at` is the arrival (unix s): a step without its own
+        `key` and `seq` fields takes the topic's key and `at`.
         """
         if self._fast is not None and len(raw) <= self.model.ingest.max_payload_bytes:
             samples = self._fast.parse(raw)
             if samples is not None:
                 return Parsed(samples, None, [])
         counts = FieldCounts() if self._named is not None else None
+        step = StepKey(key, key_from_payload)
         try:
             doc = self._decode_named(raw) if self._named is not None else None
             doc = doc or decode(raw, self.model.ingest.max_payload_bytes)
             if self._named is not None and not _positional(doc):
                 assert counts is not None  # made above for every named model
-                return self._parse_named(doc, raw, counts, key, at)
+                return self._parse_named(doc, raw, counts, step, at)
             check_fields(doc)
             if "samples" in doc:
-                return self._parse_list(doc, raw, self._parse_item)
-            item = self._parse_item(doc)
+                return self._parse_list(doc, raw, lambda item: self._parse_item(item, step))
+            item = self._parse_item(doc, step)
         except PayloadError as exc:
             return Parsed(None, None, [Rejection(str(exc), raw, cast(Kind, exc.kind))], counts)
         if isinstance(item, Observations):
@@ -121,7 +130,7 @@ class PayloadParser:
         doc: dict[str, Any],
         raw: bytes,
         counts: FieldCounts,
-        key: str | None,
+        step: StepKey,
         at: float | None,
     ) -> Parsed:
         """A named object, its columnar form (judged whole) or a list of objects."""
@@ -131,18 +140,18 @@ class PayloadParser:
             return self._parse_list(
                 doc,
                 raw,
-                lambda item: named.item(item, counts, key, at),
+                lambda item: named.item(item, counts, step, at),
                 counts,
                 named.fields.target[0],
             )
         rows = named.rows(doc)
         if rows[0] is doc:  # one object: the common message
-            item = named.item(doc, counts, key, at)
+            item = named.item(doc, counts, step, at)
             if isinstance(item, Observations):
                 return Parsed(None, item, [], counts)
             return Parsed(item, None, [], counts)
         self._check_count(len(rows))
-        items = [named.item(row, counts, key, at) for row in rows]
+        items = [named.item(row, counts, step, at) for row in rows]
         return Parsed(
             concat([i for i in items if isinstance(i, Samples)]),
             concat_observations([i for i in items if isinstance(i, Observations)]),
@@ -207,7 +216,7 @@ class PayloadParser:
             )
         keys.add(key)
 
-    def _parse_item(self, doc: dict[str, Any]) -> Samples | Observations:
+    def _parse_item(self, doc: dict[str, Any], step: StepKey) -> Samples | Observations:
         if "key" not in doc:
             return self._parse_record(doc)
         if self.model.window is None:
@@ -216,16 +225,17 @@ class PayloadParser:
                 f"model {self.model.name!r} has none",
                 "no_window",
             )
-        return self._parse_observation(doc)
+        return self._parse_observation(doc, step)
 
-    def _parse_observation(self, doc: dict[str, Any]) -> Observations:
+    def _parse_observation(self, doc: dict[str, Any], step: StepKey) -> Observations:
         try:
             rec = ObservationDoc.model_validate(doc)
         except ValidationError as exc:
             raise invalid(exc) from None
+        key = step.of(rec.key)
         x = self._step(rec.x)
         y = np.full(1, np.nan, np.float32) if rec.y is None else self.check_targets([rec.y])
-        return Observations((rec.key,), np.array([rec.seq], np.float64), x, y)
+        return Observations((key,), np.array([rec.seq], np.float64), x, y)
 
     def _step(self, raw_x: list[Any]) -> np.ndarray:
         """One step of a window, `inputs` numbers, as a (1, inputs) float32 array."""

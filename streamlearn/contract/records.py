@@ -30,6 +30,7 @@ Kind = Literal[
     "out_of_range",
     "too_many_samples",
     "too_many_keys",
+    "wrong_key",
     "no_window",
     "unknown_id",
     "redis_refused",

@@ -293,7 +293,8 @@ class Ingest:
 
     def _parse_source(self, d: Delivery) -> Parsed:
         """A message on a source topic: parsed with its device key, the topic's level
-        `key_level` (when the source names one)."""
+        `key_level` (when the source names one), which a step may not override unless the
+        source says `key_from_payload`."""
         source = next((s for s in self.sources if topic_matches_sub(s.topic, d.topic)), None)
         if source is None:
             reason = f"topic {d.topic!r} is not one this model reads"
@@ -308,7 +309,9 @@ class Ingest:
                 f'(source {source.topic!r}, key = "topic:{level}")'
             )
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
-        return self.parser.parse_message(d.payload, key=levels[level], at=time.time())
+        return self.parser.parse_message(
+            d.payload, key=levels[level], at=time.time(), key_from_payload=source.key_from_payload
+        )
 
     def _settle(
         self, labels: list[tuple[int, LabelMessage]], whole: list[bool], stop: threading.Event

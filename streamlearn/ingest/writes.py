@@ -36,9 +36,10 @@ from redis.exceptions import (
 from streamlearn.config.policies import IngestConfig
 from streamlearn.contract.payloads import Parsed, Rejection
 from streamlearn.contract.records import FieldCounts, Observations
+from streamlearn.contract.schemas import LISTED_REASONS
 from streamlearn.ingest.inbox import Delivery
 from streamlearn.store.stream import SampleStream
-from streamlearn.store.windows import WindowStore
+from streamlearn.store.windows import Refused, WindowStore
 
 log = logging.getLogger("streamlearn.ingest")  # its warnings are the ingest worker's
 
@@ -227,18 +228,29 @@ class RunWriter:
             observations = cast(  # a message not yet observed has observations
                 list[Observations], [m.parsed.observations for m in observing]
             )
+            cfg = self.cfg
             try:
                 windowed = self.windows.append(
-                    observations, self.cfg.window_ttl_s, self.cfg.max_devices
+                    observations,
+                    cfg.window_ttl_s,
+                    cfg.max_devices,
+                    senders=[m.msg.topic for m in observing],
+                    max_keys_per_sender=cfg.max_keys_per_sender,
+                    max_seq_jump=cfg.window_max_seq_jump,
                 )
             except redis.RedisError as exc:
                 return exc
             for m in observing:
                 m.observed = True
+            for i, refused in _by_part(windowed.refused).items():
+                m = observing[i]
+                m.rejections.append(_refusal(refused, m.msg.payload))
+                self.counters.count_rejections(m.rejections[-1:])
             c = self.counters
             offered = sum(len(o) for o in observations if o is not None)
             c.samples += windowed.added
             c.observations += offered - windowed.duplicates - windowed.late
+            c.observations -= len(windowed.refused)
             c.duplicate_observations += windowed.duplicates
             c.late_observations += windowed.late
             c.short_windows += windowed.short
@@ -292,3 +304,18 @@ class RunWriter:
             with contextlib.suppress(redis.RedisError):  # else the retry finds out
                 self.stream.load_scripts()
         return next((e for e in errors if transient(e)), errors[0] if errors else None)
+
+
+def _by_part(refused: tuple[Refused, ...]) -> dict[int, list[Refused]]:
+    """The observations the window store refused, by the message (part) they came in."""
+    parts: dict[int, list[Refused]] = {}
+    for r in refused:
+        parts.setdefault(r.part, []).append(r)
+    return parts
+
+
+def _refusal(refused: list[Refused], payload: bytes) -> Rejection:
+    """One dead letter for a message's refused observations: the first few reasons."""
+    shown = "; ".join(r.reason for r in refused[:LISTED_REASONS])
+    more = f" (and {len(refused) - LISTED_REASONS} more)" if len(refused) > LISTED_REASONS else ""
+    return Rejection(shown + more, payload, refused[0].kind)

@@ -17,8 +17,16 @@ from streamlearn import mqtt
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Observations
 from streamlearn.store.stream import SampleStream
-from streamlearn.store.windows import WindowStore
-from tests.conftest import Client, eventually, role_env, samples_seen
+from streamlearn.store.windows import WindowsAppended, WindowStore
+from tests.conftest import (
+    Client,
+    eventually,
+    launch_role,
+    own_settings,
+    plain_paho,
+    role_env,
+    samples_seen,
+)
 from tests.deployed import redis_as
 from tests.factories import deadletters
 
@@ -126,6 +134,39 @@ def test_recent_reads_before_a_seq_for_many_keys_at_once(store):
     assert a_before_3[:, 0].tolist() == [1, 2]
     assert b_before_2[:, 0].tolist() == [101]
     assert unknown.shape == (0, 1)
+
+
+def test_a_sender_past_its_keys_is_refused_and_evictions_free_its_count(store):
+    now = [1000.0]
+    store.clock = lambda: now[0]
+
+    def append(sender: str, *rows, max_devices: int = 10) -> WindowsAppended:
+        obs = observations(*[(k, 1, 0, None) for k in rows])
+        return store.append([obs], TTL_S, max_devices, senders=[sender], max_keys_per_sender=2)
+
+    got = append("s1", "a", "b", "c")
+    assert [(r.row, r.kind) for r in got.refused] == [(2, "too_many_keys")]
+    assert got.refused[0].reason == (
+        "key 'c': a new window, and its sender holds 2 (max_keys_per_sender=2)"
+    )
+    now[0] += 1  # another sender is not held back; a key another made is not counted
+    assert append("s2", "c", "a").refused == ()
+    now[0] += 1  # b and a, idle the longest, are evicted: s1 holds none now
+    assert append("s3", "d", "e", max_devices=3).evicted == 2
+    assert [r.row for r in append("s1", "f", "g", "h").refused] == [2]
+
+
+def test_a_seq_further_ahead_than_the_jump_is_refused(store):
+    store.append([observations(("a", 10, 1, None))], TTL_S)
+    got = store.append(
+        [observations(("a", 2**53, 9, 1.0), ("a", 110, 2, None))], TTL_S, max_seq_jump=100
+    )
+    [refused] = got.refused
+    assert (refused.row, refused.kind) == (0, "out_of_range")
+    assert refused.reason == (
+        f"key 'a': seq {2**53} is more than window_max_seq_jump=100 ahead of its newest, 10"
+    )
+    assert store.recent([("a", None)], 5)[0][:, 0].tolist() == [1, 2]
 
 
 # -- end to end ------------------------------------------------------------------------------
@@ -330,3 +371,129 @@ def test_devices_past_max_devices_lose_the_window_idle_the_longest(store):
     now[0] += TTL_S + 1  # all expired: their entries go with the next append
     assert store.append([observations(("f", 1, 0, None))], TTL_S, 3).evicted == 0
     assert store.redis.zrange(store.index, 0, -1) == [store.key("f").encode()]
+
+
+# -- windows bound to their senders ---------------------------------------------------------
+
+BOUND_TOML = """
+[models.dev]
+inputs = ["t"]
+task = "regression"
+architecture = "lstm"
+window = 3
+hidden = [4]
+
+[models.dev.ingest]
+max_devices = 40
+max_keys_per_message = 10
+max_keys_per_sender = 5
+window_max_seq_jump = 1000
+
+[[models.dev.sources]]
+topic = "tele/+/SENSOR"
+key = "topic:1"
+
+[[models.dev.sources]]
+topic = "gateway/+/SENSOR"
+key = "topic:1"
+key_from_payload = true
+"""
+
+
+@pytest.fixture(scope="module")
+def bound(redis_server, mosquitto_server, tmp_path_factory):
+    """One ingest of a named window model for the module's tests (each uses keys of its
+    own): its settings, a Redis client, the model's window store and a publishing client."""
+    settings = own_settings(redis_server, mosquitto_server)
+    config = tmp_path_factory.mktemp("bound") / "streamlearn.toml"
+    config.write_text(BOUND_TOML)
+    ingest = launch_role(settings, "ingest", config)
+    client = redis_lib.Redis.from_url(settings.redis)
+    device = plain_paho(settings)
+    try:
+        ingest.wait_for(" ready")
+        names = Names("dev", settings.topic_prefix, settings.key_prefix)
+        yield settings, client, WindowStore(client, names, 3, 1), device
+    finally:
+        device.disconnect()
+        ingest.stop()
+        for key in client.scan_iter(f"{settings.key_prefix}:*"):
+            client.delete(key)
+        client.close()
+
+
+def send(device, topic: str, *bodies: dict) -> None:
+    for body in bodies:
+        device.publish(topic, json.dumps(body), qos=1).wait_for_publish(10)
+
+
+def steps(store: WindowStore, key: str) -> list[float]:
+    """The values of `t` a key's window holds, in seq order."""
+    return store.recent([(key, None)], 100)[0][:, 0].tolist()
+
+
+def letters_from(client, store: WindowStore, topic: str, want: int) -> list[dict]:
+    """The dead letters of messages on `topic`, once there are `want` of them."""
+    return eventually(
+        lambda: (
+            len(got := [d for d in deadletters(client, store.names) if d["source"] == topic])
+            >= want
+            and got
+        ),
+        30,
+        f"{want} dead letters from {topic}",
+    )
+
+
+def test_a_payload_key_reaches_another_devices_window_only_where_the_source_allows(bound):
+    """tele/+/SENSOR takes its key from the topic: mallory's step naming alice's key is a
+    dead letter, alice's window untouched; gateway/+/SENSOR has key_from_payload = true."""
+    _, client, store, device = bound
+    send(device, "tele/mallory/SENSOR", {"key": "alice", "seq": 1, "t": 5.0})
+    send(device, "tele/alice/SENSOR", {"key": "alice", "seq": 2, "t": 2.0})  # its own: fine
+    send(device, "gateway/gw-1/SENSOR", {"key": "bob", "seq": 1, "t": 7.0})
+    eventually(lambda: steps(store, "bob") == [7.0], 30, "the gateway's step in bob's window")
+    eventually(lambda: steps(store, "alice") == [2.0], 30, "alice's own step")
+    [letter] = letters_from(client, store, "tele/mallory/SENSOR", 1)
+    assert letter["kind"] == "wrong_key", letter
+    assert "'alice'" in letter["reason"] and "'mallory'" in letter["reason"], letter
+    assert steps(store, "alice") == [2.0]
+    assert steps(store, "mallory") == []
+
+
+def test_a_seq_far_ahead_of_a_window_is_a_dead_letter_and_the_window_keeps_training(bound):
+    _, client, store, device = bound
+    topic = "tele/jumpy/SENSOR"
+    count = store.names.ingest_count_key
+    before = int(client.get(count) or 0)
+    send(device, topic, *({"seq": s, "t": float(s), "y": s} for s in (1, 2, 3)))
+    send(device, topic, {"seq": 2**53, "t": 99.0}, {"seq": 4, "t": 4.0, "y": 4})
+    eventually(lambda: steps(store, "jumpy")[-1:] == [4.0], 30, "the step after the jump")
+    [letter] = letters_from(client, store, topic, 1)
+    assert letter["kind"] == "out_of_range", letter
+    assert "window_max_seq_jump" in letter["reason"], letter
+    assert steps(store, "jumpy") == [1.0, 2.0, 3.0, 4.0]
+    assert int(client.get(count)) == before + 2  # the windows ending at seq 3 and 4
+
+
+def test_a_flood_of_new_keys_from_one_sender_leaves_other_senders_windows_intact(bound):
+    """max_keys_per_sender = 5 of max_devices = 40: 10 messages of 10 new keys each (100
+    keys) on the samples topic keep 5; the rest are dead letters, nobody else's evicted."""
+    settings, client, store, device = bound
+    send(device, "tele/quiet/SENSOR", {"seq": 1, "t": 1.0})
+    eventually(lambda: steps(store, "quiet") == [1.0], 30, "the quiet device's window")
+    samples = store.names.samples_topic
+    send(
+        device,
+        samples,
+        *(
+            {"samples": [{"key": f"f{m}-{i}", "seq": 1, "t": 0.0} for i in range(10)]}
+            for m in range(10)
+        ),
+    )
+    letters = letters_from(client, store, samples, 10)
+    assert {d["kind"] for d in letters} == {"too_many_keys"}, letters
+    assert "max_keys_per_sender=5" in letters[0]["reason"], letters[0]
+    flood = [k for k in client.scan_iter(store.key("f*"))]
+    assert len(flood) == 5
+    assert steps(store, "quiet") == [1.0]

@@ -156,10 +156,28 @@ def test_a_window_models_named_step_takes_its_key_from_the_topic_and_seq_from_ar
     parser = PayloadParser(model)
     _, observations, [], _ = parse({"a": 1, "b": 2, "y": 0.5}, parser, key="dev-1", at=1000.0)
     assert observations.keys == ("dev-1",) and observations.seq.tolist() == [1000.0]
-    _, observations, [], _ = parse({"a": 1, "b": 2, "key": "own", "seq": 5}, parser, key="t")
-    assert observations.keys == ("own",) and math.isnan(observations.y[0])
+    _, observations, [], _ = parse({"a": 1, "b": 2, "key": "t", "seq": 5}, parser, key="t")
+    assert observations.keys == ("t",) and math.isnan(observations.y[0])
     _, _, [rejection], _ = parse({"a": 1, "b": 2}, parser, at=1.0)
     assert rejection.kind == "missing_field" and "key" in rejection.reason
+
+
+def test_a_step_names_another_key_than_its_topics_only_where_the_source_allows():
+    model = ModelConfig(name="w", inputs=["a"], window=3, architecture="lstm")
+    named, positional = PayloadParser(model), PayloadParser(model.model_copy(update={"inputs": 1}))
+    step = {"a": 1, "key": "victim", "seq": 5}
+    _, observations, [rejection], _ = parse(step, named, key="dev-1")
+    assert observations is None and rejection.kind == "wrong_key"
+    assert "'victim'" in rejection.reason and "'dev-1'" in rejection.reason
+    _, observations, [], _ = parse(step, named, key="dev-1", key_from_payload=True)
+    assert observations.keys == ("victim",)
+    # positional steps, alone or in a list (judged item by item)
+    items = [{"key": k, "seq": 1, "x": [1.0]} for k in ("dev-1", "victim")]
+    _, observations, [rejection], _ = parse({"samples": items}, positional, key="dev-1")
+    assert observations.keys == ("dev-1",) and rejection.kind == "wrong_key"
+    assert rejection.reason.startswith("samples.1: key: 'victim' is not")
+    _, observations, [], _ = parse(items[1], positional, key="dev-1", key_from_payload=True)
+    assert observations.keys == ("victim",)
 
 
 def test_the_model_imputes_a_missing_input_with_its_running_mean_and_one_hot_encodes():
