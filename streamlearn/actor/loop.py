@@ -9,7 +9,8 @@ between batches, so a reload never fails, drops or delays a request.
 
 A key-only request (models with a window) brings only the newest step; the earlier ones
 are its key's stored observations (`streamlearn.actor.keyed`). A request that names a
-version or a label is answered by that version, kept loaded (`streamlearn.actor.versions`).
+version or a label is answered by that version, kept loaded (`streamlearn.actor.versions`);
+one not loaded waits while the loader thread loads it (`streamlearn.actor.loader`).
 Requests come in by MQTT and, when `actor.http_port` is set, by the Open Inference Protocol
 over HTTP (`streamlearn.actor.http`): both doors share the inbox, and so the batches.
 
