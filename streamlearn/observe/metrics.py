@@ -9,17 +9,16 @@ The same port answers /livez and /readyz (`streamlearn.observe.health`): 200 whe
 ready, 503 when not, with a JSON body saying why.
 
 It listens on loopback unless `STREAMLEARN_METRICS_HOST` says otherwise (compose: 0.0.0.0,
-inside its own network), and drops a client that sends nothing for `CLIENT_TIMEOUT_S`.
+inside its own network), keeps at most `MAX_CONNECTIONS` open and gives each
+`REQUEST_DEADLINE_S` for its request (`streamlearn.observe.httpd`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -27,6 +26,12 @@ from prometheus_client.registry import Collector
 
 from streamlearn.config.settings import load_settings
 from streamlearn.observe.health import Health, Verdict
+from streamlearn.observe.httpd import (
+    MAX_CONNECTIONS,
+    REQUEST_DEADLINE_S,
+    BoundedServer,
+    DeadlineHandler,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +40,6 @@ Snapshot = Mapping[str, float | int | None | Mapping[str, float | int]]
 # Request latency of actors, seconds: from 0.5 ms to 2.5 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-# A client silent this long is dropped: a probe answers in milliseconds, and each open
-# connection holds a thread.
-CLIENT_TIMEOUT_S = 5.0
 
 
 class SnapshotCollector(Collector):
@@ -102,22 +104,24 @@ def expose(
     return serve(port, health, host=host).server_port
 
 
-class WorkerServer(ThreadingHTTPServer):
-    """The worker's HTTP port: /metrics, /livez, /readyz, on daemon threads."""
-
-    daemon_threads = True
+class WorkerServer(BoundedServer):
+    """The worker's HTTP port: /metrics, /livez, /readyz."""
 
     def __init__(
         self,
         port: int,
         health: Health | None,
         host: str = "127.0.0.1",
-        client_timeout_s: float = CLIENT_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
     ) -> None:
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        super().__init__((host, port), _Handler)
+        super().__init__(
+            (host, port),
+            _Handler,
+            max_connections=max_connections,
+            request_deadline_s=request_deadline_s,
+        )
         self.health = health
-        self.client_timeout_s = client_timeout_s
 
 
 def serve(
@@ -125,23 +129,20 @@ def serve(
     health: Health | None = None,
     *,
     host: str | None = None,
-    client_timeout_s: float = CLIENT_TIMEOUT_S,
+    max_connections: int = MAX_CONNECTIONS,
+    request_deadline_s: float = REQUEST_DEADLINE_S,
 ) -> WorkerServer:
     """Start serving on `host`:`port` (port 0: any free port; host None: the setting's) in
     a daemon thread."""
     if host is None:
         host = load_settings().metrics_host
-    server = WorkerServer(port, health, host, client_timeout_s)
+    server = WorkerServer(port, health, host, max_connections, request_deadline_s)
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(DeadlineHandler):
     server: WorkerServer
-
-    def setup(self) -> None:
-        self.timeout = self.server.client_timeout_s  # type: ignore[misc]  # read by StreamRequestHandler.setup
-        super().setup()
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         path = self.path.split("?", 1)[0]
@@ -165,9 +166,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        """Quiet: a probe every few seconds is not news."""
 
 
 def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:

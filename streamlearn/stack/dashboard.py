@@ -10,7 +10,8 @@ Every string the page shows from a status is set as text, never parsed as HTML (
 status is written by whoever can publish to its topics). The server answers only requests
 whose Host header names the address it is bound to (for loopback also `localhost`): a page
 of another site whose name is made to resolve to 127.0.0.1 (DNS rebinding) sends its own
-name and is refused, so it cannot read `/api/series`.
+name and is refused, so it cannot read `/api/series`. At most `max_connections` are open, each
+with `request_deadline_s` for its request (`streamlearn.observe.httpd`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ import json
 import logging
 import threading
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, cast
 
 from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
+from streamlearn.observe.httpd import MAX_CONNECTIONS, BoundedServer, DeadlineHandler
 from streamlearn.observe.monitor import StatusMonitor, snapshot
 from streamlearn.store import redis_client
 
@@ -37,8 +38,7 @@ _STATIC = {
 }
 
 
-# A client silent this long is dropped (each open connection holds a thread).
-CLIENT_TIMEOUT_S = 10.0
+REQUEST_DEADLINE_S = 10.0  # from accept to a request read whole
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
 _KEYS = (
@@ -105,6 +105,8 @@ class Dashboard:
         port: int = 0,
         every_s: float = 1.0,
         keep: int = 900,
+        max_connections: int = MAX_CONNECTIONS,
+        request_deadline_s: float = REQUEST_DEADLINE_S,
     ) -> None:
         self.cfg = cfg
         self.settings = settings
@@ -112,8 +114,12 @@ class Dashboard:
         self.series: dict[str, deque[dict[str, Any]]] = {m: deque(maxlen=keep) for m in cfg.models}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._server = ThreadingHTTPServer((host, port), self._handler())
-        self._server.daemon_threads = True
+        self._server = BoundedServer(
+            (host, port),
+            self._handler(),
+            max_connections=max_connections,
+            request_deadline_s=request_deadline_s,
+        )
         self.hosts = allowed_hosts(host, self._server.server_address[1])
         self._threads: list[threading.Thread] = []
 
@@ -173,12 +179,10 @@ class Dashboard:
                         point["variants"][name] = figures
                 points.append(point)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def _handler(self) -> type[DeadlineHandler]:
         dashboard = self
 
-        class Handler(BaseHTTPRequestHandler):
-            timeout = CLIENT_TIMEOUT_S  # read by StreamRequestHandler.setup
-
+        class Handler(DeadlineHandler):
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 if (self.headers.get("Host") or "").lower() not in dashboard.hosts:
                     self.send_error(403, "Host not allowed: open the dashboard by its address")
@@ -198,8 +202,5 @@ class Dashboard:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-
-            def log_message(self, *_args: object) -> None:
-                pass
 
         return Handler

@@ -189,13 +189,13 @@ def test_the_default_and_the_setting_in_process(monkeypatch):
 
 def test_a_silent_client_blocks_nobody_and_is_dropped():
     """A client that connects and sends nothing holds only its own thread, and the server
-    hangs up on it after `client_timeout_s`."""
+    hangs up on it at its `request_deadline_s`."""
     import socket
 
-    from streamlearn.observe.metrics import CLIENT_TIMEOUT_S, serve
+    from streamlearn.observe.metrics import REQUEST_DEADLINE_S, serve
 
-    assert CLIENT_TIMEOUT_S == 5.0
-    server = serve(0, host="127.0.0.1", client_timeout_s=0.5)
+    assert REQUEST_DEADLINE_S == 5.0
+    server = serve(0, host="127.0.0.1", request_deadline_s=0.5)
     silent = socket.create_connection(("127.0.0.1", server.server_port), timeout=30)
     half = socket.create_connection(("127.0.0.1", server.server_port), timeout=30)
     try:
