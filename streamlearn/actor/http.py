@@ -11,16 +11,25 @@ full inbox sheds it at once (503), and it waits at most `request_deadline_ms` (5
 serving loop batches both doors' requests together and hands an HTTP request's reply back
 to its waiting handler.
 
+A client costs the door no more than a valid request: at most `actor.http_max_connections`
+connections (one more is answered 503 and closed, unread), each body refused unread when
+its Content-Length passes the model's largest valid request (`streamlearn.actor.bodies`,
+413) or the inbox has no room for it (503), read whole within `actor.http_body_timeout_ms`
+(408, connection closed), scanned for width before it is decoded (400). With a bearer
+token set (`STREAMLEARN_HTTP_TOKEN[_FILE]`) every route but the two health probes asks
+for it (401). Every error is the protocol's `{"error": ...}`, counted by status.
+
 aiohttp, chosen by measurement (`bench.serve`'s HTTP case, against uvicorn and the
 standard library's threading server: docs/learning-log.md, "Serving"). It runs its own
 event loop in one thread, so it adds one thread to the actor whatever the connections.
-Bounds: a body of at most `ingest.max_payload_bytes` (413), the inbox's requests and
-bytes, and an idle keep-alive connection is closed after `KEEPALIVE_S`.
+aiohttp accepts every connection: the cap is this door's protocol factory. An idle
+keep-alive connection, or one whose headers do not arrive, is closed after `KEEPALIVE_S`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import threading
@@ -30,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from streamlearn.actor import oip
+from streamlearn.actor.bodies import BodyBounds
 from streamlearn.actor.inbox import Pending
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import version_ref
@@ -41,38 +51,51 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0  # an idle keep-alive connection is closed after this
+OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})  # kubelet probes: no token
 _JSON = "application/json"
+_SHED = "the actor's queue is full: request shed, retry later"
 
 
 class HttpDoor:
     """Serves one actor's model over the Open Inference Protocol, in a thread of its own."""
 
-    def __init__(self, actor: Actor, host: str, port: int) -> None:
+    def __init__(self, actor: Actor, host: str, port: int, token: str | None = None) -> None:
         self.actor = actor
         self.cfg = actor.cfg
         self.host = host
         self.port = port
         self.parser = PayloadParser(actor.cfg)
+        self.bounds = BodyBounds(actor.cfg)
+        self.token = None if token is None else token.encode()
         self.responses: dict[str, int] = {}  # by status code
+        self.connections = 0  # open, of at most `actor.http_max_connections`
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
+        cap = self.cfg.actor.http_max_connections
+        self._busy = _unavailable(f"too many connections (http_max_connections={cap})")
 
     def start(self) -> int:
         """Listen; returns the port (the one bound, for port 0). Raises OSError if taken."""
         loop = asyncio.new_event_loop()
         self._runner = web.AppRunner(
-            self._app(), handle_signals=False, access_log=None, keepalive_timeout=KEEPALIVE_S
+            self._app(),
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=KEEPALIVE_S,
+            lingering_time=0,  # a body refused unread is not read after its answer: closed
         )
         loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=128)
         try:
-            loop.run_until_complete(site.start())
+            self._listener = loop.run_until_complete(
+                loop.create_server(self._accept, self.host, self.port, backlog=128)
+            )
         except OSError:
             loop.run_until_complete(self._runner.cleanup())
             loop.close()
             raise
-        self.port = self._runner.addresses[0][1]
+        self.port = self._listener.sockets[0].getsockname()[1]
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="http-door", daemon=True)
         self._thread.start()
@@ -80,9 +103,10 @@ class HttpDoor:
 
     def stop(self) -> None:
         """Stop listening and close the connections (requests queued still get answered)."""
-        loop, runner = self._loop, self._runner
-        if loop is None or runner is None:
+        loop, runner, listener = self._loop, self._runner, self._listener
+        if loop is None or runner is None or listener is None:
             return
+        loop.call_soon_threadsafe(listener.close)
         try:
             asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5.0)
         except Exception as exc:  # stopping anyway
@@ -92,6 +116,20 @@ class HttpDoor:
             self._thread.join(5.0)
         loop.close()
         self._loop = None
+
+    def _accept(self) -> asyncio.Protocol:
+        """The protocol of a new connection (the loop's thread): aiohttp's, counted until the
+        connection is lost; past the cap, one that answers 503 and closes, reading nothing."""
+        server = None if self._runner is None else self._runner.server
+        if server is None or self.connections >= self.cfg.actor.http_max_connections:
+            self._counted(503)
+            return _Refused(self._busy)
+        self.connections += 1
+        return _Counted(server(), self)
+
+    def _counted(self, status: int) -> None:
+        key = str(status)
+        self.responses[key] = self.responses.get(key, 0) + 1
 
     # -- routes ----------------------------------------------------------------------------
 
@@ -106,19 +144,35 @@ class HttpDoor:
             app.router.add_get(path, self._metadata)
             app.router.add_get(path + "/ready", self._model_ready)
             app.router.add_post(path + "/infer", self._infer)
-        app.middlewares.append(self._count)
+        app.middlewares.extend([self._count, self._authorize])
         return app
 
     @web.middleware
     async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Every answer counted by status; every error the protocol's JSON."""
         try:
             response = await handler(request)
         except PayloadError as exc:  # the body, or the path's version or label
-            response = self._error(400, str(exc))
-        except web.HTTPException as exc:  # 404 of an unknown path, 413 of a large body
+            response = self._error(413 if exc.kind == "too_large" else 400, str(exc))
+        except web.HTTPException as exc:  # 404 of an unknown path, 405
             response = self._error(exc.status, exc.reason)
-        key = str(response.status)
-        self.responses[key] = self.responses.get(key, 0) + 1
+        except Exception:
+            log.exception("HTTP request %s %s", request.method, request.path)
+            response = self._error(500, "internal error")
+        self._counted(response.status)
+        return response
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """With a token set, `Authorization: Bearer <token>` (compared in constant time) on
+        every route but the health probes; before any body is read."""
+        if self.token is None or request.path in OPEN_PATHS:
+            return await handler(request)
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
+            return await handler(request)
+        response = self._error(401, "a bearer token is required: Authorization: Bearer <token>")
+        response.headers["WWW-Authenticate"] = "Bearer"
         return response
 
     async def _live(self, _request: web.Request) -> web.Response:
@@ -156,10 +210,24 @@ class HttpDoor:
         problem = self._unknown(request)
         if problem is not None:
             return problem
-        body = await request.read()
-        header = request.headers.get("Inference-Header-Content-Length")
-        x, rid = oip.read_infer(self.cfg, self.parser, body, _int(header))
         version = self._version(request)
+        header = _int(request.headers.get("Inference-Header-Content-Length"))
+        limit = self.bounds.limit(header)
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            raise PayloadError(
+                f"a body of {declared} bytes: a request of model {self.cfg.name!r} holds at "
+                f"most {limit}; refused unread",
+                "too_large",
+            )
+        if not self.actor.inbox.admits(declared or 0):
+            return self._error(503, _SHED)
+        try:
+            body = await self._read(request, limit)
+        except TimeoutError:
+            timeout_ms = self.cfg.actor.http_body_timeout_ms
+            return self._error(408, f"body not received within http_body_timeout_ms={timeout_ms:g}")
+        x, rid = oip.read_infer(self.cfg, self.parser, body, header)
         loop = asyncio.get_running_loop()
         replied: asyncio.Future[dict[str, Any]] = loop.create_future()
 
@@ -168,7 +236,7 @@ class HttpDoor:
 
         pending = Pending(arrived, x, True, rid, None, None, version=version, answer=answer)
         if not self.actor.inbox.offer(pending, len(body)):
-            return self._error(503, "the actor's queue is full: request shed, retry later")
+            return self._error(503, _SHED)
         wait_s = pending.deadline - time.monotonic() + 1.0  # the loop answers expiry itself
         try:
             reply = await asyncio.wait_for(replied, wait_s)
@@ -179,6 +247,25 @@ class HttpDoor:
         return _json(oip.response(self.cfg, reply, rid))
 
     # -- helpers ---------------------------------------------------------------------------
+
+    async def _read(self, request: web.Request, limit: int) -> bytes:
+        """The body, whole within `http_body_timeout_ms` (TimeoutError) and of at most
+        `limit` bytes: a chunked one is read no further (PayloadError `too_large`)."""
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.cfg.actor.http_body_timeout_ms / 1000):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > limit:
+                        raise PayloadError(
+                            f"a body of more than {limit} bytes: a request of model "
+                            f"{self.cfg.name!r} holds at most {limit}; read no further",
+                            "too_large",
+                        )
+                    chunks.append(chunk)
+        except (ConnectionError, web.RequestPayloadError) as exc:  # a client gone, bad chunks
+            raise PayloadError(f"the body could not be read: {exc}") from None
+        return b"".join(chunks)
 
     def _unknown(self, request: web.Request) -> web.Response | None:
         name = request.match_info["model"]
@@ -193,6 +280,56 @@ class HttpDoor:
 
     def _error(self, status: int, reason: str) -> web.Response:
         return _json({"error": reason}, status)
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted in its door while the connection is
+    open (aiohttp accepts every connection; the cap is the door's)."""
+
+    def __init__(self, inner: asyncio.Protocol, door: HttpDoor) -> None:
+        self.inner = inner
+        self.door = door
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.door.connections -= 1
+        self.inner.connection_lost(exc)
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the cap: its 503 written, then closed, nothing read."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(self.response)
+        transport.close()
+
+
+def _unavailable(reason: str) -> bytes:
+    """A whole HTTP/1.1 503 response, `{"error": reason}`, that closes its connection."""
+    body = json.dumps({"error": reason}).encode()
+    head = (
+        f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {_JSON}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 def _json(doc: dict[str, Any], status: int = 200) -> web.Response:

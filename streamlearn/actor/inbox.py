@@ -115,6 +115,11 @@ class Inbox:
         self._append(request, size)
         return True
 
+    def admits(self, size: int) -> bool:
+        """Whether a request of `size` bytes would be queued now: the HTTP door asks before
+        it reads a body, so that a full inbox sheds it unread. False counts it as shed."""
+        return not self._full(size) or self._shed(time.monotonic())
+
     def get(self, timeout_s: float = 0.0) -> Arrival | Pending | None:
         """The oldest arrival, waiting up to `timeout_s` for one; None when none came."""
         if not self._arrivals and timeout_s > 0:

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from streamlearn.actor.bodies import BodyBounds
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import request_id
@@ -81,7 +82,8 @@ def read_infer(
     cfg: ModelConfig, parser: PayloadParser, body: bytes, header_length: int | None
 ) -> tuple[np.ndarray, str | None]:
     """An inference request's rows `(n, *sample_shape)` and id; PayloadError saying what
-    is wrong (a 400). `header_length`: the JSON's bytes when binary tensors follow it."""
+    is wrong (a 400). `header_length`: the JSON's bytes when binary tensors follow it. The
+    JSON is decoded only when it is no wider than the model's largest request (`bodies`)."""
     head, tail = body, b""
     if header_length is not None:
         if not 0 < header_length <= len(body):
@@ -90,6 +92,7 @@ def read_infer(
                 f"{len(body)} bytes"
             )
         head, tail = body[:header_length], body[header_length:]
+    BodyBounds(cfg).check(head)
     try:
         doc = json.loads(head)
     except (ValueError, RecursionError) as exc:
@@ -101,8 +104,8 @@ def read_infer(
     if not isinstance(inputs, list) or not inputs or len(inputs) > MAX_INPUTS:
         raise PayloadError(f"inputs: a list of 1 to {MAX_INPUTS} tensors expected")
     _check_outputs(doc.get("outputs"))
-    tensors = _tensors(inputs, tail)
     max_rows = cfg.actor.max_request_rows
+    tensors = _tensors(inputs, tail, max_rows * max(math.prod(cfg.sample_shape), cfg.inputs))
     if POSITIONAL in tensors and len(tensors) == 1:
         return _positional(cfg, tensors[POSITIONAL], max_rows), rid
     if cfg.fields is None:
@@ -156,8 +159,9 @@ def _check_outputs(outputs: Any) -> None:
         raise PayloadError(f"outputs: this model has one output, {OUTPUT!r}")
 
 
-def _tensors(inputs: list[Any], tail: bytes) -> dict[str, np.ndarray | list[Any]]:
-    """Each input's values by name: an array of its shape, or a list of strings (BYTES)."""
+def _tensors(inputs: list[Any], tail: bytes, max_values: int) -> dict[str, np.ndarray | list[Any]]:
+    """Each input's values by name: an array of its shape, or a list of strings (BYTES).
+    No tensor of a valid request holds more than `max_values`, nor a size past it."""
     tensors: dict[str, np.ndarray | list[Any]] = {}
     offset = 0
     for i, tensor in enumerate(inputs):
@@ -175,6 +179,11 @@ def _tensors(inputs: list[Any], tail: bytes) -> dict[str, np.ndarray | list[Any]
         ):
             raise PayloadError(f"{where}: shape must be a list of 1 to 4 sizes, got {shape!r}")
         count = math.prod(shape)
+        if count > max_values or max(shape) > max_values:
+            raise PayloadError(
+                f"{where}: shape {shape} holds more values than a request may: at most "
+                f"{max_values} (max_request_rows × inputs)"
+            )
         params = tensor.get("parameters") or {}
         size = params.get("binary_data_size") if isinstance(params, dict) else None
         if size is not None:
@@ -210,12 +219,12 @@ def _json_data(where: str, datatype: Any, data: Any, shape: list[int], count: in
 def _binary(where: str, datatype: Any, raw: bytes, shape: list[int], count: int) -> Any:
     if datatype == "BYTES":
         values, at = [], 0
-        while at < len(raw):
-            (n,) = np.frombuffer(raw[at : at + 4], "<u4") if len(raw) - at >= 4 else (-1,)
-            if n < 0 or at + 4 + n > len(raw):
+        while at < len(raw):  # each value: its length (uint32, little-endian), then it
+            n = int.from_bytes(raw[at : at + 4], "little") if len(raw) - at >= 4 else -1
+            if n < 0 or at + 4 + n > len(raw):  # Python ints: no uint32 wrap
                 raise PayloadError(f"{where}: malformed BYTES tensor")
             values.append(raw[at + 4 : at + 4 + n].decode("utf-8", "replace"))
-            at += 4 + int(n)
+            at += 4 + n
         if len(values) != count:
             raise PayloadError(f"{where}: {count} strings expected for shape {shape}")
         return values

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     actor.heartbeat = health.beat
     door = None
     if model.actor.http_port is not None:  # the Open Inference Protocol, beside MQTT
-        door = HttpDoor(actor, model.actor.http_host, model.actor.http_port)
+        door = HttpDoor(actor, model.actor.http_host, model.actor.http_port, settings.bearer_token)
         http_port = door.start()
         log.info("Open Inference Protocol on http://%s:%d/v2", door.host, http_port)
 

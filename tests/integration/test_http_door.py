@@ -10,15 +10,19 @@ gets an error naming the versions kept.
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
 import tomllib
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
+import redis as redis_lib
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
@@ -30,7 +34,7 @@ from streamlearn.nn import networks
 from streamlearn.online import tensors
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
-from tests.conftest import eventually
+from tests.conftest import eventually, launch_role, own_settings
 
 MODEL = "h"
 TOML = """
@@ -193,3 +197,197 @@ def test_bad_requests_get_the_protocol_error_and_the_door_keeps_serving(served):
         assert (got, reason in doc.get("error", "")) == (status, True), (path, body[:60], doc)
     got, doc = post(url, infer, json.dumps(good).encode())
     assert got == 200 and doc["outputs"][0]["shape"] == [1, 1]
+
+
+# -- the door's own bounds, on one actor for them all -------------------------------------------
+
+GUARDED = "g"
+GUARDED_TOML = """
+[models.g]
+inputs = 3
+task = "binary"
+hidden = [8]
+
+[models.g.ingest]
+max_payload_bytes = 32768
+
+[models.g.actor]
+http_port = {port}
+max_request_rows = 64        # the body bound: 64 rows of 3 numbers, about 14 KiB of JSON
+max_queued_bytes = 12288     # a body over it is shed unread, however empty the inbox
+http_max_connections = 4
+http_body_timeout_ms = 1000
+reload_check_ms = 50
+"""
+TOKEN = "a-token-from-a-mounted-secret"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+GOOD = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]}]}
+
+
+class Door:
+    """A guarded actor's HTTP door: its port and its metrics port."""
+
+    def __init__(self, port: int, metrics_port: int) -> None:
+        self.port = port
+        self.metrics_port = metrics_port
+
+    def connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
+
+    def send(
+        self,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+        declared: int | None = None,
+        method: str = "POST",
+    ) -> tuple[int, dict, dict]:
+        """One request whose Content-Length may declare more than is sent (`declared`):
+        (status, headers, JSON document) of the answer."""
+        conn = self.connect()
+        try:
+            conn.putrequest(method, path)
+            for name, value in {**BEARER, **(headers or {})}.items():
+                conn.putheader(name, value)
+            if method == "POST" and "Transfer-Encoding" not in (headers or {}):
+                conn.putheader("Content-Length", str(len(body) if declared is None else declared))
+            conn.endheaders(body or None)
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), json.loads(response.read())
+        finally:
+            conn.close()
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode()
+
+
+@pytest.fixture(scope="module")
+def door(redis_server, mosquitto_server, tmp_path_factory) -> Iterator[Door]:
+    """One actor with a token (from a file), a small body bound, inbox and connection cap."""
+    settings = own_settings(redis_server, mosquitto_server)
+    tmp = tmp_path_factory.mktemp("guarded")
+    port, metrics_port = free_port(), free_port()
+    toml = GUARDED_TOML.format(port=port)
+    cfg = parse_config(tomllib.loads(toml)).model(GUARDED)
+    redis = redis_lib.Redis.from_url(settings.redis)
+    store = WeightsStore(redis, Names(GUARDED, settings.topic_prefix, settings.key_prefix))
+    store.publish(codec.encode(tensors.get_arrays(networks.build_model(cfg)), {"version": "1"}))
+    (tmp / "token").write_text(TOKEN + "\n")  # as a Kubernetes Secret mounts it
+    (tmp / "streamlearn.toml").write_text(toml)
+    env = {
+        "STREAMLEARN_HTTP_TOKEN_FILE": str(tmp / "token"),
+        "STREAMLEARN_METRICS_PORT": str(metrics_port),
+    }
+    proc = launch_role(settings, "actor", tmp / "streamlearn.toml", env=env)
+    try:
+        proc.wait_for(" ready")
+        guarded = Door(port, metrics_port)
+        eventually(lambda: guarded.send(f"/v2/models/{GUARDED}/ready", method="GET")[0] == 200)
+        yield guarded
+    finally:
+        proc.stop()
+        for key in redis.scan_iter(f"{settings.key_prefix}:*"):
+            redis.delete(key)
+        redis.close()
+
+
+INFER = f"/v2/models/{GUARDED}/infer"
+
+
+def test_stalled_bodies_are_closed_at_the_deadline_and_connections_past_the_cap_refused(door):
+    stalled = []
+    for _ in range(6):  # the cap is 4: two more are refused
+        conn = door.connect()
+        conn.putrequest("POST", INFER)
+        for name, value in BEARER.items():
+            conn.putheader(name, value)
+        conn.putheader("Content-Length", "1000")
+        conn.endheaders(b'{"inputs": [')  # and nothing more
+        stalled.append(conn)
+    outcomes = []
+    for conn in stalled:
+        try:
+            response = conn.getresponse()
+            outcomes.append((response.status, json.loads(response.read())["error"]))
+        except (ConnectionError, http.client.HTTPException):
+            outcomes.append((0, "closed"))  # refused: closed before its 503 was read
+        conn.close()
+    timed_out = [reason for status, reason in outcomes if status == 408]
+    refused = [reason for status, reason in outcomes if status in (0, 503)]
+    assert len(timed_out) + len(refused) == 6, outcomes
+    assert 1 <= len(timed_out) <= 4 and len(refused) >= 2, outcomes
+    assert "http_body_timeout_ms=1000" in timed_out[0]
+    assert any("http_max_connections=4" in reason for reason in refused) or refused[0] == "closed"
+    # The stalled connections are gone: a legitimate request answers.
+    status, _headers, doc = door.send(INFER, json.dumps(GOOD).encode())
+    assert status == 200 and doc["outputs"][0]["shape"] == [1, 1]
+
+
+def test_a_body_over_the_models_bound_is_refused_unread(door):
+    # Declared and never sent: an answer at all shows the body was not waited for.
+    for declared in (20_000, 40_000):  # over the model's bound; over max_payload_bytes too
+        status, _headers, doc = door.send(INFER, b"{", declared=declared)
+        assert status == 413, doc
+        assert f"{declared} bytes" in doc["error"] and "refused unread" in doc["error"]
+    # Binary tensors: the JSON part's declared length is bounded as a JSON body is.
+    header = {"Inference-Header-Content-Length": "20000"}
+    status, _headers, doc = door.send(INFER, b"{", header, declared=20_100)
+    assert status == 413 and "Inference-Header-Content-Length 20000" in doc["error"], doc
+    # Chunked, no length declared: reading stops at the bound.
+    chunk = b"0" * 4000
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(5)) + b"0\r\n\r\n"
+    status, _headers, doc = door.send(INFER, body, {"Transfer-Encoding": "chunked"})
+    assert status == 413 and "more than" in doc["error"], doc
+
+
+def test_a_too_wide_or_deep_body_is_refused_before_it_is_parsed(door):
+    wide = {"inputs": [{"name": "x", "shape": [1, 3], "datatype": "FP32", "data": [0] * 5000}]}
+    status, _headers, doc = door.send(INFER, json.dumps(wide, separators=(",", ":")).encode())
+    assert status == 400 and "too wide" in doc["error"] and "refused unread" in doc["error"], doc
+    assert re.search(r"\b50\d\d\b.* at most \d+", doc["error"]), doc  # the count and the limit
+    status, _headers, doc = door.send(INFER, b"[" * 10_000)
+    assert status == 400 and "lists and objects" in doc["error"], doc
+
+
+def test_a_body_the_inbox_has_no_room_for_is_shed_unread(door):
+    status, _headers, doc = door.send(INFER, b"{", declared=13_500)  # over max_queued_bytes
+    assert status == 503 and "queue is full" in doc["error"], doc
+
+
+def test_a_bad_shape_gets_a_400_naming_it(door):
+    huge = {"inputs": [{"name": "x", "shape": [0, 10**30], "datatype": "FP32", "data": []}]}
+    status, _headers, doc = door.send(INFER, json.dumps(huge).encode())
+    assert status == 400 and "shape [0, " in doc["error"], doc
+
+
+def test_the_token_is_required_but_by_the_health_probes(door):
+    for path in ("/v2/health/live", "/v2/health/ready"):
+        assert door.send(path, method="GET", headers={"Authorization": ""})[0] == 200
+    body = json.dumps(GOOD).encode()
+    for auth in ("", "Bearer wrong", f"Basic {TOKEN}", TOKEN):
+        for path, method in ((INFER, "POST"), ("/v2", "GET"), (f"/v2/models/{GUARDED}", "GET")):
+            sent = body if method == "POST" else b""
+            status, headers, doc = door.send(path, sent, {"Authorization": auth}, method=method)
+            assert status == 401 and headers.get("WWW-Authenticate") == "Bearer", (auth, path)
+            assert "bearer token" in doc["error"]
+    status, _headers, doc = door.send(INFER, body)
+    assert status == 200 and doc["model_name"] == GUARDED
+
+
+def test_every_refusal_is_counted_by_status_in_the_actors_metrics(door):
+    door.send(INFER, json.dumps(GOOD).encode(), {"Authorization": "Bearer wrong"})  # 401
+    door.send(INFER, b"{", declared=20_000)  # 413
+    door.send(INFER, b"{", declared=13_500)  # 503
+    door.send(INFER, b"{not json")  # 400
+    door.send("/v2/models/nope/infer", json.dumps(GOOD).encode())  # 404
+
+    def counted() -> bool:
+        text = door.metrics()
+        codes = re.findall(
+            r'streamlearn_actor_http_responses_total\{.*code="(\d+)".*\} ([\d.]+)', text
+        )
+        return {"400", "401", "404", "413", "503"} <= {code for code, n in codes if float(n) >= 1}
+
+    eventually(counted, timeout_s=10, what="every refusal's status counted")

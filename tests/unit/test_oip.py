@@ -173,3 +173,28 @@ def test_a_named_request_with_an_unknown_or_short_field_is_refused():
     }
     with pytest.raises(PayloadError, match="1 rows, the others have 2"):
         read(NAMED, uneven)
+
+
+def test_a_bytes_length_past_the_body_is_refused_without_wrapping():
+    # 0xFFFFFFFC + 4 wraps to 0 in uint32 arithmetic (NumPy 2): the length must not.
+    wrapped = struct.pack("<I", 0xFFFFFFFC) + b"press"
+    doc = {
+        "inputs": [
+            {"name": "t", "shape": [1], "datatype": "FP32", "data": [1]},
+            {
+                "name": "kind",
+                "shape": [1],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(wrapped)},
+            },
+        ]
+    }
+    with pytest.raises(PayloadError, match="malformed BYTES"):
+        read(NAMED, doc, wrapped)
+
+
+def test_a_shape_larger_than_any_request_is_refused_before_its_data_is_read():
+    for shape in ([0, 10**30], [10**9, 3], [2, 2**62, 0]):
+        doc = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": []}]}
+        with pytest.raises(PayloadError, match=r"shape \[.*\] .*at most"):
+            read(POSITIONAL, doc)
