@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from streamlearn.actor import oip
+from streamlearn.actor.bodies import BodyBounds
 from streamlearn.config import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import PayloadError
@@ -198,3 +199,50 @@ def test_a_shape_larger_than_any_request_is_refused_before_its_data_is_read():
         doc = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": []}]}
         with pytest.raises(PayloadError, match=r"shape \[.*\] .*at most"):
             read(POSITIONAL, doc)
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_the_largest_valid_request_fits_the_body_bounds(indent: int | None):
+    """The bounds refuse no valid request: the widest numbers, nested, pretty-printed; the
+    longest categorical values, every character escaped; binary tensors of FP64."""
+    rows = 64
+    windowed = ModelConfig(name="w", inputs=3, window=4, task="binary")
+    windowed = windowed.model_copy(
+        update={"actor": windowed.actor.model_copy(update={"max_request_rows": rows})}
+    )
+    x = np.full((rows, 4, 3), -1.1754943508222875e-38)
+    doc = {
+        "id": "\u2603" * 256,
+        "inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP64", "data": x.tolist()}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": False}}],
+    }
+    body = json.dumps(doc, indent=indent).encode()
+    bounds = BodyBounds(windowed)
+    assert len(body) <= bounds.json_bytes
+    bounds.check(body)
+    assert read(windowed, doc).shape == (rows, 4, 3)
+    binary = {**doc, "inputs": [{**doc["inputs"][0], "parameters": {"binary_data_size": x.nbytes}}]}
+    del binary["inputs"][0]["data"]
+    head = json.dumps(binary, indent=indent).encode()
+    assert len(head) + x.nbytes <= bounds.limit(len(head))
+
+    named = NAMED.model_copy(
+        update={"actor": NAMED.actor.model_copy(update={"max_request_rows": rows})}
+    )
+    value = '"\\,:[{' * 42 + "\u0001" * 4  # 256 characters, each escaped or a separator
+    doc = {
+        "inputs": [
+            {"name": "t", "shape": [rows, 1], "datatype": "FP64", "data": [[-1e-300]] * rows},
+            {
+                "name": "ENERGY.Power",
+                "shape": [rows],
+                "datatype": "INT64",
+                "data": [-(2**63)] * rows,
+            },
+            {"name": "kind", "shape": [rows, 1], "datatype": "BYTES", "data": [[value]] * rows},
+        ]
+    }
+    body = json.dumps(doc, indent=indent).encode()
+    bounds = BodyBounds(named)
+    assert len(body) <= bounds.json_bytes
+    bounds.check(body)
