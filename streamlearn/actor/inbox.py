@@ -225,7 +225,7 @@ class Pending:
     version: int | str | None = None  # asked for (a version or a label); None: the served one
     # Where the reply goes instead of `topic`: the HTTP door's waiting request.
     answer: Answer | None = None
-    deadline: float = math.inf  # time.monotonic(); MQTT requests' is checked on admission
+    deadline: float = math.inf  # time.monotonic(); past it, answered with an error
     done: bool = False  # answered
 
 
@@ -254,7 +254,8 @@ class Admission:
             now = time.monotonic()
             if now <= arrival.deadline:
                 return arrival
-            self._expire(None, None, arrival.id, now - arrival.arrived, arrival.answer)
+            waited = now - arrival.arrived  # MQTT too: one back from waiting for its version
+            self._expire(arrival.topic, arrival.correlation, arrival.id, waited, arrival.answer)
             return None
         policy = self.cfg.actor
         topic, correlation, rid = None, None, None
@@ -300,6 +301,7 @@ class Admission:
             request.key,
             request.seq,
             request.version,
+            deadline=arrival.deadline,
         )
 
     def _expire(

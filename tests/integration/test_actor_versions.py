@@ -18,8 +18,9 @@ import numpy as np
 import paho.mqtt.client as paho
 import pytest
 import redis as redis_lib
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
-from streamlearn import mqtt
 from streamlearn.config import Settings, parse_config
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
@@ -75,9 +76,12 @@ class Asker(Client):
         self.topic = self.names.topic(f"predict/{self.device.client_id}")
         self.seq = 0
 
-    def send(self, body: dict) -> int:
+    def send(self, body: dict, expiry_s: int | None = None) -> int:
         self.seq += 1
-        props = mqtt.request_properties(self.reply_topic, self.seq.to_bytes(4, "big"))
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic, props.CorrelationData = self.reply_topic, self.seq.to_bytes(4, "big")
+        if expiry_s is not None:
+            props.MessageExpiryInterval = expiry_s
         self.client.publish(self.topic, json.dumps(body), qos=1, properties=props)
         return self.seq
 
@@ -181,3 +185,12 @@ def test_a_default_request_is_not_held_up_by_a_version_being_loaded(served, aske
     for _, reply in replies:
         assert reply["y"] == pytest.approx(answer(reply["version"]))
     assert dict(replies)[slow]["version"] == 6
+
+
+def test_a_request_whose_label_loads_past_its_deadline_gets_the_deadline_error(served, asker):
+    """Its Message Expiry (1 s) passes while Redis holds up the read of its label (2 s)."""
+    _, _, client = served
+    client.client_pause(2000, all=True)
+    late = asker.send({"x": X, "version": "late"}, expiry_s=1)
+    reply = asker.replies([late])[0][1]
+    assert reply.get("error", "").startswith("deadline exceeded"), reply
