@@ -165,6 +165,7 @@ def connect(
     client_id: str | None = None,
     *,
     subscriptions: Sequence[tuple[str, int]] = (),
+    unsubscribe: Sequence[str] = (),
     on_message: MessageHandler | None = None,
     manual_ack: bool = False,
     persistent: bool = False,
@@ -181,6 +182,9 @@ def connect(
 
     `persistent` keeps the broker session (clean start off, one hour expiry) so that
     QoS 1 messages queued while the client was away are delivered when it returns.
+    `unsubscribe` names filters to drop from such a session after `subscriptions` are
+    made, at every connect: those an older release subscribed to instead (what the session
+    already queued for them is still delivered).
     `will` is a (topic, payload) the broker publishes retained if the client dies.
     `online` is a (topic, marker) published retained at every connect (a reconnect too, as
     the broker may have published the will meanwhile), with a will that clears it: the
@@ -229,6 +233,8 @@ def connect(
             c.publish(online[0], online[1], qos=1, retain=True)
         if subscriptions:
             c.subscribe(list(subscriptions))
+            if unsubscribe:  # after: a message is delivered twice rather than lost
+                c.unsubscribe(list(unsubscribe))
         else:
             connected.set()
 

@@ -68,16 +68,21 @@ def _fields_line(row: dict) -> list[str]:
     >>> _fields_line({"fields": {"extra": 6000, "unlabeled": 12, "unseen": {"kind": 2},
     ...     "missing": {"rpm": 3, "vibration": 40}}})
     ['  fields: 6,000 extra ignored, 12 unlabeled; missing vibration 40, rpm 3; unseen kind 2']
+    >>> _fields_line({"fields": {"extra": 0, "unlabeled": 0, "sources": {"tele/+/S": 5}}})[1]
+    '  sources: tele/+/S 5 messages'
     """
     fields = row.get("fields")
     if not isinstance(fields, dict):
         return []
+    sources = fields.get("sources") or {}
+    received = ", ".join(f"{topic} {n:,} messages" for topic, n in sorted(sources.items()))
+    lines = [f"  sources: {received}"] if received else []
     parts = [f"{fields.get('extra', 0):,} extra ignored, {fields.get('unlabeled', 0):,} unlabeled"]
     for kind in ("missing", "unseen"):
         counts = sorted((fields.get(kind) or {}).items(), key=lambda kv: (-kv[1], kv[0]))
         if counts:
             parts.append(f"{kind} " + ", ".join(f"{name} {n:,}" for name, n in counts))
-    return ["  fields: " + "; ".join(parts)]
+    return ["  fields: " + "; ".join(parts), *lines]
 
 
 def _variant_lines(row: dict) -> list[str]:

@@ -62,8 +62,9 @@ def check_fields(names: list[str], target: str, categorical: dict[str, tuple[str
 class SourceConfig(Frozen):
     """`[[models.NAME.sources]]`: a topic filter the devices publish samples on.
 
-    Ingest subscribes to it through the shared subscription, and judges its messages exactly
-    like the model's samples topic. `key = "topic:N"` takes a device key from level N of the
+    Ingest subscribes to it through a shared subscription of the model's own (each model
+    reading a filter gets every message), and judges its messages exactly like the model's
+    samples topic. `key = "topic:N"` takes a device key from level N of the
     message's topic (0 is the first): the window a keyed model's observation extends. Under
     a per-device topic ACL that level is the sender's identity, so a step may not name
     another key unless `key_from_payload` (a gateway publishing for many devices).

@@ -89,6 +89,9 @@ class Ingest:
         self.samples_topic = stream.names.samples_topic
         self.labels_topic = stream.names.labels_topic
         self.sources = model.sources
+        # messages received on each source filter, dead letters included
+        self.source_messages = dict.fromkeys((s.topic for s in model.sources), 0)
+        self._unwritten_sources: dict[str, int] = {}  # counted, not yet in the `fields` hash
         self.labels = LabelJoiner(parser, PendingStore(stream.redis, stream.names, model.labels))
         self.field_totals = FieldTotals(stream.redis, stream.names)
         self._unwritten = FieldCounts()  # counted, not yet in the `fields` hash
@@ -121,6 +124,7 @@ class Ingest:
         c = self.counters
         return {
             "messages_total": c.messages,
+            "source_messages_total": dict(self.source_messages),
             "samples_total": c.samples,
             "duplicate_samples_total": c.duplicates,
             "deadletters_total": dict(c.rejected_by_reason),
@@ -239,7 +243,7 @@ class Ingest:
                 self.counters.count_rejections(m.parsed.rejections)
                 if m.parsed.fields:  # named payloads: fields ignored, inputs missing, ...
                     run.add(m.parsed.fields)
-        if run:
+        if run or self._unwritten_sources:
             self.counters.fields.add(run)
             self._write_fields(run)
         if not stored:
@@ -249,12 +253,13 @@ class Ingest:
         return stored
 
     def _write_fields(self, run: FieldCounts) -> None:
-        """Add a run's field counts to the model's totals in Redis (the status's `fields`).
+        """Add a run's field and source counts to the model's totals in Redis (the status's
+        `fields`).
         Redis failing, they wait for the next run's write and ingest goes on: the samples
         are stored and acknowledged already, and a figure is not worth stalling them."""
         self._unwritten.add(run)
         try:
-            self.field_totals.add(self._unwritten)
+            self.field_totals.add(self._unwritten, self._unwritten_sources)
         except redis.RedisError as exc:
             self.counters.redis_errors += 1
             now = self.clock()
@@ -262,7 +267,7 @@ class Ingest:
                 self._fields_logged_at = now
                 log.warning("field counts not written to redis (%s): kept for the next run", exc)
             return
-        self._unwritten = FieldCounts()
+        self._unwritten, self._unwritten_sources = FieldCounts(), {}
 
     def _parse(
         self, batch: list[Delivery], stop: threading.Event
@@ -299,6 +304,8 @@ class Ingest:
         if source is None:
             reason = f"topic {d.topic!r} is not one this model reads"
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
+        self.source_messages[source.topic] += 1
+        self._unwritten_sources[source.topic] = self._unwritten_sources.get(source.topic, 0) + 1
         level = source.key_level
         if level is None:  # a window model's step then names its key itself
             return self.parser.parse_message(d.payload, at=time.time())

@@ -14,6 +14,17 @@ from streamlearn.store.partitions import open_stream
 log = logging.getLogger("streamlearn.ingest")
 
 
+def source_group(share_group: str, model: str) -> str:
+    """The shared-subscription group of a model's sources: one of its own, so that every
+    model reading a filter gets each of its messages (in one group, they split them). A
+    model name holds no `.`, so two models' groups never coincide.
+
+    >>> source_group("streamlearn", "machines")
+    'streamlearn.machines'
+    """
+    return f"{share_group}.{model}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = runtime.parse_args("ingest", argv)
     model, settings, names, client_id = runtime.load("ingest", args)
@@ -24,11 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     topics = [names.samples_topic, *(s.topic for s in model.sources), names.labels_topic]
     instance = runtime.instance_of(args, settings)
     presence = Presence(names, "ingest", instance, session_expiry_s=mqtt.SESSION_EXPIRY_S)
+    groups = {s.topic: source_group(settings.share_group, model.name) for s in model.sources}
     client = mqtt.connect(
         settings.mqtt,
         client_id,
         ca_file=settings.mqtt_ca_file,
-        subscriptions=[(f"$share/{settings.share_group}/{topic}", 1) for topic in topics],
+        subscriptions=[
+            (f"$share/{groups.get(topic, settings.share_group)}/{topic}", 1) for topic in topics
+        ],
+        # a session of an older release holds its sources in the common group: dropped
+        unsubscribe=[f"$share/{settings.share_group}/{topic}" for topic in groups],
         on_message=ingest.on_message,
         manual_ack=True,
         persistent=True,
@@ -45,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.metrics_port,
         {
             "deadletters_total": "reason",
+            "source_messages_total": "source",
             "missing_inputs_total": "field",
             "unseen_categories_total": "field",
         },

@@ -4,8 +4,18 @@ samples topic, stored once, learned; a topic too short for its device key is a d
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
 
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from streamlearn import mqtt
 from streamlearn.contract.names import Names
+from streamlearn.stack.embedded import free_port
+from streamlearn.store.fields import FieldTotals
 from tests.conftest import eventually, plain_paho, retained
 
 TOML = """
@@ -97,6 +107,7 @@ def test_field_counts_of_every_ingest_process_reach_the_status(start_role, redis
         "unlabeled": 4,
         "missing": {"vibration": 12},
         "unseen": {"machine_type": 5},  # "mill": i = 0, 6, 12, 18, 24
+        "sources": {"plant/+/telemetry": 34},  # messages received, whichever process
     }
     status = eventually(
         lambda: (
@@ -111,3 +122,46 @@ def test_field_counts_of_every_ingest_process_reach_the_status(start_role, redis
     assert stored(redis, names) == 30
     assert status["samples_seen"] == 30
     assert redis.xlen(names.deadletter_key) == 0
+
+
+def test_two_models_on_one_source_each_get_every_message_and_count_it(start_role, redis, settings):
+    """Both models' ingest subscriptions landed in one shared-subscription group, so each
+    got half of the source's messages, uncounted. Now each model has its own group, and
+    an ingest upgraded from a session that holds the old group's subscription drops it
+    (without samples ids to de-duplicate them, a message delivered twice is stored twice)."""
+    prefix = settings.topic_prefix
+    toml = "".join(
+        f'[models.{m}]\ninputs = 2\ntask = "regression"\n'
+        f'[[models.{m}.sources]]\ntopic = "{prefix}/dev/+/t"\n'
+        for m in ("fan1", "fan2")
+    )
+    old = paho.Client(CallbackAPIVersion.VERSION2, "sl-ingest-fan1-0", protocol=paho.MQTTv5)
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 600
+    addr = mqtt.BrokerAddress.parse(settings.mqtt)
+    old.connect(addr.host, addr.port, clean_start=True, properties=props)
+    old.loop_start()
+    old.subscribe(f"$share/{settings.share_group}/{prefix}/dev/+/t", qos=1)
+    time.sleep(0.5)  # the SUBACK: the session now holds what the last release subscribed
+    old.disconnect()
+    old.loop_stop()
+    port = free_port()
+    start_role("ingest", toml, model="fan1", env={"STREAMLEARN_METRICS_PORT": str(port)})
+    start_role("ingest", toml, model="fan2")
+    device = plain_paho(settings)
+    try:
+        for i in range(40):
+            body = json.dumps({"x": [i, 1.0], "y": i / 10})  # no id: nothing de-duplicated
+            device.publish(f"{prefix}/dev/d{i % 4}/t", body, qos=1).wait_for_publish(10)
+    finally:
+        device.disconnect()
+    models = [Names(m, prefix, settings.key_prefix) for m in ("fan1", "fan2")]
+    eventually(lambda: all(stored(redis, n) >= 40 for n in models), 30, "40 samples for each")
+    time.sleep(1.0)  # a second delivery would have arrived by now
+    assert [stored(redis, n) for n in models] == [40, 40]
+    for names in models:  # what the learner's status shows (`fields.sources`)
+        totals = eventually(lambda n=names: FieldTotals(redis, n).read(), 10, "the counts")
+        assert totals["sources"] == {f"{prefix}/dev/+/t": 40}
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    line = f'streamlearn_ingest_source_messages_total{{model="fan1",source="{prefix}/dev/+/t"}}'
+    assert f"{line} 40.0" in text, [s for s in text.splitlines() if "source" in s]
