@@ -244,8 +244,9 @@ class NamedPayloads:
         self.fields.check_size(doc)
         return self.fields.columns(doc) or [doc]
 
-    def request(self, doc: dict[str, Any]) -> Request:
-        """A named request: one object, or `{"samples": [...]}` for several rows."""
+    def request(self, doc: dict[str, Any], sender: StepKey) -> Request:
+        """A named request: one object, or `{"samples": [...]}` for several rows; a
+        key-only one of a key its `sender` may read."""
         counts = FieldCounts()
         own = REQUEST_FIELDS | {"samples"}
         items = doc.get("samples")
@@ -277,7 +278,7 @@ class NamedPayloads:
         if "key" in doc and self.model.window is not None:
             seq = doc.get("seq")
             seq = None if seq is None else _seq(seq, None)
-            key = _key(doc["key"])
+            key = sender.of(doc["key"])
             return Request(x[:1], False, rid, reply_to, key=key, seq=seq, version=version)
         return Request(x, batched, rid, reply_to, version=version)
 
@@ -310,10 +311,11 @@ def _sample_id(value: Any) -> str:
 
 @dataclass(frozen=True)
 class StepKey:
-    """Whose window a keyed step extends. `topic`: the key the source topic's level names
-    (None: none). A step's own `"key"` comes first only with `from_payload`: under a
-    per-device topic ACL the level is the sender, and a step naming another device's key
-    would train in that device's window."""
+    """Whose window a keyed step extends, or a key-only request reads. `topic`: the key
+    the message's topic level names (None: none), the sender's own under a per-device
+    topic ACL. A step's or request's own `"key"` comes first only with `from_payload`: else
+    a step naming another device's key would train in that device's window, a request
+    read its history."""
 
     topic: str | None = None
     from_payload: bool = False
@@ -326,14 +328,15 @@ class StepKey:
         >>> StepKey("dev-1").of("dev-2")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        streamlearn.errors.PayloadError: key: 'dev-2' is not the topic's device 'dev-1' ...
+        streamlearn.errors.PayloadError: key: 'dev-2' is not the sender's own, 'dev-1' ...
         """
         if self.topic is None or given is None or self.from_payload:
             return _key(self.topic if given is None else given)
         if given != self.topic:
             raise PayloadError(
-                f"key: {_shown(given)} is not the topic's device {self.topic!r} (its source "
-                "takes the key from the topic; key_from_payload = true lets a step name another)",
+                f"key: {_shown(given)} is not the sender's own, {self.topic!r} (the model takes "
+                "window keys from topic levels; a source's key_from_payload = true lets a "
+                "payload name another)",
                 "wrong_key",
             )
         return _key(given)

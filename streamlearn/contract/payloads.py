@@ -72,6 +72,10 @@ class PayloadParser:
         self._fast = FastSamples(model) if fast and model.fields is None else None
         self._named = None if model.fields is None else NamedPayloads(model, self.check_targets)
         self._width = RequestWidth(model, None if self._named is None else self._named.fields)
+        # window keys from topic levels: each device's own (`parse_request`)
+        self._keys_bound = any(
+            s.key_level is not None and not s.key_from_payload for s in model.sources
+        )
 
     # -- samples -------------------------------------------------------------------------
 
@@ -322,17 +326,23 @@ class PayloadParser:
         """`RequestWidth.check`: refuse, unread, a request wider than any valid one."""
         return self._width.check(raw)
 
-    def parse_request(self, raw: bytes | dict[str, Any]) -> Request:
+    def parse_request(self, raw: bytes | dict[str, Any], client: str | None = None) -> Request:
         """Validate a prediction request; one sample or a batch of rows. `raw` may be the
         JSON object already decoded (the actor decodes once, to route its reply, having
-        checked its width with `check_request_width`)."""
+        checked its width with `check_request_width`).
+
+        `client` is the requester's level of `predict/{client}`: where the model takes its
+        window keys from topic levels (a source's `key` without `key_from_payload`), a
+        key-only request may name only that key, its own (`StepKey`).
+        """
         if not isinstance(raw, dict):
             self.check_request_width(raw)
         doc = raw if isinstance(raw, dict) else decode(raw, self.model.ingest.max_payload_bytes)
+        own = StepKey(client if self._keys_bound else None)
         if self._named is not None and not _positional(doc):
-            return self._named.request(doc)
+            return self._named.request(doc, own)
         if "key" in doc:
-            return self._parse_keyed_request(doc)
+            return self._parse_keyed_request(doc, own)
         try:
             req = RequestDoc.model_validate(doc)
         except ValidationError as exc:
@@ -346,7 +356,7 @@ class PayloadParser:
         rid, version = request_id(req.id), version_ref(req.version)
         return Request(x, batched, rid, req.reply_to, version=version)
 
-    def _parse_keyed_request(self, doc: dict[str, Any]) -> Request:
+    def _parse_keyed_request(self, doc: dict[str, Any], own: StepKey) -> Request:
         if self.model.window is None:
             raise PayloadError(
                 f"key: key-only requests need a model with a window, "
@@ -356,8 +366,9 @@ class PayloadParser:
             req = KeyedRequestDoc.model_validate(doc)
         except ValidationError as exc:
             raise PayloadError(reason(exc)) from None
+        key = own.of(req.key)
         x, rid, version = self._step(req.x), request_id(req.id), version_ref(req.version)
-        return Request(x, False, rid, req.reply_to, key=req.key, seq=req.seq, version=version)
+        return Request(x, False, rid, req.reply_to, key=key, seq=req.seq, version=version)
 
 
 def _positional(doc: dict[str, Any]) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig
+from streamlearn.config.inputs import SourceConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import PayloadError
 
@@ -222,3 +223,19 @@ def test_a_wide_named_request_is_refused_unread_and_the_largest_valid_one_is_not
     deep = b'{"temperature": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     with pytest.raises(PayloadError, match="request too deep or too wide: 100001 lists"):
         PARSER.parse_request(deep)
+
+
+def test_a_key_only_request_names_only_its_senders_own_key_where_keys_come_from_topics():
+    source = {"topic": "tele/+/SENSOR", "key": "topic:1"}
+    model = ModelConfig(name="w", inputs=["a"], window=3, architecture="lstm", sources=[source])
+    parser = PayloadParser(model)
+    assert parser.parse_request({"key": "dev-1", "a": 1}, "dev-1").key == "dev-1"
+    with pytest.raises(PayloadError, match="'dev-2' is not the sender's own, 'dev-1'"):
+        parser.parse_request({"key": "dev-2", "a": 1}, "dev-1")
+    positional = PayloadParser(model.model_copy(update={"inputs": 1}))
+    with pytest.raises(PayloadError, match="is not the sender's own"):
+        positional.parse_request({"key": "dev-2", "x": [1.0]}, "dev-1")
+    # bare predict and the HTTP door (no client level); a gateway's source: any key
+    assert parser.parse_request({"key": "dev-2", "a": 1}).key == "dev-2"
+    gateway = model.model_copy(update={"sources": (SourceConfig(**source, key_from_payload=True),)})
+    assert PayloadParser(gateway).parse_request({"key": "dev-2", "a": 1}, "gw").key == "dev-2"
