@@ -210,6 +210,7 @@ MUTANTS = (
                     "self.windows.append(observed, self.cfg.window_ttl_s)",
                     "self.windows.append(observed, 86_400)",
                 ),
+                ("cfg.window_ttl_s,\n", "86_400,\n"),
             ),
         ),
         (G + "test_a_devices_window_expires_window_ttl_s_after_its_last_observation",),
@@ -232,16 +233,27 @@ MUTANTS = (
         "streamlearn/contract/payloads.py",
         (
             (
-                "def parse_message(self, raw: bytes, key: str | None = None, "
-                "at: float | None = None) -> Parsed:\n",
-                "def parse_message(self, raw: bytes, key: str | None = None, "
-                "at: float | None = None) -> Parsed:\n"
-                "    self._parse_once(raw, key, at)\n"
-                "    self._parse_once(raw, key, at)\n"
-                "    return self._parse_once(raw, key, at)\n"
-                "\n"
-                "def _parse_once(self, raw: bytes, key: str | None = None, "
-                "at: float | None = None) -> Parsed:\n",
+                (
+                    "def parse_message(self, raw: bytes, key: str | None = None, "
+                    "at: float | None = None) -> Parsed:\n",
+                    "def parse_message(self, raw: bytes, key: str | None = None, "
+                    "at: float | None = None) -> Parsed:\n"
+                    "    self._parse_once(raw, key, at)\n"
+                    "    self._parse_once(raw, key, at)\n"
+                    "    return self._parse_once(raw, key, at)\n"
+                    "\n"
+                    "def _parse_once(self, raw: bytes, key: str | None = None, "
+                    "at: float | None = None) -> Parsed:\n",
+                ),
+                (
+                    "def parse_message(\n",
+                    "def parse_message(self, raw, key=None, at=None, key_from_payload=False):\n"
+                    "    self._parse_once(raw, key, at, key_from_payload)\n"
+                    "    self._parse_once(raw, key, at, key_from_payload)\n"
+                    "    return self._parse_once(raw, key, at, key_from_payload)\n"
+                    "\n"
+                    "def _parse_once(\n",
+                ),
             ),
         ),
         (SMOKE + "ingest --quick",),
