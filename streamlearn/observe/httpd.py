@@ -35,6 +35,7 @@ class BoundedServer(ThreadingHTTPServer):
     must be a `DeadlineHandler`. One request per connection (HTTP/1.0)."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: connections wait there for the cap's say
 
     def __init__(
         self,
