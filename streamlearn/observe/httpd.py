@@ -8,7 +8,8 @@ sending a byte every few seconds held a thread for ever. Here:
   a scrape takes milliseconds, so the oldest open connection is one that trickles), so a
   flood of slow clients cannot keep a legitimate scrape, or a liveness probe, out;
 - a connection has `request_deadline_s` from its accept for its request, however its bytes
-  are spread (`_DeadlineReader`), and the reply gets what is left of it;
+  are spread (`_DeadlineReader`), and the reply gets what is left of it; it is closed once
+  it sent `MAX_REQUEST_BYTES` (http.server alone reads up to 100 header lines of 64 KiB);
 - threads: at most twice `max_connections` (those closed finish at once); beyond that a
   new connection is closed unread.
 """
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 32  # open at once: probes and scrapes come a few, or a burst, at a time
 REQUEST_DEADLINE_S = 5.0  # from accept to the request read whole
+MAX_REQUEST_BYTES = 64 * 1024  # read of one request at most; a probe sends a few hundred
 
 
 class BoundedServer(ThreadingHTTPServer):
@@ -104,7 +106,9 @@ class DeadlineHandler(BaseHTTPRequestHandler):
         super().setup()
         self.rfile.close()  # http.server's own reader: replaced by one that keeps the deadline
         deadline = time.monotonic() + self.server.request_deadline_s
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, deadline))
+        self.rfile = io.BufferedReader(
+            _DeadlineReader(self.connection, deadline, MAX_REQUEST_BYTES)
+        )
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         """Quiet: a probe every few seconds is not news."""
@@ -112,11 +116,13 @@ class DeadlineHandler(BaseHTTPRequestHandler):
 
 class _DeadlineReader(io.RawIOBase):
     """A socket's bytes until a deadline: each read waits only what is left of it, and
-    one past it raises TimeoutError (which `http.server` answers by hanging up)."""
+    one past it raises TimeoutError (which `http.server` answers by hanging up); a read
+    past `limit` bytes raises ConnectionAbortedError (the server closes the connection)."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+    def __init__(self, sock: socket.socket, deadline: float, limit: int) -> None:
         self.sock = sock
         self.deadline = deadline
+        self.left = limit
 
     def readable(self) -> bool:
         return True
@@ -125,8 +131,12 @@ class _DeadlineReader(io.RawIOBase):
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the request was not received whole within its deadline")
+        if self.left <= 0:
+            raise ConnectionAbortedError("the request is larger than a probe's or a page's")
         self.sock.settimeout(left)
-        return self.sock.recv_into(buffer)
+        n = self.sock.recv_into(buffer, min(len(buffer), self.left))
+        self.left -= n
+        return n
 
 
 def _hang_up(sock: socket.socket) -> None:

@@ -3,6 +3,7 @@ dashboard's accepted Host headers."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import threading
@@ -134,4 +135,30 @@ def test_trickling_clients_hold_a_bounded_number_of_threads_and_are_cut_off(star
         assert few.closed == {0, 1}, "trickling requests are hung up on at their deadline"
     finally:
         few.close()
+        close()
+
+
+@pytest.mark.parametrize("start", [metrics_server, dashboard_server])
+def test_a_request_of_endless_headers_is_hung_up_on_unanswered(start):
+    """http.server takes 100 header lines of 64 KiB each: 6.5 MB held per connection. A
+    request is at most `MAX_REQUEST_BYTES` read; past that the connection is closed."""
+    from streamlearn.observe.httpd import MAX_REQUEST_BYTES
+
+    port, close = start(4, 30.0)  # a deadline far off: only the byte bound can end it
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        sock.sendall(b"GET /metrics HTTP/1.0\r\n")
+        sent, reply = 0, b""
+        try:
+            while sent < 120 * 60_000:
+                sock.sendall(b"X-Pad: " + b"p" * 60_000 + b"\r\n")
+                sent += 60_009
+        except OSError:
+            pass  # hung up on while sending
+        with contextlib.suppress(OSError):
+            reply = sock.recv(100)
+        assert reply == b"", "hung up on, not answered"
+        assert sent <= MAX_REQUEST_BYTES + (8 << 20), "the server stopped reading early"
+    finally:
+        sock.close()
         close()
