@@ -279,7 +279,8 @@ class Admission:
             rows = _rows(doc.get("x"), len(self.cfg.sample_shape))
             if problem is None and rows > policy.max_request_rows:
                 problem = f"x: {rows} rows, more than max_request_rows={policy.max_request_rows}"
-            request = self.parser.parse_request(doc) if problem is None else None
+            client = self.routes.client_of(request_topic)  # a key-only request's own key
+            request = self.parser.parse_request(doc, client) if problem is None else None
         except PayloadError as exc:
             request, problem = None, str(exc)
         except Exception as exc:  # a bug a request found: it must not stop the serving loop

@@ -497,3 +497,23 @@ def test_a_flood_of_new_keys_from_one_sender_leaves_other_senders_windows_intact
     flood = [k for k in client.scan_iter(store.key("f*"))]
     assert len(flood) == 5
     assert steps(store, "quiet") == [1.0]
+
+
+def test_a_key_only_request_reads_only_its_senders_own_window(bound, tmp_path):
+    """On predict/{client}, a model whose keys come from topic levels answers a key-only
+    request only for the requester's own key: mallory cannot read alice's history."""
+    settings = bound[0]
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(BOUND_TOML)
+    actor = launch_role(settings, "actor", config)
+    clients = [Client(settings, "dev", client_id=c) for c in ("mallory", "alice")]
+    try:
+        actor.wait_for(" ready")
+        mallory, alice = (c.request({"key": "alice", "t": 1.0, "id": "r"}) for c in clients)
+    finally:
+        for c in clients:
+            c.close()
+        actor.stop()
+    assert mallory["error"].startswith("key: 'alice' is not the sender's own, 'mallory'"), mallory
+    # alice's own key passes (then finds no weights: nothing was trained here)
+    assert alice["error"] == "no weights published yet for model 'dev'", alice
