@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from streamlearn.config.policies import Frozen
 
@@ -109,6 +109,20 @@ class SourceConfig(Frozen):
     def key_level(self) -> int | None:
         match = re.match(KEY_PATTERN, self.key or "")
         return int(match.group(1)) if match else None
+
+    @model_validator(mode="after")
+    def _payload_key(self) -> SourceConfig:
+        """`key_from_payload` says which of two keys wins: without `key` it means nothing.
+
+        >>> SourceConfig(topic="a/+", key_from_payload=True)
+        Traceback (most recent call last):
+        ...
+        pydantic_core._pydantic_core.ValidationError: 1 validation error for SourceConfig
+          Value error, key_from_payload: only with key = "topic:N" ...
+        """
+        if self.key_from_payload and self.key is None:
+            raise ValueError('key_from_payload: only with key = "topic:N" (a topic level)')
+        return self
 
 
 class LabelsConfig(Frozen):
