@@ -32,14 +32,19 @@ def label_payloads(tag: str, publisher: int, count: int) -> list[bytes]:
 def keep_predictions(
     store: redis.Redis, tag: str, publishers: int, count: int, inputs: int
 ) -> None:
-    """The served predictions the labels join, kept as an actor keeps them."""
+    """The served predictions the labels join, kept as an actor keeps them (requests on
+    bare predict: the bare labels topic joins them)."""
     from streamlearn.config import LabelsConfig
+    from streamlearn.contract.names import owned
     from streamlearn.store.pending import PendingStore, encode
 
     pending = PendingStore(store, Names(tag, "bench"), LabelsConfig())
     value = encode(np.zeros(inputs, np.float32), np.array([0.5], np.float32), 1, time.time())
     ids = [
-        f"{tag}-{k}-{i}-{j}" for k in range(publishers) for i in range(count) for j in range(100)
+        owned(None, f"{tag}-{k}-{i}-{j}")
+        for k in range(publishers)
+        for i in range(count)
+        for j in range(100)
     ]
     for start in range(0, len(ids), 5000):
         chunk = ids[start : start + 5000]

@@ -24,7 +24,8 @@ from streamlearn.stack import embedded
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 ROLES = ("ingest", "actor", "learner")
-DEVICES = ("alice", "bob", "dev-1")  # one account each, as in deploy/mosquitto/devices
+# one account each, as in deploy/mosquitto/devices; `labeller` labels any device's predictions
+DEVICES = ("alice", "bob", "dev-1", "labeller")
 MQTT_PW = {name: f"mqtt-{name}-{uuid.uuid4().hex}" for name in ROLES + DEVICES}
 # admin: make-acl.sh's optional all-powerful account, for the tests' ACL LOG reads
 REDIS_PW = {r: f"redis-{r}-{uuid.uuid4().hex}" for r in ("ingest", "learner", "actor", "admin")}

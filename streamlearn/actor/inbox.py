@@ -31,6 +31,7 @@ from pydantic_core import from_json
 
 from streamlearn.actor.replies import Answer, Replier, ReplyRoutes
 from streamlearn.config.app import ModelConfig
+from streamlearn.contract.names import sender_problem
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import request_id
 from streamlearn.errors import PayloadError
@@ -227,6 +228,9 @@ class Pending:
     answer: Answer | None = None
     deadline: float = math.inf  # time.monotonic(); past it, answered with an error
     done: bool = False  # answered
+    # The requester's level of `predict/{client}` (None: bare `predict`, the HTTP door):
+    # the namespace its kept prediction's id is in (`names.owned`).
+    client: str | None = None
 
 
 class Admission:
@@ -258,7 +262,7 @@ class Admission:
             self._expire(arrival.topic, arrival.correlation, arrival.id, waited, arrival.answer)
             return None
         policy = self.cfg.actor
-        topic, correlation, rid = None, None, None
+        topic, correlation, rid, client = None, None, None, None
         try:
             correlation = arrival.correlation
             request_topic = arrival.topic
@@ -266,7 +270,9 @@ class Admission:
                 raise PayloadError("request topic is not valid UTF-8")
             default = self.routes.default(request_topic)
             topic = default.topic
+            client = self.routes.client_of(request_topic)
             doc, problem = self._decode(arrival)
+            problem = problem or sender_problem(client)
             rid = _request_id(doc.get("id"))
             asked = arrival.response_topic
             if asked is None:
@@ -279,7 +285,6 @@ class Admission:
             rows = _rows(doc.get("x"), len(self.cfg.sample_shape))
             if problem is None and rows > policy.max_request_rows:
                 problem = f"x: {rows} rows, more than max_request_rows={policy.max_request_rows}"
-            client = self.routes.client_of(request_topic)  # a key-only request's own key
             request = self.parser.parse_request(doc, client) if problem is None else None
         except PayloadError as exc:
             request, problem = None, str(exc)
@@ -303,6 +308,7 @@ class Admission:
             request.seq,
             request.version,
             deadline=arrival.deadline,
+            client=client,
         )
 
     def _expire(

@@ -19,6 +19,7 @@ import numpy as np
 import redis
 
 from streamlearn.actor.inbox import Pending
+from streamlearn.contract.names import owned
 from streamlearn.store.pending import PendingStore, encode
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class Keeper:
         row = 0
         for p in batch:
             if p.id is not None and not p.batched and p.key is None:
-                ids.append(str(p.id))
+                ids.append(owned(p.client, p.id))
                 values.append(encode(p.x[0].ravel(), np.atleast_1d(y[row]), version, now))
             row += len(p.x)
         if not ids:

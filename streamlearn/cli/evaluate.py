@@ -234,8 +234,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"evaluated {args.file} on model {model.name} ({names.topic_prefix}/{model.name})")
     if args.label_delay is not None:
         print(
-            f"labels {args.label_delay} rows after their requests, on {names.labels_topic} "
-            "(joined to the served request by its id)"
+            f"labels {args.label_delay} rows after their requests, on "
+            f"{names.topic('labels/' + client.client_id)} (each joined to this client's "
+            "served request of its id)"
         )
     print("\n".join(report(model.task, y, result, args.last, served=args.label_delay is not None)))
     if served:

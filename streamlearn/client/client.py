@@ -16,7 +16,11 @@ and with no URL there either, the stack a running `streamlearn up` recorded (its
 With a username the client id is that username, as the deployed broker enforces (but on
 the broker of `streamlearn up`, whose one account every local tool shares), so
 requests go to `{prefix}/{model}/predict/{client id}` and replies come back under
-`{prefix}/{model}/replies/{client id}`, the one reply space a device may read.
+`{prefix}/{model}/replies/{client id}`, the one reply space a device may read. Labels go
+to `{prefix}/{model}/labels/{client id}` and join only this client id's requests (another
+process labels them with `owner=` that id); a client with an id of its own (a username
+or `client_id=`) publishes samples on `samples/{client id}`, their ids in its own
+de-duplication namespace, and one without on the bare `samples`.
 
 All requests of a client share its connection and one reply subscription; a reply finds
 its request by the MQTT v5 Correlation Data it echoes. Bounds: at most `max_pending`
@@ -113,6 +117,9 @@ class Client:
         self.client_id = user or client_id or f"sl-client-{uuid.uuid4().hex[:12]}"
         if any(c in self.client_id for c in "/+#"):
             raise ConfigError(f"client id: no '/', '+' or '#', got {self.client_id!r}")
+        # a random id names nobody another process could be: such a client's sample ids
+        # stay in the bare `samples` namespace, as a rerun of it needs
+        self._samples_leaf = f"samples/{self.client_id}" if user or client_id else "samples"
         self.topic_prefix = prefix
         self.max_inflight = max_inflight
         self.max_payload_bytes = max_payload_bytes
@@ -181,7 +188,7 @@ class Client:
             self.publish_payloads(model, self._named_messages(x), timeout=timeout)
             return
         doc = documents.sample(x, y, id, key, seq)
-        self._acks.confirm(self._send(self._topic(model, "samples"), doc), timeout)
+        self._acks.confirm(self._send(self._topic(model, self._samples_leaf), doc), timeout)
 
     def publish_many(
         self,
@@ -203,18 +210,31 @@ class Client:
 
     # -- labels that come later ----------------------------------------------------------
 
-    def label(self, model: str, id: str, y: float, *, timeout: float = 10.0) -> None:
+    def label(
+        self, model: str, id: str, y: float, *, owner: str | None = None, timeout: float = 10.0
+    ) -> None:
         """Publish the label of an earlier prediction request that carried `id` (QoS 1, on
-        `{prefix}/{model}/labels`); returns once the broker has it. The service joins it to
-        the features it kept for that request, and learns the sample."""
+        `{prefix}/{model}/labels/{owner}`); returns once the broker has it. The service
+        joins it to the features it kept for that request, and learns the sample.
+
+        `owner` is the client id that asked for the prediction, by default this client's;
+        the deployed broker lets only that client's account, or the `labeller` account,
+        label for it."""
         doc = documents.label(id, y)
-        self._acks.confirm(self._send(self._topic(model, "labels"), doc), timeout)
+        self._acks.confirm(self._send(self._topic(model, self._labels_leaf(owner)), doc), timeout)
 
     def labels(
-        self, model: str, pairs: Iterable[tuple[str, float]], *, timeout: float = 10.0
+        self,
+        model: str,
+        pairs: Iterable[tuple[str, float]],
+        *,
+        owner: str | None = None,
+        timeout: float = 10.0,
     ) -> int:
-        """Publish (id, y) labels as `{"labels": [..]}` messages under ingest's caps; returns
-        how many messages, once the broker has them all."""
+        """Publish (id, y) labels as `{"labels": [..]}` messages under ingest's caps, for
+        the requests of `owner` (as `label`); returns how many messages, once the broker
+        has them all."""
+        leaf = self._labels_leaf(owner)
         items = documents.labels(list(pairs))
         messages = documents.pieces(
             len(items),
@@ -223,7 +243,7 @@ class Client:
             self.max_payload_bytes,
             "label",
         )
-        return self.publish_payloads(model, messages, timeout=timeout, leaf="labels")
+        return self._publish_all(self._topic(model, leaf), messages, timeout)
 
     def publish_payloads(
         self,
@@ -234,11 +254,17 @@ class Client:
         leaf: str = "samples",
     ) -> int:
         """Publish messages as they are (README: Topics and payloads), e.g. the lines of an
-        NDJSON file, on the model's `leaf` topic (`samples` or `labels`); returns how many,
-        once the broker has them all."""
+        NDJSON file, on this client's topic of the model's `leaf` (`samples` or `labels`,
+        as `publish` and `label` choose); returns how many, once the broker has them all."""
         if leaf not in ("samples", "labels"):
             raise ValueError(f"leaf: samples or labels, got {leaf!r}")
-        topic, window, count = self._topic(model, leaf), deque[Sent](), 0
+        own = self._samples_leaf if leaf == "samples" else self._labels_leaf(None)
+        return self._publish_all(self._topic(model, own), payloads, timeout)
+
+    def _publish_all(
+        self, topic: str, payloads: Iterable[bytes | str | Mapping[str, Any]], timeout: float
+    ) -> int:
+        window, count = deque[Sent](), 0
         for payload in payloads:
             if len(window) >= self.max_inflight:
                 self._acks.confirm(window.popleft(), timeout)
@@ -332,6 +358,13 @@ class Client:
         return future
 
     # -- connection ----------------------------------------------------------------------
+
+    def _labels_leaf(self, owner: str | None) -> str:
+        """`labels/{owner}`: the labels of the requests `owner` (default: this client) made."""
+        owner = self.client_id if owner is None else owner
+        if not isinstance(owner, str) or not owner or any(c in owner for c in "/+#"):
+            raise ValueError(f"owner: a client id, no '/', '+' or '#', got {owner!r}")
+        return f"labels/{owner}"
 
     def _topic(self, model: str, leaf: str) -> str:
         return Names(model, self.topic_prefix).topic(leaf)

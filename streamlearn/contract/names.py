@@ -1,8 +1,61 @@
-"""MQTT topics and Redis keys of one model, as the design contract fixes them."""
+"""MQTT topics and Redis keys of one model, as the design contract fixes them; and the
+namespaces that bind request and sample ids to their sender's topic level."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+# A sender's topic level (`predict/{client}`, `labels/{client}`, `samples/{client}`): the
+# broker's ACL binds it to the client id, and it names keys, so it is bounded.
+MAX_SENDER_CHARS = 128
+# Starts every de-duplication id that is not a device's own bare sample id: a sample id
+# holds no control character (docs/contract.md §2.1), so none can take these.
+SCOPED = "\x1f"
+
+
+def sender_problem(sender: str | None) -> str | None:
+    """What is wrong with a sender's topic level, if anything (None: bare, or fine).
+
+    >>> sender_problem("dev-1") is None, sender_problem("")
+    (True, 'the client level is empty')
+    """
+    if sender is None or 1 <= len(sender) <= MAX_SENDER_CHARS:
+        return None
+    if not sender:
+        return "the client level is empty"
+    return f"the client level has {len(sender)} characters, more than {MAX_SENDER_CHARS}"
+
+
+def owned(sender: str | None, request_id: str | int) -> str:
+    """A request id in its sender's namespace, typed, as kept predictions and labels name
+    it: `-` the anonymous namespace (bare `predict`, the HTTP door), else the sender's
+    level length-prefixed, so no level or id, whatever its characters, takes another's.
+
+    >>> owned(None, "42"), owned(None, 42), owned("dev:1", "r")
+    ('-:s:42', '-:i:42', '5:dev:1:s:r')
+    """
+    who = "-" if sender is None else f"{len(sender)}:{sender}"
+    return f"{who}:{'i' if isinstance(request_id, int) else 's'}:{request_id}"
+
+
+def sample_id(sender: str | None, sid: str) -> str:
+    """The de-duplication id of a sample's `id`: itself on bare `samples` (the namespace
+    every earlier id is in), else in its sender's namespace.
+
+    >>> sample_id(None, "s-1"), sample_id("dev", "s-1")
+    ('s-1', '\\x1fs3:dev:s-1')
+    """
+    return sid if sender is None else f"{SCOPED}s{len(sender)}:{sender}:{sid}"
+
+
+def label_id(request: str) -> str:
+    """The de-duplication id of the sample a label joins to the prediction kept as
+    `request` (`owned`): in a space no device's sample id can take, so none can burn it.
+
+    >>> label_id(owned("dev", 42))
+    '\\x1fl3:dev:i:42'
+    """
+    return f"{SCOPED}l{request}"
 
 
 @dataclass(frozen=True)
@@ -148,16 +201,35 @@ class Names:
 
     @property
     def labels_topic(self) -> str:
-        """Where labels for earlier predictions arrive: `{"id", "y"}` or `{"labels": [...]}`."""
+        """Where labels for earlier predictions arrive: `{"id", "y"}` or `{"labels": [...]}`.
+        Bare, they label the anonymous namespace's predictions; on `labels/{client}`,
+        those requested on `predict/{client}` (`sender_of`)."""
         return self.topic("labels")
 
-    def pending_key(self, request_id: str) -> str:
-        """One served prediction kept for its label: features, version, prediction.
+    def sender_of(self, topic: str) -> tuple[str, str | None] | None:
+        """(`samples` or `labels`, its sender's level or None when bare) of one of this
+        model's samples or labels topics; None for any other topic.
 
-        >>> Names("demo").pending_key("r-7")
-        'sl:{demo}:pending:r-7'
+        >>> n = Names("demo")
+        >>> n.sender_of("streamlearn/demo/labels/dev-1"), n.sender_of("streamlearn/demo/samples")
+        (('labels', 'dev-1'), ('samples', None))
         """
-        return self.key(f"pending:{request_id}")
+        base = self.topic("")
+        if not topic.startswith(base):
+            return None
+        leaf, _, sender = topic[len(base) :].partition("/")
+        if leaf not in ("samples", "labels") or "/" in sender:
+            return None
+        return leaf, (sender if topic != self.topic(leaf) else None)
+
+    def pending_key(self, request: str) -> str:
+        """One served prediction kept for its label (features, version, prediction), under
+        its request id in its sender's namespace (`owned`).
+
+        >>> Names("demo").pending_key(owned("dev-1", "r-7"))
+        'sl:{demo}:pending:5:dev-1:s:r-7'
+        """
+        return self.key(f"pending:{request}")
 
     @property
     def pending_index_key(self) -> str:

@@ -13,8 +13,11 @@ from typing import Annotated, Literal, NamedTuple
 import numpy as np
 from pydantic import Field
 
-# A sample's id, what de-duplication keys on (`streamlearn.store.appends`).
-SampleId = Annotated[str, Field(strict=True, min_length=1, max_length=256)]
+# A sample's id, what de-duplication keys on (`streamlearn.store.appends`). No control
+# characters: the ids the service scopes to a sender start with one (`names.sample_id`).
+SampleId = Annotated[
+    str, Field(strict=True, min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f]+$")
+]
 # Why a message was rejected, in a word: a dead letter's `kind` and the label ingest's
 # metrics count dead letters by. Named where the rejection is made, never read from its text.
 Kind = Literal[

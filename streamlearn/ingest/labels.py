@@ -1,10 +1,13 @@
 """Labels that come later: `{"id", "y"}` or `{"labels": [{"id", "y"}, ...]}` on
-`{prefix}/{model}/labels`, each joined by id to the prediction an actor kept for it
-(`streamlearn.store.pending`) into a training sample.
+`{prefix}/{model}/labels/{client}`, each joined by its typed id to the prediction an actor
+kept for a request on `predict/{client}` (`streamlearn.store.pending`) into a training
+sample; bare `labels` join the anonymous namespace's (bare `predict`, the HTTP door). The
+broker's ACL binds `{client}` to the sender, so no device labels another's predictions.
 
-A joined label becomes a sample (the kept features, the label, the request's id) that
-takes the samples' own exactly-once path (`streamlearn.ingest.writes`): a repeated label is
-a de-duplicated duplicate. Once Redis holds it, the prediction is tombstoned and scored
+A joined label becomes a sample (the kept features, the label, a de-duplication id in a
+space no device's sample id can take, `names.label_id`) that takes the samples' own
+exactly-once path (`streamlearn.ingest.writes`): a repeated label is a de-duplicated
+duplicate. Once Redis holds it, the prediction is tombstoned and scored
 (`PendingStore.join`), once, and only then is the label message acknowledged. Labels of a
 run of messages are read back in one round trip. A label for an id never kept (or
 expired) is a dead letter of kind `unknown_id`; one without an id or with a target the
@@ -20,6 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from streamlearn.contract.names import label_id, owned
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import Kind, Parsed, Rejection, Samples
 from streamlearn.contract.schemas import decode as decode_json
@@ -32,10 +36,12 @@ LISTED_REASONS = 5
 
 @dataclass
 class LabelMessage:
-    """A label message as parsed: its good labels (id, y) and its rejections."""
+    """A label message as parsed: its good labels (id, y), its rejections and its sender's
+    level (None: bare `labels`)."""
 
-    labels: list[tuple[str, float]]
+    labels: list[tuple[str | int, float]]
     rejections: list[Rejection]
+    sender: str | None = None
     joined: list[Joined] = field(default_factory=list)
     unknown: int = 0
 
@@ -53,8 +59,9 @@ class LabelJoiner:
         self.unknown = 0
         self.joined = 0
 
-    def parse(self, raw: bytes) -> LabelMessage:
-        """The labels of one message; whatever is wrong with it is a rejection, never raised."""
+    def parse(self, raw: bytes, sender: str | None = None) -> LabelMessage:
+        """The labels of one message from `sender`'s topic; whatever is wrong with it is a
+        rejection, never raised."""
         try:
             doc = decode_json(raw, self.model.ingest.max_payload_bytes)
             items = [doc] if "labels" not in doc else _items(doc)
@@ -65,8 +72,8 @@ class LabelJoiner:
                     "too_many_samples",
                 )
         except PayloadError as exc:
-            return LabelMessage([], [Rejection(str(exc), raw, cast(Kind, exc.kind))])
-        good: list[tuple[str, float]] = []
+            return LabelMessage([], [Rejection(str(exc), raw, cast(Kind, exc.kind))], sender)
+        good: list[tuple[str | int, float]] = []
         bad: list[tuple[int, PayloadError]] = []
         rejected = 0
         at: list[int] = []  # each good label's index in the message
@@ -93,14 +100,14 @@ class LabelJoiner:
             good = kept
             bad.sort(key=lambda b: b[0])
         if not rejected:
-            return LabelMessage(good, [])
+            return LabelMessage(good, [], sender)
         where = "labels." if "labels" in doc else ""
         listed = "; ".join(f"{where}{i}: {exc}".removeprefix("0: ") for i, exc in bad)
         more = f"and {rejected - len(bad)} more; " if rejected > len(bad) else ""
         reason = f"{listed} ({more}{rejected} of {len(items)} labels rejected)"
-        return LabelMessage(good, [Rejection(reason, raw, cast(Kind, bad[0][1].kind))])
+        return LabelMessage(good, [Rejection(reason, raw, cast(Kind, bad[0][1].kind))], sender)
 
-    def _label(self, item: Any) -> tuple[str, float]:
+    def _label(self, item: Any) -> tuple[str | int, float]:
         if not isinstance(item, dict):
             raise PayloadError("a label must be an object {id, y}", "wrong_type")
         extra = sorted(set(item) - {"id", "y"})
@@ -112,8 +119,7 @@ class LabelJoiner:
         rid, y = item["id"], item["y"]
         if isinstance(rid, bool) or not isinstance(rid, str | int):
             raise PayloadError(f"id must be a string or an integer, got {rid!r:.40}", "wrong_type")
-        rid = str(rid)
-        if not 1 <= len(rid) <= 256:
+        if isinstance(rid, str) and not 1 <= len(rid) <= 256:
             raise PayloadError("id must have 1 to 256 characters", "bad_string")
         if isinstance(y, bool) or not isinstance(y, int | float):
             raise PayloadError(f"y must be a number, got {y!r:.40}", "wrong_type")
@@ -126,49 +132,55 @@ class LabelJoiner:
         return rid, y
 
     def join(self, messages: list[LabelMessage], raws: list[bytes]) -> list[Parsed]:
-        """Each label message as a parsed samples message: its labels joined to their kept
-        predictions (read in one round trip; a RedisError is the caller's to retry)."""
-        ids = list(dict.fromkeys(rid for m in messages for rid, _ in m.labels))
+        """Each label message as a parsed samples message: its labels joined to the
+        predictions kept for its sender (read in one round trip; a RedisError is the
+        caller's to retry)."""
+        keys = [[owned(m.sender, rid) for rid, _ in m.labels] for m in messages]
+        ids = list(dict.fromkeys(k for ks in keys for k in ks))
         values = dict(zip(ids, self.pending.fetch(ids), strict=True))
         now = time.time()
         taken: set[str] = set()  # joined by an earlier label of this run
         out = []
-        for m, raw in zip(messages, raws, strict=True):
+        for m, raw, ks in zip(messages, raws, keys, strict=True):
             found: list[Kept] = []
-            ys, sample_ids, unknown = [], [], []
-            for rid, y in m.labels:
-                value = values[rid]
+            ys, requests, unknown = [], [], []
+            for (rid, y), key in zip(m.labels, ks, strict=True):
+                value = values[key]
                 kept = decode(value)
                 if (kept is None and value is None) or (kept and not self._fits(kept)):
                     unknown.append(rid)  # never kept, expired, or kept for another shape
                     continue
-                if kept is None or rid in taken:  # joined before: a duplicate
+                if kept is None or key in taken:  # joined before: a duplicate
                     self.duplicates += 1
                     continue
-                taken.add(rid)
+                taken.add(key)
                 found.append(kept)
                 ys.append(y)
-                sample_ids.append(rid)
+                requests.append(key)
             rejections = list(m.rejections)
             m.unknown = len(unknown)
             if unknown:
                 listed = ", ".join(repr(u)[:60] for u in unknown[:LISTED_REASONS])
                 more = f" and {len(unknown) - LISTED_REASONS} more" if len(unknown) > 5 else ""
-                reason = f"no prediction kept for id {listed}{more} (never served or expired)"
+                whose = "bare predict or HTTP" if m.sender is None else f"predict/{m.sender}"
+                reason = (
+                    f"no prediction kept for id {listed}{more} asked on {whose} "
+                    "(never served, expired, or another client's)"
+                )
                 rejections.append(Rejection(reason, raw, "unknown_id"))
             m.joined = []
             samples = None
             if found:
                 targets = np.asarray(ys, np.float32)
                 x = np.stack([k.x for k in found]).reshape((len(found), *self.model.sample_shape))
-                samples = Samples(x, targets, tuple(sample_ids))
+                samples = Samples(x, targets, tuple(label_id(k) for k in requests))
                 predictions = np.stack([k.y for k in found])
                 loss, metric = score(self.model.task, predictions, np.asarray(ys, np.float64))
                 delay = np.maximum(0.0, now - np.array([k.served_at for k in found]))
                 m.joined = [
                     Joined(*j)
                     for j in zip(
-                        sample_ids, loss.tolist(), metric.tolist(), delay.tolist(), strict=True
+                        requests, loss.tolist(), metric.tolist(), delay.tolist(), strict=True
                     )
                 ]
             out.append(Parsed(samples, None, rejections))

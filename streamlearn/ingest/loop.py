@@ -15,10 +15,12 @@ loop stops taking messages. Unacknowledged messages fill the client's receive ma
 the broker then holds the rest in the persistent session until the loop resumes. QoS 0
 messages, which the broker does not hold, wait in the bounded inbox or are dropped.
 
-Each message's topic decides how it is judged: the model's samples topic as above; a
+Each message's topic decides how it is judged: the model's samples topic as above, and
+`samples/{client}` too, its sample ids in that client's de-duplication namespace; a
 topic of one of the model's `sources` the same way, its device key taken from the topic
-level the source names; the labels topic as labels joined to kept predictions
-(`streamlearn.ingest.labels`), whose samples take the same exactly-once path.
+level the source names; `labels` and `labels/{client}` as labels joined to the
+predictions kept for that sender (`streamlearn.ingest.labels`), whose samples take the
+same exactly-once path.
 
 Redis failures (`streamlearn.ingest.writes`): each message of a run is written whole or
 not at all, retried while Redis is unavailable or full; a message Redis refuses for good is
@@ -27,6 +29,7 @@ dead-lettered and acknowledged.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -38,6 +41,7 @@ import redis
 from paho.mqtt.client import topic_matches_sub
 
 from streamlearn.config.policies import IngestConfig
+from streamlearn.contract.names import sample_id, sender_problem
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection
 from streamlearn.ingest.inbox import Delivery, IngestInbox
@@ -87,7 +91,7 @@ class Ingest:
         self.counters = IngestCounters()
         model = parser.model
         self.samples_topic = stream.names.samples_topic
-        self.labels_topic = stream.names.labels_topic
+        self.names = stream.names
         self.sources = model.sources
         # messages received on each source filter, dead letters included
         self.source_messages = dict.fromkeys((s.topic for s in model.sources), 0)
@@ -280,13 +284,16 @@ class Ingest:
         parsed: list[Parsed | None] = []
         labels: list[tuple[int, LabelMessage]] = []
         for i, d in enumerate(batch):
-            if d.topic == samples_topic:
-                parsed.append(parse(d.payload))
-            elif d.topic == self.labels_topic:
-                parsed.append(None)
-                labels.append((i, self.labels.parse(d.payload)))
-            else:
+            sent = ("samples", None) if d.topic == samples_topic else self.names.sender_of(d.topic)
+            if sent is None:
                 parsed.append(self._parse_source(d))
+            elif problem := sender_problem(sent[1]):
+                parsed.append(Parsed(None, None, [Rejection(problem, d.payload, "other")]))
+            elif sent[0] == "labels":
+                parsed.append(None)
+                labels.append((i, self.labels.parse(d.payload, sent[1])))
+            else:
+                parsed.append(_scoped(parse(d.payload), sent[1]))
         if labels:
             raws = [batch[i].payload for i, _ in labels]
             joined = self.writer.retry(lambda: self.labels.join([m for _, m in labels], raws), stop)
@@ -341,3 +348,13 @@ class Ingest:
             return False
         self._added = 0
         return True
+
+
+def _scoped(parsed: Parsed, sender: str | None) -> Parsed:
+    """A samples message from `sender`'s topic, its sample ids in that sender's
+    de-duplication namespace (`names.sample_id`): no device can burn another's ids."""
+    samples = parsed.samples
+    if sender is None or samples is None or samples.ids is None:
+        return parsed
+    ids = tuple(None if i is None else sample_id(sender, i) for i in samples.ids)
+    return parsed._replace(samples=dataclasses.replace(samples, ids=ids))

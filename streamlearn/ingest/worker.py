@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     stream = open_stream(runtime.redis_client(settings), names, model)
     ingest = Ingest(PayloadParser(model), stream, model.ingest)
     stop = runtime.stop_on_signals()
-    # the samples, the devices' own topics (`[[sources]]`) and the labels, all QoS 1
-    topics = [names.samples_topic, *(s.topic for s in model.sources), names.labels_topic]
+    # the samples, the devices' own topics (`[[sources]]`) and the labels, all QoS 1; bare
+    # and per sender (`samples/{client}`, `labels/{client}`: their ids in its namespace)
+    leaves = ("samples", "samples/+", "labels", "labels/+")
+    topics = [*(names.topic(leaf) for leaf in leaves), *(s.topic for s in model.sources)]
     instance = runtime.instance_of(args, settings)
     presence = Presence(names, "ingest", instance, session_expiry_s=mqtt.SESSION_EXPIRY_S)
     groups = {s.topic: source_group(settings.share_group, model.name) for s in model.sources}

@@ -234,7 +234,11 @@ class RunWriter:
                     observations,
                     cfg.window_ttl_s,
                     cfg.max_devices,
-                    senders=[m.msg.topic for m in observing],
+                    # the shared samples topic names no sender: max_devices bounds it
+                    senders=[
+                        None if m.msg.topic == self.windows.names.samples_topic else m.msg.topic
+                        for m in observing
+                    ],
                     max_keys_per_sender=cfg.max_keys_per_sender,
                     max_seq_jump=cfg.window_max_seq_jump,
                 )

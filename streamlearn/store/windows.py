@@ -154,7 +154,7 @@ class WindowStore:
         ttl_s: int,
         max_devices: int = 10_000,
         *,
-        senders: Sequence[str] | None = None,
+        senders: Sequence[str | None] | None = None,
         max_keys_per_sender: int | None = None,
         max_seq_jump: float = NO_JUMP_BOUND,
     ) -> WindowsAppended:
@@ -162,7 +162,8 @@ class WindowStore:
         keep the windows of at most `max_devices` devices (the most recently active).
 
         `senders[i]` is the topic `observations[i]` came on (default: one sender for all):
-        it may make at most `max_keys_per_sender` windows (default: no bound). A seq
+        it may make at most `max_keys_per_sender` windows (default: no bound); None is a
+        topic that names no sender (the shared samples topic), bound by `max_devices` alone. A seq
         more than `max_seq_jump` ahead of its key's newest is refused too.
 
         One round trip, one script call per `CHUNK_OBSERVATIONS`; safe to call again with
@@ -173,11 +174,13 @@ class WindowStore:
         per_sender = 2**53 if max_keys_per_sender is None else max_keys_per_sender
         policy = (ttl_s, repr(float(self.clock())), max_devices, per_sender, repr(max_seq_jump))
         calls: list[tuple[int, int]] = []  # (part, first row) of each script call
+        unbounded = (*policy[:3], 2**53, policy[4])
         for p, part in enumerate(observations):
-            sender = sender_id("" if senders is None else senders[p])
+            topic = "" if senders is None else senders[p]
+            sender, bound = sender_id(topic or ""), policy if topic is not None else unbounded
             for start in range(0, len(part), CHUNK_OBSERVATIONS):
                 chunk = slice(start, start + CHUNK_OBSERVATIONS)
-                self._queue(pipe, part, chunk, sender, policy)
+                self._queue(pipe, part, chunk, sender, bound)
                 calls.append((p, start))
         if not calls:
             return WindowsAppended()

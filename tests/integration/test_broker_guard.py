@@ -28,9 +28,11 @@ from tests.integration.test_deploy import NOT_AUTHORIZED, Peer, device
 NAMES = Names("s")
 SHARES = [
     NAMES.shared("samples", "streamlearn"),
+    NAMES.shared("samples/+", "streamlearn"),
     NAMES.shared("predict", "streamlearn"),
     NAMES.shared("predict/+", "streamlearn"),
     NAMES.shared("labels", "streamlearn"),
+    NAMES.shared("labels/+", "streamlearn"),
 ]
 
 
@@ -79,7 +81,7 @@ def test_a_device_in_the_roles_share_groups_gets_nothing_and_costs_nobody_a_mess
         start("ingest")
         for i in range(100):
             sample = {"x": [0.01 * i, 1.0], "y": 0.5, "id": f"g-{i}"}
-            assert sensor.publish(NAMES.samples_topic, json.dumps(sample).encode()) == 0
+            assert sensor.publish(NAMES.topic("samples/dev-1"), json.dumps(sample).encode()) == 0
         appended = lambda: int(redis_as(acl_redis, "ingest").get(NAMES.ingest_count_key) or 0)  # noqa: E731
         eventually(lambda: appended() >= 100, 30, "100 samples appended")
         time.sleep(0.5)
@@ -117,7 +119,8 @@ def test_retained_messages_from_a_device_are_refused_and_not_kept(broker):
     try:
         big = b"x" * 1_500_000
         for n in (1, 2, 3):
-            info = mallory.client.publish(f"streamlearn/junk{n}/samples", big, qos=1, retain=True)
+            junk = f"streamlearn/junk{n}/samples/bob"  # a topic the ACL lets bob write
+            info = mallory.client.publish(junk, big, qos=1, retain=True)
             info.wait_for_publish(10)
         eventually(lambda: len(mallory.acks) == 3, 10, "three PUBACKs")
         assert set(mallory.acks.values()) == {NOT_AUTHORIZED}
@@ -125,12 +128,12 @@ def test_retained_messages_from_a_device_are_refused_and_not_kept(broker):
         mallory.close()
     # Wills, sent when a device vanishes without DISCONNECT: one with the retain flag is
     # refused, one without is delivered (so the broker did send wills).
-    live = Peer(mqtt_url(broker, "ingest"), ["streamlearn/+/samples"])
+    live = Peer(mqtt_url(broker, "ingest"), ["streamlearn/+/samples/+"])
     try:
-        vanish(broker, "dev-1", "streamlearn/junk4/samples", retain=True)
-        vanish(broker, "alice", "streamlearn/junk5/samples", retain=False)
-        live.wait_for("streamlearn/junk5/samples")
-        assert live.topics() == ["streamlearn/junk5/samples"]
+        vanish(broker, "dev-1", "streamlearn/junk4/samples/dev-1", retain=True)
+        vanish(broker, "alice", "streamlearn/junk5/samples/alice", retain=False)
+        live.wait_for("streamlearn/junk5/samples/alice")
+        assert live.topics() == ["streamlearn/junk5/samples/alice"]
     finally:
         live.close()
 
@@ -139,7 +142,7 @@ def test_retained_messages_from_a_device_are_refused_and_not_kept(broker):
     learner = Peer(mqtt_url(broker, "learner"))
     assert learner.client.publish(NAMES.topic("status"), b"{}", qos=1, retain=True).rc == 0
     status = Peer(mqtt_url(broker, "learner"), [NAMES.topic("status")])
-    reader = Peer(mqtt_url(broker, "ingest"), ["streamlearn/+/samples"])
+    reader = Peer(mqtt_url(broker, "ingest"), ["streamlearn/+/samples/#"])
     try:
         status.wait_for(NAMES.topic("status"))
         time.sleep(1.0)  # retained messages arrive right after the SUBACK

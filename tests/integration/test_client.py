@@ -252,7 +252,7 @@ def test_named_samples_requests_and_later_labels_go_out_as_the_contract_says(set
     prefix = settings.topic_prefix
     sub = plain_paho(settings)
     sub.on_message = lambda _c, _u, m: got[m.topic.split("/")[2]].append(json.loads(m.payload))
-    for leaf in ("samples", "labels", "predict/#"):
+    for leaf in ("samples/#", "labels/#", "predict/#"):
         sub.subscribe(f"{prefix}/m/{leaf}", qos=1)
     time.sleep(0.5)
     reading = {"temperature": 88.0, "ENERGY": {"Power": 5}, "machine_type": "press"}
@@ -296,7 +296,7 @@ def test_async_client_labels(settings):
     got: list[dict] = []
     sub = plain_paho(settings)
     sub.on_message = lambda _c, _u, m: got.append(json.loads(m.payload))
-    sub.subscribe(f"{settings.topic_prefix}/m/labels", qos=1)
+    sub.subscribe(f"{settings.topic_prefix}/m/labels/#", qos=1)
     time.sleep(0.5)
 
     async def use() -> None:

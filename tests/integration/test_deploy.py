@@ -142,10 +142,10 @@ def test_devices_connect_over_tls_only(broker):
     with pytest.raises(StreamlearnError):  # TLS, but a server the client cannot verify
         mqtt.connect(device_url(broker, "alice"), timeout_s=3)
     names = Names("m")
-    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared("samples", "g")])
-    alice = device(broker, "alice")
-    assert alice.publish(names.samples_topic, b"over tls") == 0
-    ingest.wait_for(names.samples_topic)
+    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared("samples/+", "g")])
+    alice = device(broker, "alice", client_id="alice")
+    assert alice.publish(names.topic("samples/alice"), b"over tls") == 0
+    ingest.wait_for(names.topic("samples/alice"))
     assert ingest.got[0].payload == b"over tls"
     for peer in (ingest, alice):
         peer.close()
@@ -156,7 +156,7 @@ def test_each_device_is_confined_to_its_own_requests_and_replies(broker):
     actor = Peer(
         mqtt_url(broker, "actor"), [names.shared("predict", "g"), names.shared("predict/+", "g")]
     )
-    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared("samples", "g")])
+    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared("samples/+", "g")])
     learner = Peer(mqtt_url(broker, "learner"))
     replies = names.topic("replies/#")
     alice = device(
@@ -169,14 +169,17 @@ def test_each_device_is_confined_to_its_own_requests_and_replies(broker):
     for topic in (
         names.predict_topic,
         names.topic("predict/bob"),
+        names.samples_topic,
+        names.topic("samples/bob"),
         names.status_topic,
         names.predictions_topic,
         names.topic("replies/bob/1"),
         names.topic("actors/x"),
     ):
         assert alice.publish(topic) == NOT_AUTHORIZED, topic
-    assert alice.publish(names.samples_topic) == 0
-    ingest.wait_for(names.samples_topic)  # alice's last publish: the refused ones are not in
+    assert alice.publish(names.topic("samples/alice")) == 0
+    ingest.wait_for(names.topic("samples/alice"))  # her last publish: the refused are not in
+    assert ingest.topics() == [names.topic("samples/alice")]
     actor.wait_for(names.topic("predict/alice"))
     assert actor.topics() == [names.topic("predict/alice")]
 
@@ -208,6 +211,33 @@ def test_each_device_is_confined_to_its_own_requests_and_replies(broker):
         peer.close()
 
 
+def test_labels_come_only_from_their_requester_or_the_labeller_account(broker):
+    """A device labels only its own requests (labels/<its client id>); the `labeller`
+    account labels any device's and the anonymous namespace's (bare labels)."""
+    names = Names("m")
+    leaves = ("labels", "labels/+")
+    ingest = Peer(mqtt_url(broker, "ingest"), [names.shared(leaf, "g") for leaf in leaves])
+    alice = device(broker, "alice", client_id="alice")
+    labeller = device(broker, "labeller", client_id="labeller")
+    for topic in (names.labels_topic, names.topic("labels/bob")):
+        assert alice.publish(topic, b"alice's") == NOT_AUTHORIZED, topic
+    assert alice.publish(names.topic("labels/alice"), b"alice's") == 0
+    for topic in (names.topic("labels/bob"), names.labels_topic):
+        assert labeller.publish(topic, b"labeller's") == 0, topic
+    assert labeller.publish(names.topic("samples/alice"), b"labeller's") == NOT_AUTHORIZED
+    ingest.wait_until(lambda _m: len(ingest.got) == 3, "three labels")
+    got = sorted((m.topic, m.payload) for m in ingest.got)
+    assert got == sorted(
+        [
+            (names.topic("labels/alice"), b"alice's"),
+            (names.topic("labels/bob"), b"labeller's"),
+            (names.labels_topic, b"labeller's"),
+        ]
+    )
+    for peer in (ingest, alice, labeller):
+        peer.close()
+
+
 def test_a_full_queue_drops_samples_and_status_says_so(settings, tmp_path):
     """Beyond max_queued_messages the broker drops samples it has acknowledged to devices:
     they are counted in $SYS/broker/publish/messages/dropped, and `streamlearn status`
@@ -217,11 +247,12 @@ def test_a_full_queue_drops_samples_and_status_says_so(settings, tmp_path):
     overrides = {"max_queued_messages": str(limit), "sys_interval": "1"}
     with deployed_broker(overrides) as broker:
         # An ingest worker's persistent session, away (a restart, or back-pressure holding).
-        worker = ("ingest", [names.shared("samples", "streamlearn")], "sl-ingest-m-1")
+        worker = ("ingest", [names.shared("samples/+", "streamlearn")], "sl-ingest-m-1")
         Peer(mqtt_url(broker, worker[0]), worker[1], worker[2], persistent=True).close()
-        sensor = device(broker, "dev-1")
+        sensor = device(broker, "dev-1", client_id="dev-1")
+        mine = names.topic("samples/dev-1")
         for i in range(sent):
-            assert sensor.publish(names.samples_topic, str(i).encode()) == 0, "acknowledged"
+            assert sensor.publish(mine, str(i).encode()) == 0, "acknowledged"
 
         toml = tmp_path / "streamlearn.toml"
         toml.write_text('[models.m]\ninputs = 2\ntask = "regression"\n')
@@ -251,7 +282,7 @@ def test_a_full_queue_drops_samples_and_status_says_so(settings, tmp_path):
 
         # The worker back: the first `limit` samples waited for it, the rest are gone.
         back = Peer(mqtt_url(broker, worker[0]), worker[1], worker[2], persistent=True)
-        assert sensor.publish(names.samples_topic, b"after") == 0
+        assert sensor.publish(mine, b"after") == 0
         back.wait_until(lambda m: m.payload == b"after", "the sample sent after its return")
         assert [m.payload for m in back.got] == [str(i).encode() for i in range(limit)] + [b"after"]
         for peer in (back, sensor):
@@ -399,7 +430,7 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         sensor = device(broker, "dev-1", [names.topic("replies/dev-1/#")], client_id="dev-1")
         for i in range(50):
             sample = {"x": [0.1 * i, 1.0], "y": 0.5}
-            assert sensor.publish(names.samples_topic, json.dumps(sample).encode()) == 0
+            assert sensor.publish(names.topic("samples/dev-1"), json.dumps(sample).encode()) == 0
         store = redis_as(acl_redis, "actor")
         eventually(lambda: int(store.get(names.latest_key) or 0) > 0, 60, "a version")
         correlation = uuid.uuid4().bytes
@@ -411,9 +442,10 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         )
         sensor.wait_for(names.topic("replies/dev-1/r"), 15)
         reply = json.loads(sensor.got[0].payload)
-        # its label, later, from the same device: ingest joins it to what the actor kept
+        # its label, later, from the same device on its own labels topic: ingest joins it
+        # to what the actor kept for its request
         label = json.dumps({"id": "lp-1", "y": 0.7}).encode()
-        assert sensor.publish(names.labels_topic, label) == 0
+        assert sensor.publish(names.topic("labels/dev-1"), label) == 0
         sensor.close()
         assert sensor.got[0].properties.CorrelationData == correlation
         assert reply.get("version", 0) > 0, (reply, [p.output[-2000:] for p in procs])

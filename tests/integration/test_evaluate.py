@@ -122,7 +122,7 @@ def test_label_delay_sends_each_label_on_its_own_rows_after_its_request(
     seen: list[tuple[str, dict]] = []
     sub = plain_paho(settings)
     sub.on_message = lambda _c, _u, m: seen.append((m.topic.split("/")[2], json.loads(m.payload)))
-    for leaf in ("labels", "samples", "predict/#"):
+    for leaf in ("labels/#", "samples/#", "predict/#"):  # labels/{client id}
         sub.subscribe(f"{settings.topic_prefix}/named/{leaf}", qos=1)
     time.sleep(0.5)
     argv = [sys.executable, "-m", "streamlearn", "evaluate", str(data), "--config", str(config)]

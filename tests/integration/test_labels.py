@@ -1,6 +1,7 @@
 """Labels that come later, joined by id to the predictions actors served: each becomes one
 sample, a repeated label none, an unknown id a dead letter; and the served score in the
-learner's status is the one the replies make."""
+learner's status is the one the replies make. A label joins only the predictions asked
+for on its sender's topic level (`predict/{client}`, `labels/{client}`), by typed id."""
 
 from __future__ import annotations
 
@@ -11,12 +12,28 @@ import time
 import tomllib
 
 import numpy as np
+import pytest
+import redis as redis_lib
 
+import streamlearn
 from streamlearn.cli.status import format_status
 from streamlearn.config import parse_config
-from streamlearn.contract.names import Names
+from streamlearn.contract import codec
+from streamlearn.contract.names import Names, owned
+from streamlearn.nn import networks
 from streamlearn.observe.monitor import read_status
-from tests.conftest import eventually, plain_paho, published, retained
+from streamlearn.online import tensors
+from streamlearn.store.entries import unpack
+from streamlearn.store.weights import WeightsStore
+from tests.conftest import (
+    Client,
+    eventually,
+    launch_role,
+    own_settings,
+    plain_paho,
+    published,
+    retained,
+)
 
 TOML = """
 [models.l]
@@ -53,9 +70,10 @@ def test_labels_join_served_predictions_once_and_score_them(
     device = plain_paho(settings)
     try:
 
-        def send(items: list[dict]) -> None:
+        def send(items: list[dict]) -> None:  # on the labels topic of the requests' client
             body = json.dumps({"labels": items})
-            device.publish(names.labels_topic, body, qos=1).wait_for_publish(10)
+            topic = names.topic(f"labels/{client.device.client_id}")
+            device.publish(topic, body, qos=1).wait_for_publish(10)
 
         items = [{"id": i, "y": y} for i, y in labels.items()]
         for start in range(0, N, 100):
@@ -128,7 +146,8 @@ def test_hostile_label_messages_cost_a_dead_letter_each_and_good_labels_still_jo
     cfg = ModelConfig(name="h", inputs=2, task="binary")
     names = Names("h", settings.topic_prefix, settings.key_prefix)
     value = encode(np.array([1, 2], np.float32), np.array([0.9], np.float32), 1, time.time())
-    PendingStore(redis, names, cfg.labels).keep(["k1", "k2"], [value, value])
+    kept = [owned(None, "k1"), owned(None, "k2")]  # asked on bare predict: bare labels join
+    PendingStore(redis, names, cfg.labels).keep(kept, [value, value])
     ingest = Ingest(PayloadParser(cfg), SampleStream.of(redis, names, cfg), cfg.ingest)
     mixed = {"labels": [{"id": "k1", "y": 1}, {"id": "k2", "y": 3}, {"y": 0}, 7]}
     batch = [*HOSTILE, json.dumps(mixed).encode(), b'{"id": "k1", "y": 1}']
@@ -144,3 +163,121 @@ def test_hostile_label_messages_cost_a_dead_letter_each_and_good_labels_still_jo
     assert int(redis.get(names.ingest_count_key)) == 1, "k1 once: the repeat is a duplicate"
     assert int(redis.hget(names.served_key, "labels")) == 1
     assert ingest.metrics()["labels_duplicate_total"] == 1
+
+
+# -- identity: whose predictions a label joins -------------------------------------------------
+
+IDENTITY = """
+[models.i]
+inputs = 2
+task = "regression"
+architecture = "linear"
+"""
+
+
+@pytest.fixture(scope="module")
+def served(redis_server, mosquitto_server, tmp_path_factory):
+    """An ingest and an actor of model `i` (its initial weights, no learner), shared by the
+    module's identity tests: (settings, names, redis)."""
+    settings = own_settings(redis_server, mosquitto_server)
+    names = Names("i", settings.topic_prefix, settings.key_prefix)
+    store = redis_lib.Redis.from_url(settings.redis)
+    cfg = parse_config(tomllib.loads(IDENTITY)).model("i")
+    WeightsStore(store, names).publish(codec.encode(tensors.get_arrays(networks.build_model(cfg))))
+    config = tmp_path_factory.mktemp("identity") / "streamlearn.toml"
+    config.write_text(IDENTITY)
+    procs = [launch_role(settings, role, config) for role in ("ingest", "actor")]
+    try:
+        for proc in procs:
+            proc.wait_for(" ready")
+        yield settings, names, store
+    finally:
+        for proc in procs:
+            proc.stop()
+        store.close()
+
+
+def learned(store: redis_lib.Redis, names: Names) -> dict[float, list[float]]:
+    """The stream's samples, what the learner learns: first input -> the targets it came with."""
+    got: dict[float, list[float]] = {}
+    for _, fields in store.xrange(names.samples_key):
+        samples = unpack(fields, (2,))
+        for x, y in zip(samples.x[:, 0].tolist(), samples.y.tolist(), strict=True):
+            got.setdefault(x, []).append(y)
+    return got
+
+
+def labels_joined(store: redis_lib.Redis, names: Names) -> int:
+    return int(store.hget(names.served_key, "labels") or 0)
+
+
+def letters(store: redis_lib.Redis, names: Names, *marks: bytes) -> list[str]:
+    """The kinds of the dead letters whose payload holds one of `marks`."""
+    found = [f for _, f in store.xrange(names.deadletter_key)]
+    return sorted(f[b"kind"].decode() for f in found if any(m in f[b"payload"] for m in marks))
+
+
+def test_a_label_joins_only_predictions_asked_on_its_senders_topic(served):
+    """Bob cannot label alice's predictions, nor burn the ids of her labels with samples;
+    ids 42 and "42" are two predictions; each label's target is what is learned."""
+    settings, names, store = served
+    alice, bob = Client(settings, "i", "alice"), Client(settings, "i", "bob")
+    raw = plain_paho(settings)
+
+    def send(leaf: str, doc: dict) -> None:
+        raw.publish(names.topic(leaf), json.dumps(doc), qos=1).wait_for_publish(10)
+
+    try:
+        for x0, rid in ((11, "42"), (12, 42), (13, "43")):
+            assert "error" not in alice.request({"x": [x0, 0], "id": rid})
+        assert "error" not in bob.request({"x": [14, 0], "id": "42"})
+        before = labels_joined(store, names)
+        # bob labels alice's "43" on his own topic (it joins only his own "42"); labels
+        # "42" on the bare topic (the anonymous namespace's); sends samples with her ids
+        send("labels/bob", {"labels": [{"id": "43", "y": -1}, {"id": "42", "y": 14}]})
+        send("labels", {"id": "42", "y": -3})
+        send("samples/bob", {"x": [15, 0], "y": 15, "id": "42"})
+        send("samples", {"x": [[16, 0]], "y": [16], "ids": ["43"]})
+        send("samples", {"x": [17, 0], "y": -4, "id": "\x1fl5:alice:s:42"})
+        # alice's own labels, on her topic: "42" and 42 apart
+        alice.device.label("i", "42", 11)
+        send("labels/alice", {"labels": [{"id": 42, "y": 12}, {"id": "43", "y": 13}]})
+        eventually(lambda: labels_joined(store, names) - before == 4, 30, "4 labels joined")
+        marks = (b'"y": -3', b'"y": -4', b'"y": -1')
+        eventually(lambda: len(letters(store, names, *marks)) == 3, 30, "the dead letters")
+    finally:
+        raw.disconnect()
+        alice.close()
+        bob.close()
+    got = learned(store, names)
+    assert {x: got.get(x) for x in (11, 12, 13, 14, 15, 16, 17)} == {
+        11: [11.0],
+        12: [12.0],
+        13: [13.0],
+        14: [14.0],
+        15: [15.0],
+        16: [16.0],
+        17: None,
+    }
+    assert letters(store, names, *marks) == ["bad_string", "unknown_id", "unknown_id"]
+
+
+def test_the_client_labels_its_own_requests_and_an_owners_from_another_client(served):
+    """The Python client's predict -> label round trip joins; another client (another
+    process, its own client id) labels them with `owner=`, and without it joins nothing."""
+    settings, names, store = served
+    url, prefix = settings.mqtt, settings.topic_prefix
+    before = labels_joined(store, names)
+    with streamlearn.Client(url, topic_prefix=prefix) as device:
+        for x0 in (21, 22, 23):
+            device.predict("i", [x0, 0], id=f"c-{x0}", timeout=10)
+        device.label("i", "c-21", 21)
+        owner = device.client_id
+    with streamlearn.Client(url, topic_prefix=prefix) as labeller:
+        labeller.labels("i", [("c-22", 22)], owner=owner)
+        labeller.label("i", "c-23", -5)  # its own requests: none has this id
+        labeller.label("i", "c-23", 23, owner=owner)
+    eventually(lambda: labels_joined(store, names) - before == 3, 30, "3 labels joined")
+    eventually(lambda: letters(store, names, b"-5"), 30, "the unknown label's dead letter")
+    got = learned(store, names)
+    assert {x: got.get(x) for x in (21, 22, 23)} == {21: [21.0], 22: [22.0], 23: [23.0]}

@@ -12,7 +12,7 @@ import numpy as np
 
 from streamlearn import Client, Prediction, PredictionError
 from streamlearn.config import ModelConfig, load_config
-from streamlearn.contract.names import Names
+from streamlearn.contract.names import Names, owned
 from streamlearn.contract.payloads import PayloadParser
 from tests.conftest import ROOT, eventually, plain_paho, retained, trained
 
@@ -137,7 +137,7 @@ def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_late
         id, served = eventually(answered, 30, "a served prediction")
         assert served.model == "room" and 0.0 <= served.y <= 1.0
         # The actor kept the request's features before it replied: a label may follow at once.
-        assert redis.exists(names.pending_key(id))
+        assert redis.exists(names.pending_key(owned(client.client_id, id)))
         client.label("room", id, 1)  # later, when the answer is known
 
     def joined() -> dict | None:

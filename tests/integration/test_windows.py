@@ -478,11 +478,11 @@ def test_a_seq_far_ahead_of_a_window_is_a_dead_letter_and_the_window_keeps_train
 
 def test_a_flood_of_new_keys_from_one_sender_leaves_other_senders_windows_intact(bound):
     """max_keys_per_sender = 5 of max_devices = 40: 10 messages of 10 new keys each (100
-    keys) on the samples topic keep 5; the rest are dead letters, nobody else's evicted."""
+    keys) from one gateway keep 5; the rest are dead letters, nobody else's evicted."""
     settings, client, store, device = bound
     send(device, "tele/quiet/SENSOR", {"seq": 1, "t": 1.0})
     eventually(lambda: steps(store, "quiet") == [1.0], 30, "the quiet device's window")
-    samples = store.names.samples_topic
+    samples = "gateway/flood/SENSOR"
     send(
         device,
         samples,
@@ -497,6 +497,10 @@ def test_a_flood_of_new_keys_from_one_sender_leaves_other_senders_windows_intact
     flood = [k for k in client.scan_iter(store.key("f*"))]
     assert len(flood) == 5
     assert steps(store, "quiet") == [1.0]
+    # the shared samples topic names no sender: its devices are bound by max_devices alone
+    shared = [{"key": f"s-{i}", "seq": 1, "t": 2.0} for i in range(8)]
+    send(device, store.names.samples_topic, {"samples": shared})
+    eventually(lambda: all(steps(store, f"s-{i}") == [2.0] for i in range(8)), 30, "8 windows")
 
 
 def test_a_key_only_request_reads_only_its_senders_own_window(bound, tmp_path):

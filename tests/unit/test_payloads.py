@@ -541,7 +541,8 @@ def valid_samples(draw, parser: PayloadParser) -> tuple[list[Any], list[Any], li
     n = draw(st.integers(1, 4))
     xs = draw(st.lists(_x(parser.shape), min_size=n, max_size=n))
     ys = draw(st.lists(_y(parser), min_size=n, max_size=n))
-    ids = draw(st.none() | st.lists(st.text(min_size=1, max_size=8), min_size=n, max_size=n))
+    printable = st.text(st.characters(exclude_categories=("Cc",)), min_size=1, max_size=8)
+    ids = draw(st.none() | st.lists(printable, min_size=n, max_size=n))  # no control chars
     return xs, ys, ids
 
 
