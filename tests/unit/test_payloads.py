@@ -541,8 +541,8 @@ def valid_samples(draw, parser: PayloadParser) -> tuple[list[Any], list[Any], li
     n = draw(st.integers(1, 4))
     xs = draw(st.lists(_x(parser.shape), min_size=n, max_size=n))
     ys = draw(st.lists(_y(parser), min_size=n, max_size=n))
-    printable = st.text(st.characters(exclude_categories=("Cc",)), min_size=1, max_size=8)
-    ids = draw(st.none() | st.lists(printable, min_size=n, max_size=n))  # no control chars
+    printable = st.text(st.characters(exclude_categories=("Cc", "Cs")), min_size=1, max_size=8)
+    ids = draw(st.none() | st.lists(printable, min_size=n, max_size=n))  # no Cc, no Cs
     return xs, ys, ids
 
 
