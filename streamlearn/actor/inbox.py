@@ -339,6 +339,38 @@ class Admission:
             return {}, str(exc)
 
 
+def gather(
+    inbox: Inbox, admission: Admission, max_batch: int, max_wait_ms: float, idle_s: float
+) -> list[Pending] | None:
+    """Valid requests for one pass, up to `max_batch` rows; None when none arrived for
+    `idle_s`.
+
+    Takes what is queued and computes at once: a request that finds the actor idle waits
+    for no company that may never come, and those that queued while the previous pass ran
+    make up this one. Only while requests keep arriving as the batch is read (the queue
+    grows) does it wait for more, until `max_wait_ms` after the first arrived.
+    """
+    arrival = inbox.get(idle_s)
+    if arrival is None:
+        return None
+    behind = inbox.qsize()  # queued after the first when the batch began
+    deadline = arrival.arrived + max_wait_ms / 1000
+    batch: list[Pending] = []
+    rows = taken = 0
+    while arrival is not None:
+        taken += 1
+        pending = admission.admit(arrival)
+        if pending is not None:
+            batch.append(pending)
+            rows += len(pending.x)
+        if rows >= max_batch:
+            break
+        arrival = inbox.get()
+        if arrival is None and taken > behind + 1:  # more came while these were read
+            arrival = inbox.get(deadline - time.monotonic())
+    return batch
+
+
 def _request_id(value: object) -> str | int | None:
     """A request's id, echoed in its reply even when the request is invalid; one out of
     its bounds is not (the reply says why, `request_id`)."""

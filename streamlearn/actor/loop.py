@@ -1,7 +1,7 @@
 """The actor: serves predictions over MQTT with dynamic batching and hot-reloaded weights.
 
 Requests are batched as they queue: a pass takes what is waiting, up to `max_batch` rows,
-and a request that finds the actor idle is computed at once (`Actor._gather`). Each batch is
+and a request that finds the actor idle is computed at once (`inbox.gather`). Each batch is
 padded to a bucket size (each warmed up at start, so serving never traces), run in one
 compiled forward pass and answered one reply per request with the version used. A
 `WeightsReloader` stages new versions in the background; the serving loop swaps them in
@@ -370,33 +370,9 @@ class Actor:
         self._forward.pop(id(model), None)
 
     def _gather(self, idle_s: float) -> list[Pending] | None:
-        """Valid requests for one pass; None when none arrived for `idle_s`.
-
-        Takes what is queued, up to `max_batch` rows, and computes at once: a request that
-        finds the actor idle waits for no company that may never come, and those that
-        queued while the previous pass ran make up this one. Only while requests keep
-        arriving as the batch is read (the queue grows) does it wait for more, until
-        `max_wait_ms` after the first arrived.
-        """
-        arrival = self.inbox.get(idle_s)
-        if arrival is None:
-            return None
-        behind = self.inbox.qsize()  # queued after the first when the batch began
-        deadline = arrival.arrived + self.policy.max_wait_ms / 1000
-        batch: list[Pending] = []
-        rows = taken = 0
-        while arrival is not None:
-            taken += 1
-            pending = self.admission.admit(arrival)
-            if pending is not None:
-                batch.append(pending)
-                rows += len(pending.x)
-            if rows >= self.policy.max_batch:
-                break
-            arrival = self.inbox.get()
-            if arrival is None and taken > behind + 1:  # more came while these were read
-                arrival = self.inbox.get(deadline - time.monotonic())
-        return batch
+        """Valid requests for one pass (`inbox.gather`); None when none arrived for `idle_s`."""
+        batch, wait_ms = self.policy.max_batch, self.policy.max_wait_ms
+        return inbox.gather(self.inbox, self.admission, batch, wait_ms, idle_s)
 
     def _reply_error(self, p: Pending, reason: str) -> None:
         p.done = True
