@@ -18,8 +18,10 @@ the built-in metric of the batch with the weights from before its update, and th
 A worker that stops taking part (stopped, hung, cut off) would block every other in its
 next collective for good: each collective here is watched (`Watchdog`), and one that waits
 `Workers.timeout_s` (`STREAMLEARN_COLLECTIVE_TIMEOUT_S`, default 60 s) is aborted, which
-ends this worker with a `WorkerLost`. Before any step, the workers compare how many
-devices each trains on (`tfconfig.check_replicas`).
+ends this worker with a `WorkerLost`. While the workers start (resume, then trace every
+batch bucket, which takes each its own time) a collective waits at least `STARTING_S`
+(`Collective.starting`). Before any step, the workers compare how many devices each
+trains on (`tfconfig.check_replicas`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ log = logging.getLogger(__name__)
 # The group of the device-count check: one CPU device a worker, whatever each trains on;
 # far above the keys the strategy hands out (1, 2, 3...)
 _CHECK_GROUP = 1 << 30
+
+# How long a collective may wait while the workers start: each resumes and traces its
+# buckets at its own pace, seconds apart on a loaded host, minutes apart on a cold one
+STARTING_S = 300.0
 
 
 class Collective:
@@ -141,6 +147,11 @@ class Collective:
             at += size
         return out
 
+    def starting(self) -> contextlib.AbstractContextManager[None]:
+        """The span of the workers' start, in which a collective waits at least
+        `STARTING_S` for the others."""
+        return self.watchdog.patient(STARTING_S)
+
     def from_chief(self, values: list[np.ndarray]) -> list[np.ndarray]:
         """The chief's `values` on every worker (a resumed state, counters)."""
         return [every[0] for every in self.exchange(*values, exact=np.float64)]
@@ -159,7 +170,7 @@ class Collective:
             if self.watchdog.fired:
                 why = (
                     f"no answer from the other learner workers within "
-                    f"{self.watchdog.timeout_s:g} s ({TIMEOUT_ENV}): one of them is stopped, "
+                    f"{self.watchdog.waited_s:g} s ({TIMEOUT_ENV}): one of them is stopped, "
                     "hung or cut off"
                 )
             else:
@@ -185,10 +196,27 @@ class Watchdog:
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
+        self.floor_s = 0.0  # a longer wait allowed for now (`patient`)
         self.fired = False
+        self.waited_s = timeout_s  # how long the collective it aborted waited
+        self._shortened = threading.Event()  # the patience ended: deadlines came nearer
         self._since: float | None = None  # when the collective in flight started
         self._lock = threading.Lock()
         threading.Thread(target=self._watch, name="collective-watchdog", daemon=True).start()
+
+    @property
+    def limit_s(self) -> float:
+        return max(self.timeout_s, self.floor_s)
+
+    @contextlib.contextmanager
+    def patient(self, floor_s: float) -> Iterator[None]:
+        """Collectives within wait at least `floor_s`."""
+        self.floor_s = floor_s
+        try:
+            yield
+        finally:
+            self.floor_s = 0.0
+            self._shortened.set()
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
@@ -204,14 +232,17 @@ class Watchdog:
         while True:
             with self._lock:
                 since = self._since
-                left = (
-                    self.timeout_s if since is None else since + self.timeout_s - time.monotonic()
-                )
+                # idle, it sleeps the base timeout: a collective started meanwhile has a
+                # later deadline, however patient the watchdog is when it starts
+                limit = self.limit_s
+                left = self.timeout_s if since is None else since + limit - time.monotonic()
                 self.fired = left <= 0
             if not self.fired:
-                time.sleep(left)
+                self._shortened.wait(left)
+                self._shortened.clear()
                 continue
-            log.error("a collective waited %g s for the other workers", self.timeout_s)
+            self.waited_s = limit
+            log.error("a collective waited %g s for the other workers", limit)
             self._abort()
             return
 
@@ -223,7 +254,7 @@ class Watchdog:
 
         context.context().abort_collective_ops(
             tf.errors.DEADLINE_EXCEEDED,
-            f"no answer from the other learner workers within {self.timeout_s:g} s",
+            f"no answer from the other learner workers within {self.waited_s:g} s",
         )
 
 

@@ -114,10 +114,12 @@ class Learner:
         """Resume (checkpoint, else latest weights), take pending entries, trace every
         bucket; with nothing published yet, publish the initial weights."""
         self.queue.ensure_group()
-        source = self.resume()
-        self.trainer.guard.reset()
-        pending = self.drainer.resume()
-        self.warm_up()
+        collective = self.trainer.collective  # the workers start at their own pace
+        with collective.starting() if collective else contextlib.nullcontext():
+            source = self.resume()
+            self.trainer.guard.reset()
+            pending = self.drainer.resume()
+            self.warm_up()
         if self.store.latest_version() == 0:
             self.publish()  # actors answer from the start, as any online learner does
         log.info(

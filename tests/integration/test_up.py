@@ -53,6 +53,44 @@ def listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def process_tree(pid: int) -> set[int]:
+    """`pid` and every process under it."""
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        found.add(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass  # it has just exited
+    return found
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, int, int]]:
+    """(address, port, pid) of every TCP socket in LISTEN state that `pids` hold."""
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes[target[8:-1]] = pid
+        except OSError:
+            pass
+    found = []
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            hex_addr, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_addr)  # host-order 32-bit words
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.append((socket.inet_ntop(family, raw), int(hex_port, 16), inodes[fields[9]]))
+    return found
+
+
 def free_run(count: int) -> int:
     """A base port with `count` free ports from it."""
     for _ in range(200):
@@ -169,7 +207,8 @@ def test_up_without_dashboard_serves_none(tmp_path: Path):
         run_dir = run_dir_of(up)
         log = run_dir / "learner-demo-0.log"
         eventually(lambda: "ready" in log.read_text(), 90, "the learner ready")
-        assert not listening(port)
+        # its own processes: another test's server may take the port meanwhile
+        assert port not in [p for _, p, _ in listening_sockets(process_tree(up.proc.pid))]
         assert "dashboard http" not in up.output
     finally:
         code, _ = stop(up)

@@ -62,3 +62,24 @@ def test_workers_with_different_device_counts_are_refused_naming_both():
         check_replicas([1, 1, 2])
     assert "worker 0 trains on 1 and worker 2 on 2" in str(info.value)
     assert "CUDA_VISIBLE_DEVICES" in str(info.value)
+
+
+def test_the_watchdog_waits_longer_only_while_the_workers_start():
+    """A worker still tracing its buckets is not taken for a lost one; once started, a
+    collective that waits past the timeout is aborted."""
+    from streamlearn.learner.collective import Watchdog
+
+    class Recorded(Watchdog):
+        def _abort(self) -> None:
+            aborted.set()
+
+    import threading
+    import time
+
+    aborted = threading.Event()
+    dog = Recorded(0.1)
+    with dog.patient(30), dog.watching():
+        assert not aborted.wait(0.4), "aborted while the workers start"
+    with dog.watching():
+        assert aborted.wait(5), "a collective waiting past the timeout was not aborted"
+    assert dog.waited_s == 0.1
