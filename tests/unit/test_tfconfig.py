@@ -4,6 +4,7 @@ refuses at start, before TensorFlow listens on anything."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -72,9 +73,6 @@ def test_the_watchdog_waits_longer_only_while_the_workers_start():
     class Recorded(Watchdog):
         def _abort(self) -> None:
             aborted.set()
-
-    import threading
-    import time
 
     aborted = threading.Event()
     dog = Recorded(0.1)
