@@ -1,7 +1,9 @@
 """Predictions kept for the labels that come later, and the served score they make.
 
 An actor keeps each prediction it served for a request with an `id` under
-`pending:{id}` for `labels.ttl_s`: the request's features, the version, the prediction
+`pending:{ns}:{i|s}:{id}` (`Names.owned`: `ns` is `-` for the shared `predict` topic, else
+the requesting client's id, so one client's labels join only its own predictions) for
+`labels.ttl_s`: the request's features, the version, the prediction
 and the serve time, one binary value (`encode`). The sorted set `pending` (key -> expiry)
 bounds them to `labels.max_pending`, and `pending_bytes` (the index's entries' bytes,
 `entry_bytes`) to `labels.max_pending_bytes`: a keep trims the expired entries and,
