@@ -1,0 +1,188 @@
+"""The docs' benchmarks page: each benchmark's latest run in bench/results/history.jsonl.
+
+Every full run of a benchmark (`python -m bench.NAME`, not `--quick`) appends one line to
+the history: the benchmark, the time, the commit, its figures and its checks with their
+verdicts (`bench/_report.py`). `render` turns those lines into one markdown page, a
+section per benchmark with its latest run's figures and checks; it is pure, so
+tests/unit/test_bench_pages.py checks it without mkdocs. mkdocs-gen-files runs this file
+at build time (`runpy.run_path`) and writes the page as `benchmarks/results.md`; run
+standalone, it prints the page.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+HISTORY = Path(__file__).resolve().parent.parent / "bench" / "results" / "history.jsonl"
+PAGE = "benchmarks/results.md"
+ORDER = ("ingest", "learner", "serve", "quality", "hostile", "hostile_http", "soak", "mutants")
+REPRODUCE = {"hostile_http": "python -m bench.hostile"}  # its HTTP rows; else bench.NAME
+ABOUT = {
+    "ingest": "samples per second through one ingest process, against a raw MQTT subscriber",
+    "learner": "the learner's throughput, against training from memory",
+    "serve": "prediction latency and throughput of one actor, over MQTT and HTTP",
+    "quality": "how well the service learns, test-then-train, against River's online models",
+    "hostile": "what a malformed or malicious request costs the actor, against a valid one",
+    "hostile_http": "legitimate requests' latency while the actor's HTTP door is abused",
+    "soak": "hours of mixed traffic with restarts: nothing lost, nothing learned twice",
+    "mutants": "deliberately broken copies of the service: the tests must catch each",
+}
+
+
+def parse(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The history's runs, oldest first (blank lines skipped)."""
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def latest(runs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each benchmark's last run, in `ORDER`, then any other benchmark by name."""
+    last: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        last[run["benchmark"]] = run
+    rank = {name: i for i, name in enumerate(ORDER)}
+    names = sorted(last, key=lambda name: (rank.get(name, len(ORDER)), name))
+    return {name: last[name] for name in names}
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    """The whole page: an overview line per benchmark, then a section each."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run["benchmark"]] = counts.get(run["benchmark"], 0) + 1
+    chosen = latest(runs)
+    parts = [
+        "# Benchmark results",
+        "Each benchmark's latest full run, as recorded in `bench/results/history.jsonl` "
+        "(one line per full run, kept in git). The checks are the project's targets, most "
+        "of them ratios against a baseline measured in the same run, so that a busy "
+        "machine moves both sides alike. The numbers come from a shared 2-core machine: "
+        "rerun on yours to compare.",
+        table(
+            ["benchmark", "latest run", "commit", "checks passed", "runs recorded"],
+            [
+                [
+                    f"[{name}](#{name})",
+                    _date(run),
+                    _commit(run),
+                    _passed(run["checks"]),
+                    str(counts[name]),
+                ]
+                for name, run in chosen.items()
+            ],
+        ),
+    ]
+    parts += [section(run) for run in chosen.values()]
+    return "\n\n".join(parts) + "\n"
+
+
+def section(run: dict[str, Any]) -> str:
+    """One benchmark's latest run: figures (per stream where it has streams), then checks."""
+    name = run["benchmark"]
+    figures, checks = run.get("figures") or {}, run.get("checks") or {}
+    parts = [f"## {name}"]
+    if name in ABOUT:
+        parts.append(ABOUT[name][0].upper() + ABOUT[name][1:] + ".")
+    parts.append(
+        f"Run {_date(run)} at commit {_commit(run)}; {_passed(checks)} checks passed. "
+        f"Reproduce: `{REPRODUCE.get(name, f'python -m bench.{name}')}`."
+    )
+    per_subject = bool(figures) and all(isinstance(v, dict) for v in figures.values())
+    if per_subject:
+        parts.append(pivot(figures))
+        failed = [label for label, ok in checks.items() if not ok]
+        if failed:
+            parts.append("Checks that failed:\n\n" + "\n".join(f"- {_cell(c)}" for c in failed))
+        return "\n\n".join(parts)
+    if figures:
+        rows = [[_cell(k), _number(v)] for k, v in figures.items()]
+        parts.append(table(["figure", "value"], rows))
+    if checks:
+        verdicts = [["PASS" if ok else "**FAIL**", _cell(c)] for c, ok in checks.items()]
+        parts.append(table(["verdict", "check"], verdicts))
+    if not figures and not checks:
+        parts.append("This run recorded no figures and no checks.")
+    return "\n\n".join(parts)
+
+
+def pivot(figures: dict[str, dict[str, Any]]) -> str:
+    """`{subject: {measure: value}}` as a table: a row per subject, a column per measure.
+
+    >>> print(pivot({"sea": {"service": 0.9}, "wine": {"service": 0.8, "n": 178}}))
+    | stream | service | n |
+    | --- | --- | --- |
+    | sea | 0.900 | - |
+    | wine | 0.800 | 178 |
+    """
+    measures = list(dict.fromkeys(m for values in figures.values() for m in values))
+    rows = [
+        [_cell(subject), *(_number(values.get(m)) for m in measures)]
+        for subject, values in figures.items()
+    ]
+    return table(["stream", *measures], rows)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table.
+
+    >>> print(table(["a", "b"], [["1", "2"]]))
+    | a | b |
+    | --- | --- |
+    | 1 | 2 |
+    """
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _number(value: Any) -> str:
+    """A figure as a table cell: ratios to 3 places, large rates with thousands separators.
+
+    >>> [_number(v) for v in (1.04118, 178997.6, 3, None, "arf", 0.0000123)]
+    ['1.041', '178,998', '3', '-', 'arf', '1.23e-05']
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _cell(str(value))
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != 0 and abs(value) < 0.001:
+        return f"{value:.3g}"
+    return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _passed(checks: dict[str, bool]) -> str:
+    return f"{sum(1 for ok in checks.values() if ok)} of {len(checks)}"
+
+
+def _date(run: dict[str, Any]) -> str:
+    return str(run.get("at", "?")).replace("T", " ").replace("Z", " UTC")
+
+
+def _commit(run: dict[str, Any]) -> str:
+    commit = run.get("commit")
+    if not commit:
+        return "unknown"
+    head, dirty, _ = commit.partition("+dirty")
+    return f"`{head}`" + (" (with uncommitted changes)" if dirty else "")
+
+
+def page(history: Path = HISTORY) -> str:
+    """The page for `history` (by default the repository's)."""
+    return render(parse(history.read_text().splitlines()))
+
+
+if __name__ == "<run_path>":  # mkdocs-gen-files, at build time
+    import mkdocs_gen_files
+
+    with mkdocs_gen_files.open(PAGE, "w") as out:
+        out.write(page())
+elif __name__ == "__main__":
+    print(page(), end="")
