@@ -55,6 +55,7 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
@@ -284,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "quality",
         rows,
         checks,
+        figures=figures(rows),
         seconds=round(time.monotonic() - started, 1),
         load_average_1m={"before": load_before, "after": os.getloadavg()[0]},
         samples_per_s="River and in-process: per CPU second of the benchmark process (every "
@@ -299,6 +301,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {png}")
     return 0
+
+
+def figures(rows: list[dict]) -> dict[str, Any]:
+    """Per stream, what the history keeps of a run: the metric, the service's score, the
+    best River model's and which it was, the margin (positive is better), the in-process
+    learner's score and, on a stream with a change, the service's margin over ARF after it.
+
+    >>> row = {"stream": "sea", "metric": "acc", "service": 0.9, "best_ref": "arf",
+    ...        "arf": 0.85, "margin": 0.05, "inproc": 0.88, "river_msg": 0.84}
+    >>> figures([row])["sea"]  # doctest: +NORMALIZE_WHITESPACE
+    {'metric': 'acc', 'service': 0.9, 'best River': 0.85, 'River model': 'arf',
+     'margin': 0.05, 'best River, a message at a time': 0.84, 'in-process': 0.88}
+    """
+    found: dict[str, Any] = {}
+    for r in rows:
+        kept = {
+            "metric": r["metric"],
+            "service": _float(r["service"]),
+            "best River": _float(r[r["best_ref"]]),
+            "River model": r["best_ref"],
+            "margin": _float(r["margin"]),
+            "best River, a message at a time": _float(r["river_msg"]),
+            "in-process": _float(r["inproc"]),
+        }
+        if "after_vs_arf" in r:
+            kept["after the change, vs ARF"] = _float(r["after_vs_arf"])
+        found[r["stream"]] = kept
+    return found
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 5)
 
 
 def _stale(versions: list[int]) -> int:
