@@ -95,7 +95,9 @@ def dashboard(work: Path, points: int, out: Path) -> Path:
     with running(work, "--demo", "--dashboard-port", "0") as up:
         url = up.wait_for(r"dashboard (http://\S+)", 10)[1]
         deadline = time.monotonic() + points + 120  # the learner's start comes first
-        while _points(url) < points and time.monotonic() < deadline:
+        while _points(url) < points:
+            if time.monotonic() > deadline:  # a picture of a stack that never learned: none
+                raise RuntimeError(f"the demo learned {_points(url)} s, not {points} s")
             time.sleep(1)
         width, height = WINDOW
         exe = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -19,6 +19,11 @@ from typing import Any
 HISTORY = Path(__file__).resolve().parent.parent / "bench" / "results" / "history.jsonl"
 PAGE = "benchmarks/results.md"
 ORDER = ("ingest", "learner", "serve", "quality", "hostile", "hostile_http", "soak", "mutants")
+NOTES = {  # below a benchmark's figures
+    "quality": "Scores are prequential over the whole stream: accuracy (acc) or mean absolute "
+    "error (mae). The margin is the service's score against the best River model's, signed so "
+    "that positive is better (accuracy points, or MAE saved).",
+}
 REPRODUCE = {"hostile_http": "python -m bench.hostile"}  # its HTTP rows; else bench.NAME
 ABOUT = {
     "ingest": "samples per second through one ingest process, against a raw MQTT subscriber",
@@ -92,6 +97,8 @@ def section(run: dict[str, Any]) -> str:
     per_subject = bool(figures) and all(isinstance(v, dict) for v in figures.values())
     if per_subject:
         parts.append(pivot(figures))
+        if name in NOTES:
+            parts.append(NOTES[name])
         failed = [label for label, ok in checks.items() if not ok]
         if failed:
             parts.append("Checks that failed:\n\n" + "\n".join(f"- {_cell(c)}" for c in failed))
