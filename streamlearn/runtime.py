@@ -17,6 +17,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from streamlearn.config import environment
 from streamlearn.config.app import ModelConfig, load_config
 from streamlearn.config.settings import Settings, load_settings
 from streamlearn.contract.names import Names
@@ -26,6 +27,11 @@ from streamlearn.store.redis_client import connect
 
 
 def parse_args(role: str, argv: list[str] | None) -> argparse.Namespace:
+    return role_parser(role).parse_args(argv)
+
+
+def role_parser(role: str) -> argparse.ArgumentParser:
+    """The command line of `streamlearn {role}` (the commands reference reads it too)."""
     parser = argparse.ArgumentParser(prog=f"streamlearn {role}")
     parser.add_argument(
         "--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)"
@@ -34,8 +40,8 @@ def parse_args(role: str, argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--instance", help="stable id of this process (default: hostname)")
     if role == "learner":
         parser.add_argument("--variant", help="one of the model's variants (default: base)")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    return parser.parse_args(argv)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG")
+    return parser
 
 
 LOG_FORMATS = ("text", "json")
@@ -68,10 +74,10 @@ def configure_logging(role: str, model: str, verbose: bool = False) -> None:
     """The worker's log on stderr: `STREAMLEARN_LOG_LEVEL` (INFO; DEBUG with -v) and
     `STREAMLEARN_LOG_FORMAT` (`text`, or `json`: `JsonLines`); a bad value is a
     ConfigError that names the variable."""
-    level = os.environ.get("STREAMLEARN_LOG_LEVEL", "DEBUG" if verbose else "INFO").upper()
+    level = os.environ.get(environment.LOG_LEVEL, "DEBUG" if verbose else "INFO").upper()
     if level not in logging.getLevelNamesMapping():
         raise ConfigError(f"STREAMLEARN_LOG_LEVEL: {level!r} is not a level (DEBUG, INFO, ...)")
-    kind = os.environ.get("STREAMLEARN_LOG_FORMAT", "text").lower()
+    kind = os.environ.get(environment.LOG_FORMAT, "text").lower()
     if kind not in LOG_FORMATS:
         raise ConfigError(f"STREAMLEARN_LOG_FORMAT: {kind!r} is not one of {LOG_FORMATS}")
     handler = logging.StreamHandler()

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamlearn.config import runfile
+from streamlearn.config import environment, runfile
 from streamlearn.config.defaults import DEMO_TOML, config_path
 from streamlearn.errors import ConfigError
 
 MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
 
-MQTT_URL_ENV = "STREAMLEARN_MQTT_URL"
+MQTT_URL_ENV = environment.MQTT_URL
 
 
 @dataclass(frozen=True)

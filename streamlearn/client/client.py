@@ -52,14 +52,14 @@ from streamlearn.client.pending import (
     Sent,
     prediction,
 )
-from streamlearn.config import runfile
+from streamlearn.config import environment, runfile
 from streamlearn.contract.names import Names
 from streamlearn.errors import ConfigError
 
 # The environment `streamlearn.config.Settings` reads, and its defaults.
-URL_ENV = "STREAMLEARN_MQTT_URL"
-CA_FILE_ENV = "STREAMLEARN_MQTT_CA_FILE"
-TOPIC_PREFIX_ENV = "STREAMLEARN_TOPIC_PREFIX"
+URL_ENV = environment.MQTT_URL
+CA_FILE_ENV = environment.MQTT_CA_FILE
+TOPIC_PREFIX_ENV = environment.TOPIC_PREFIX
 DEFAULT_URL = "mqtt://localhost:1883"
 DEFAULT_TOPIC_PREFIX = "streamlearn"
 # What ingest takes by default (`ingest.max_payload_bytes`, `ingest.max_samples_per_message`).

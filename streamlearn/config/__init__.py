@@ -1,9 +1,9 @@
-"""Configuration: `streamlearn.toml`'s models and their variants (`app`), each role's
-policies (`policies`), named fields, sources and labels (`inputs`), the environment's
-connection settings (`settings`), and
-the multi-host learner's `TF_CONFIG` (`tfconfig`), and where the config comes from
-(`defaults`, standard library only). Names load on first use. A bad value fails at start
-with a message that names the field.
+"""Configuration: `streamlearn.toml`'s models (`app`) and their variants (`variants`), each
+role's policies (`policies`), named fields, sources and labels (`inputs`), the environment's
+connection settings (`settings`), the multi-host learner's `TF_CONFIG` (`tfconfig`); with
+the standard library only, where the config comes from (`defaults`) and every environment
+variable read (`environment`). Names load on first use. A bad value fails at start with a
+message that names the field.
 """
 
 from __future__ import annotations
@@ -16,11 +16,8 @@ if TYPE_CHECKING:
     from streamlearn.config.app import (
         BASE_VARIANT,
         SEQUENCE_ARCHITECTURES,
-        STREAM_FIELDS,
-        VARIANT_FIELDS,
         AppConfig,
         ModelConfig,
-        VariantConfig,
         load_config,
         parse_config,
     )
@@ -34,6 +31,7 @@ if TYPE_CHECKING:
         PromotionConfig,
     )
     from streamlearn.config.settings import Settings, load_settings
+    from streamlearn.config.variants import STREAM_FIELDS, VARIANT_FIELDS, VariantConfig
 
 __all__ = [
     "BASE_VARIANT",
@@ -63,12 +61,12 @@ __getattr__ = exports(
     {
         "BASE_VARIANT": "app",
         "SEQUENCE_ARCHITECTURES": "app",
-        "STREAM_FIELDS": "app",
-        "VARIANT_FIELDS": "app",
+        "STREAM_FIELDS": "variants",
+        "VARIANT_FIELDS": "variants",
         "AppConfig": "app",
         "ModelConfig": "app",
         "Settings": "settings",
-        "VariantConfig": "app",
+        "VariantConfig": "variants",
         "load_config": "app",
         "load_settings": "settings",
         "parse_config": "app",

@@ -34,84 +34,19 @@ from streamlearn.config.policies import (
     PromotionConfig,
     describe_error,
 )
+from streamlearn.config.variants import (
+    VariantConfig,
+    check_variant_tables,
+)
 from streamlearn.errors import ConfigError
 
 _NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
 
-# -- variants and promotion ---------------------------------------------------------------
 # A model may declare variants that learn from its stream, each in its own learner; the
-# actors serve the champion (`streamlearn.learner.variants`). Kept in one block: other changes to
-# the model's fields should not need to touch it. A variant is merged in one place,
-# `ModelConfig.variant`; the TOML tables are only checked here, not merged.
-
+# actors serve the champion (`streamlearn.learner.variants`). A variant is merged in one
+# place, `ModelConfig.variant`; its TOML table is checked in `streamlearn.config.variants`.
 BASE_VARIANT = "base"  # the model's own config, as a variant
-# What a variant may change: how it learns. What its samples look like is the stream's.
-VARIANT_FIELDS = (
-    "architecture",
-    "hidden",
-    "heads",
-    "memory",
-    "learning_rate",
-    "optimizer",
-    "standardize",
-    "factory",
-    "learner",
-)
-STREAM_FIELDS = (
-    "inputs",
-    "fields",
-    "target",
-    "strict_fields",
-    "max_missing",
-    "categorical",
-    "sources",
-    "labels",
-    "task",
-    "classes",
-    "window",
-)
-
-
-class VariantConfig(Frozen):
-    """`[models.NAME.variants.VNAME]`: fields that override the model's; unset ones inherit."""
-
-    architecture: str | None = None  # checked as the model's field, once merged
-    hidden: tuple[int, ...] | None = None
-    heads: Literal["hedge", "last"] | None = None
-    memory: int | None = Field(None, ge=0)
-    learning_rate: float | None = Field(None, gt=0)
-    optimizer: Literal["adam", "sgd"] | None = None
-    standardize: bool | None = None
-    factory: str | None = Field(None, pattern=r"^[\w.]+:\w+$")
-    learner: dict[str, Any] | None = None  # laid field by field over the model's learner
-
-    def overrides(self) -> dict[str, Any]:
-        return {k: v for k in VARIANT_FIELDS if (v := getattr(self, k)) is not None}
-
-
-def _check_variant_tables(table: dict[str, Any], where: str) -> None:
-    """Check each `variants.VNAME` table names only what a variant may change."""
-    variants = table.get("variants", {})
-    if not isinstance(variants, dict):
-        raise ConfigError(f"{where}.variants: must be a table of variants, got {variants!r}")
-    for vname, vtable in variants.items():
-        at = f"{where}.variants.{vname}"
-        if not isinstance(vtable, dict):
-            raise ConfigError(f"{at}: must be a table, got {vtable!r}")
-        for key, value in vtable.items():
-            if key in STREAM_FIELDS:
-                raise ConfigError(
-                    f"{at}.{key}: a variant learns from the model's stream, so {key} is the "
-                    f"model's (set it in the model's table), got {value!r}"
-                )
-            if key not in VARIANT_FIELDS:
-                raise ConfigError(
-                    f"{at}.{key}: not something a variant can change; it may set "
-                    f"{', '.join(VARIANT_FIELDS)}, got {value!r}"
-                )
-        if not isinstance(vtable.get("learner", {}), dict):
-            raise ConfigError(f"{at}.learner: must be a table, got {vtable['learner']!r}")
 
 
 Task = Literal["regression", "binary", "multiclass"]
@@ -126,7 +61,11 @@ MAX_MEMORY = 10_000
 class ModelConfig(Frozen):
     """One model: its architecture and the policies of the roles that serve it."""
 
-    name: str = Field(pattern=_NAME_PATTERN)
+    name: str = Field(
+        pattern=_NAME_PATTERN,
+        description="the table's name ([models.NAME]), in every topic and key of the model; "
+        "not set in the table",
+    )
     inputs: int = Field(
         ge=1,
         le=MAX_FIELDS * 64,
@@ -134,7 +73,7 @@ class ModelConfig(Frozen):
         "of field names, kept in `fields`",
     )
     fields: tuple[FieldName, ...] | None = Field(
-        None, description="the named inputs, in order (None: positional x)"
+        None, description="the named inputs, in order (unset: positional x)"
     )
     target: FieldName = Field("y", description="the label's field in a named sample")
     strict_fields: bool = Field(
@@ -149,11 +88,19 @@ class ModelConfig(Frozen):
     sources: tuple[SourceConfig, ...] = Field(
         (), description="the devices' own topics ingest subscribes to ([[models.NAME.sources]])"
     )
-    labels: LabelsConfig = LabelsConfig()
-    task: Task = "regression"
+    labels: LabelsConfig = Field(
+        LabelsConfig(), description="predictions kept for labels that come later"
+    )
+    task: Task = Field(
+        "regression",
+        description="what is predicted: a number (regression), a probability of 1 (binary) "
+        "or one of `classes` (multiclass); it sets the loss and the online metric",
+    )
     classes: int | None = Field(None, ge=2, description="number of classes (multiclass)")
-    architecture: Architecture = "mlp"
-    hidden: tuple[int, ...] = (64, 64)
+    architecture: Architecture = Field(
+        "mlp", description="the built-in network (lstm, conv1d: over a window of steps)"
+    )
+    hidden: tuple[int, ...] = Field((64, 64), description="units of each hidden layer")
     heads: Literal["hedge", "last"] = Field(
         "hedge",
         description="hedge: an output head on the inputs and after every hidden layer, the "
@@ -168,8 +115,8 @@ class ModelConfig(Frozen):
         "predicts from (in the model's weights, written from the replay buffer); 0: none",
     )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
-    learning_rate: float = Field(0.01, gt=0)
-    optimizer: Literal["adam", "sgd"] = "adam"
+    learning_rate: float = Field(0.01, gt=0, description="the optimizer's step size")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="the optimizer of each step")
     standardize: bool = Field(
         True,
         description="the model's first layer standardises each input with its running mean "
@@ -178,13 +125,15 @@ class ModelConfig(Frozen):
     factory: str | None = Field(
         None, pattern=r"^[\w.]+:\w+$", description="package.module:function returning a model"
     )
-    ingest: IngestConfig = IngestConfig()
-    learner: LearnerConfig = LearnerConfig()
-    actor: ActorConfig = ActorConfig()
+    ingest: IngestConfig = Field(IngestConfig(), description="the ingest role's policy")
+    learner: LearnerConfig = Field(LearnerConfig(), description="the learner role's policy")
+    actor: ActorConfig = Field(ActorConfig(), description="the actor role's policy")
     variants: dict[str, VariantConfig] = Field(
         {}, description="other variants learning from the same stream (`base` is the model)"
     )
-    promotion: PromotionConfig = PromotionConfig()
+    promotion: PromotionConfig = Field(
+        PromotionConfig(), description="when a variant replaces the champion"
+    )
     _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
 
     @model_validator(mode="before")
@@ -317,7 +266,9 @@ class ModelConfig(Frozen):
 class AppConfig(Frozen):
     """A whole `streamlearn.toml`."""
 
-    models: dict[str, ModelConfig]
+    models: dict[str, ModelConfig] = Field(
+        description="one [models.NAME] table per model, at least one"
+    )
 
     def model(self, name: str | None) -> ModelConfig:
         """The named model, or the only one when no name is given."""
@@ -372,7 +323,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
             base = data.get(section, {})
             if base or section in table:
                 table[section] = {**base, **table.get(section, {})}
-        _check_variant_tables(table, f"{source}: models.{name}")
+        check_variant_tables(table, f"{source}: models.{name}")
         merged[name] = table
     try:
         return AppConfig(models=merged)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from streamlearn.config import environment
+
 DEFAULT_CONFIG = "streamlearn.toml"
-CONFIG_ENV = "STREAMLEARN_CONFIG"
+CONFIG_ENV = environment.CONFIG
 NO_CONFIG = (
     f"streamlearn: no --config, {CONFIG_ENV} or ./{DEFAULT_CONFIG}: using the built-in demo model"
 )

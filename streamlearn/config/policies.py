@@ -59,7 +59,9 @@ class IngestConfig(Frozen):
         "limits hold per partition",
     )
     max_payload_bytes: int = Field(1_048_576, ge=64, description="larger payloads are rejected")
-    max_samples_per_message: int = Field(10_000, ge=1)
+    max_samples_per_message: int = Field(
+        10_000, ge=1, description="samples in one message, at most; a larger one is a dead letter"
+    )
     deadletter_maxlen: int = Field(10_000, ge=1, description="dead-letter stream cap (entries)")
     deadletter_payload_bytes: int = Field(1024, ge=0, description="payload kept per dead letter")
     max_pending_messages: int = Field(
@@ -152,8 +154,12 @@ class LearnerConfig(Frozen):
     buckets: tuple[int, ...] | None = Field(
         None, description="padded batch sizes; default: powers of 4 from 16 up to max_batch"
     )
-    publish_every_steps: int = Field(50, ge=1)
-    publish_every_ms: float = Field(250, gt=0)
+    publish_every_steps: int = Field(
+        50, ge=1, description="under a backlog, publish weights after this many train steps"
+    )
+    publish_every_ms: float = Field(
+        250, gt=0, description="or after this many ms, whichever comes first"
+    )
     publish_min_ms: float = Field(
         25,
         ge=0,
@@ -168,7 +174,13 @@ class LearnerConfig(Frozen):
         "export (default: an hour); each costs one blob of memory in Redis",
     )
     history_every_s: float = Field(60, gt=0, description="seconds between history versions")
-    status_every_ms: float = Field(1000, gt=0, le=2000)
+    status_every_ms: float = Field(
+        1000,
+        gt=0,
+        le=2000,
+        description="ms between the learner's retained status reports (with variants, "
+        "its figures to the promoter too); at most 2000",
+    )
     prefetch_batches: int | None = Field(
         None,
         ge=0,

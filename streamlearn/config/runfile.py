@@ -27,7 +27,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-FILE_ENV = "STREAMLEARN_STACK_FILE"
+from streamlearn.config import environment
+
+FILE_ENV = environment.STACK_FILE
 MAX_FILE_BYTES = 64 * 1024  # a run file is a few hundred bytes; anything bigger is not one
 _warned: set[str] = set()  # run files already said to be ignored, by path and reason
 
@@ -50,10 +52,10 @@ def stack_file() -> Path:
     explicit = os.environ.get(FILE_ENV)
     if explicit:
         return Path(explicit)
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = os.environ.get(environment.XDG_RUNTIME_DIR)
     if runtime:
         return Path(runtime) / "streamlearn" / "stack.json"
-    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    state = os.environ.get(environment.XDG_STATE_HOME) or Path.home() / ".local" / "state"
     return Path(state) / "streamlearn" / "stack.json"
 
 

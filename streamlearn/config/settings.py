@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from streamlearn.config import runfile
+from streamlearn.config import environment, runfile
 from streamlearn.config.policies import ListenAddress, describe_error
 from streamlearn.errors import ConfigError
 
@@ -34,17 +34,45 @@ class Settings(BaseSettings):
     prefixes are taken too, unless set: they name that stack's topics and keys.
     """
 
-    model_config = SettingsConfigDict(env_prefix="STREAMLEARN_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=environment.PREFIX, frozen=True, extra="ignore")
 
-    mqtt_url: str | None = Field(None, description="mqtt://user:pass@host:1883 or mqtts://...")
-    redis_url: str | None = Field(None, description="redis://user:pass@host:6379/0")
+    mqtt_url: str | None = Field(
+        None,
+        description="the broker, mqtt://user:pass@host:1883 or mqtts://...; unset: the stack "
+        "`streamlearn up` recorded, else mqtt://localhost:1883 (`up` starts its own broker)",
+    )
+    redis_url: str | None = Field(
+        None,
+        description="Redis, redis://user:pass@host:6379/0; unset: the recorded stack's, else "
+        "redis://localhost:6379/0 (`up` starts its own)",
+    )
     mqtt_ca_file: str | None = Field(None, description="CA bundle for mqtts:// (TLS)")
-    topic_prefix: str = Field("streamlearn", pattern=r"^[^#+$][^#+]*$")
-    key_prefix: str = Field("sl", pattern=r"^[^{}\s]+$")
-    share_group: str = Field("streamlearn", pattern=r"^[^/#+]+$")
-    instance: str | None = Field(None, description="stable per-process id (client ids)")
+    topic_prefix: str = Field(
+        "streamlearn",
+        pattern=r"^[^#+$][^#+]*$",
+        description="first level of every MQTT topic ({prefix}/{model}/...); no wildcards, "
+        "not starting with $",
+    )
+    key_prefix: str = Field(
+        "sl",
+        pattern=r"^[^{}\s]+$",
+        description="first part of every Redis key ({kp}:{model}:...); no braces or whitespace",
+    )
+    share_group: str = Field(
+        "streamlearn",
+        pattern=r"^[^/#+]+$",
+        description="the roles' shared-subscription group ($share/{group}/...): processes of "
+        "one group split the messages between them",
+    )
+    instance: str | None = Field(
+        None, description="stable per-process id (client ids, presence); unset: the hostname"
+    )
     metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="serve Prometheus /metrics on this port (0: any free)"
+        None,
+        ge=0,
+        le=65535,
+        description="serve Prometheus /metrics, /livez and /readyz on this port (0: any free); "
+        "unset: off",
     )
     metrics_host: ListenAddress = Field(
         "127.0.0.1",
@@ -107,6 +135,19 @@ class Settings(BaseSettings):
         settings._stack = found
         return settings
 
+    @classmethod
+    def variables(cls) -> list[environment.Variable]:
+        """Each field as the environment variable that sets it (the reference's table)."""
+        return [
+            environment.Variable(
+                f"{environment.PREFIX}{name.upper()}",
+                "unset" if field.default is None else f"`{field.default}`",
+                field.description or "",
+                __name__,
+            )
+            for name, field in cls.model_fields.items()
+        ]
+
     @property
     def bearer_token(self) -> str | None:
         """The token the HTTP door requires (`http_token` or `http_token_file`'s), if any."""
@@ -119,12 +160,12 @@ class Settings(BaseSettings):
 
     def which_stack(self) -> str:
         """One line for a terminal: the broker these settings reach, and why that one."""
-        return runfile.describe(self.mqtt_url, self._stack, self.mqtt, "STREAMLEARN_MQTT_URL")
+        return runfile.describe(self.mqtt_url, self._stack, self.mqtt, environment.MQTT_URL)
 
     def as_env(self) -> dict[str, str]:
         """The `STREAMLEARN_*` variables that give a child process these settings."""
         return {
-            f"STREAMLEARN_{name.upper()}": (
+            f"{environment.PREFIX}{name.upper()}": (
                 value.get_secret_value() if isinstance(value, SecretStr) else str(value)
             )
             for name, value in self.model_dump().items()
@@ -155,4 +196,6 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        raise ConfigError(f"environment: {describe_error(exc, prefix='STREAMLEARN_')}") from None
+        raise ConfigError(
+            f"environment: {describe_error(exc, prefix=environment.PREFIX)}"
+        ) from None

@@ -18,12 +18,13 @@ import socket
 from dataclasses import dataclass
 from typing import cast
 
+from streamlearn.config import environment
 from streamlearn.errors import ConfigError
 
 _WHERE = "learner.distribute: 'multi_worker'"
-TIMEOUT_ENV = "STREAMLEARN_COLLECTIVE_TIMEOUT_S"
+TIMEOUT_ENV = environment.COLLECTIVE_TIMEOUT_S
 DEFAULT_TIMEOUT_S = 60.0  # a chief's checkpoint or a Redis failover takes seconds, not minutes
-PUBLIC_ENV = "STREAMLEARN_TF_PUBLIC_ADDRESSES"
+PUBLIC_ENV = environment.TF_PUBLIC_ADDRESSES
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from streamlearn.config import environment
 from streamlearn.stack.embedded import open_private
 
 # TensorFlow's C++ logging (TF_CPP_*: 3 = errors only, fatal still shown), gRPC's and glog's.
@@ -48,10 +49,10 @@ _IMPORT_NOISE = re.compile(
 
 def runs_root() -> Path:
     """`$STREAMLEARN_RUNS_DIR`, else `$XDG_STATE_HOME/streamlearn/runs` (~/.local/state)."""
-    explicit = os.environ.get("STREAMLEARN_RUNS_DIR")
+    explicit = os.environ.get(environment.RUNS_DIR)
     if explicit:
         return Path(explicit)
-    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    state = os.environ.get(environment.XDG_STATE_HOME) or Path.home() / ".local" / "state"
     return Path(state) / "streamlearn" / "runs"
 
 
