@@ -3,7 +3,8 @@
 Roles keep plain counters (cheap on the hot path, no prometheus import); a
 `SnapshotCollector` turns a role's `metrics()` dict into metric families when scraped.
 Names ending in `_total` are counters, the rest gauges; a dict value becomes one sample
-per label value (e.g. dead letters by reason).
+per label value (e.g. dead letters by reason). Each family's help and extra label come from
+`streamlearn.observe.catalog`, where every metric is declared.
 
 The same port answers /livez and /readyz (`streamlearn.observe.health`): 200 when live or
 ready, 503 when not, with a JSON body saying why.
@@ -25,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from streamlearn.config.settings import load_settings
+from streamlearn.observe.catalog import METRICS
 from streamlearn.observe.health import Health, Verdict
 from streamlearn.observe.httpd import (
     MAX_CONNECTIONS,
@@ -45,7 +47,8 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 class SnapshotCollector(Collector):
     """Exposes `snapshot()` as `streamlearn_{role}_{name}{model=...}` metric families.
 
-    `labels` names the extra label of dict-valued entries (default "kind").
+    Help texts and the extra label of dict-valued entries come from the catalog; `labels`
+    names that label for an entry the catalog lacks (default "kind"), which is logged once.
     """
 
     def __init__(
@@ -70,15 +73,19 @@ class SnapshotCollector(Collector):
             if value is None:
                 continue
             full = self.prefix + name
+            known = METRICS.get(full)
+            if known is None:
+                _uncatalogued(full)
+            doc = known.help if known else name.replace("_", " ")
             family_type = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
             base = full.removesuffix("_total") if family_type is CounterMetricFamily else full
             if isinstance(value, Mapping):
-                label = self.labels.get(name, "kind")
-                family = family_type(base, name.replace("_", " "), labels=["model", label])
+                label = (known and known.label) or self.labels.get(name, "kind")
+                family = family_type(base, doc, labels=["model", label])
                 for key, v in value.items():
                     family.add_metric([self.model, str(key)], float(v))
             else:
-                family = family_type(base, name.replace("_", " "), labels=["model"])
+                family = family_type(base, doc, labels=["model"])
                 family.add_metric([self.model], float(value))
             yield family
 
@@ -169,5 +176,20 @@ class _Handler(DeadlineHandler):
 
 
 def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
-    """A histogram with a `model` label (for per-request observations)."""
-    return Histogram(f"streamlearn_{name}", doc, ["model"], buckets=buckets)
+    """A histogram with a `model` label (for per-request observations); its help is the
+    catalog's (`doc` for one the catalog lacks)."""
+    full = f"streamlearn_{name}"
+    known = METRICS.get(full)
+    if known is None:
+        _uncatalogued(full)
+    return Histogram(full, known.help if known else doc, ["model"], buckets=buckets)
+
+
+_warned: set[str] = set()
+
+
+def _uncatalogued(name: str) -> None:
+    """Say once that a metric is missing from the catalog (it is exposed all the same)."""
+    if name not in _warned:
+        _warned.add(name)
+        log.warning("metric %s is not in streamlearn.observe.catalog: add it there", name)

@@ -1,0 +1,144 @@
+"""Every Prometheus metric the workers expose, declared once: role, name, type, labels, help.
+
+The roles count in plain dicts (`metrics()`, read at scrape time by
+`streamlearn.observe.metrics.SnapshotCollector`); this catalog gives each figure its help
+text and the name of its extra label, and docs/gen_reference.py writes the reference page
+from it. A figure a role emits that is not here is still exposed (its help its name) and
+logged once. Every family has the label `model`; names are as scraped
+(`streamlearn_{role}_{name}`, counters ending in `_total`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["counter", "gauge", "histogram"]
+ROLES = ("ingest", "learner", "actor")
+
+
+@dataclass(frozen=True)
+class Metric:
+    role: str
+    name: str  # as the role's `metrics()` names it: counters end in `_total`
+    kind: Kind
+    help: str
+    label: str | None = None  # the extra label of a dict-valued figure
+
+    @property
+    def full_name(self) -> str:
+        return f"streamlearn_{self.role}_{self.name}"
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return ("model",) if self.label is None else ("model", self.label)
+
+
+def _role(role: str, *entries: tuple[str, str] | tuple[str, str, str]) -> list[Metric]:
+    """`(name, help[, label])`: a counter when the name ends in `_total`, else a gauge."""
+    found = []
+    for name, text, *label in entries:
+        kind: Kind = "counter" if name.endswith("_total") else "gauge"
+        found.append(Metric(role, name, kind, text, label[0] if label else None))
+    return found
+
+
+_INGEST = _role(
+    "ingest",
+    ("messages_total", "MQTT messages received (dead letters included)"),
+    ("source_messages_total", "messages received per `[[sources]]` filter", "source"),
+    ("samples_total", "samples appended to the stream"),
+    ("duplicate_samples_total", "samples dropped as seen before (id within dedup_window_s)"),
+    ("deadletters_total", "messages or samples dead-lettered, by reason", "reason"),
+    ("redis_errors_total", "Redis calls that failed (retried)"),
+    ("back_pressure_pauses_total", "times ingest held back acknowledgements under a backlog"),
+    ("observations_total", "keyed observations stored in their devices' windows"),
+    ("duplicate_observations_total", "keyed observations dropped as already stored"),
+    ("late_observations_total", "keyed observations older than everything their key keeps"),
+    (
+        "short_window_observations_total",
+        "labelled observations with fewer than `window` steps known (no sample made)",
+    ),
+    ("evicted_windows_total", "windows of idle devices deleted to keep ingest.max_devices"),
+    ("extra_fields_total", "fields of named samples the model does not use (ignored)"),
+    ("missing_inputs_total", "inputs missing from named samples, by field", "field"),
+    ("unseen_categories_total", "categorical values not configured, by field", "field"),
+    ("unlabeled_samples_total", "named samples without their target (not trained on)"),
+    ("labels_joined_total", "labels joined with their kept prediction into a sample"),
+    ("labels_unknown_total", "labels whose prediction is not kept (expired, evicted, unknown)"),
+    ("labels_duplicate_total", "labels of predictions already joined (counted, not stored)"),
+    ("qos0_dropped_total", "QoS 0 messages dropped while the inbox was full"),
+    ("backlog_samples", "samples in the stream not yet acknowledged by the learner"),
+    ("holding", "1 while ingest holds back acknowledgements (backlog over its limit)"),
+    ("inbox_messages", "messages received and not yet processed"),
+    ("inbox_bytes", "bytes of those messages' payloads"),
+)
+
+_LEARNER = _role(
+    "learner",
+    ("steps_total", "train steps on fresh samples"),
+    ("samples_total", "samples trained on"),
+    ("rollbacks_total", "steps undone (a non-finite loss or weights)"),
+    ("dead_lettered_samples_total", "samples of undone steps, dead-lettered"),
+    ("traces_total", "train steps traced (compiled); each bucket size once at warm-up"),
+    ("retraces_total", "traces after warm-up (should stay 0)"),
+    ("version", "the weights version last published"),
+    ("online_loss", "test-then-train loss on the latest samples"),
+    ("online_metric", "test-then-train metric of the served prediction (accuracy or MAE)"),
+    ("replay_steps_total", "steps on samples replayed from the replay buffer"),
+    ("replayed_samples_total", "samples replayed"),
+    ("replay_buffer_samples", "samples in the replay buffer"),
+    ("replay_buffer_bytes", "the replay buffer's memory, in bytes"),
+    ("drifts_detected_total", "lasting rises of the online loss (the replay buffer forgot)"),
+    ("redis_oom", "1 while Redis refuses writes for want of memory"),
+    *(
+        (f"{call}_failures_total", f"Redis {call} calls refused or failed (retried)")
+        for call in ("publish", "ack", "trim", "status", "read", "deadletter")
+    ),
+    ("unacknowledged_entries", "stream entries trained on and not yet acknowledged"),
+    ("served_labels_total", "labels joined to served predictions (the served score's count)"),
+    ("served_unknown_labels_total", "labels whose served prediction was not known"),
+    ("served_loss", "loss of the served predictions, over the labelled window"),
+    ("served_loss_sum_total", "the served loss summed over the labels"),
+    ("served_accuracy", "accuracy of the served predictions (classifiers)"),
+    ("served_mae", "mean absolute error of the served predictions (regression)"),
+    ("served_label_delay_p50_seconds", "median delay from prediction to its label"),
+    ("served_label_delay_p95_seconds", "95th percentile delay from prediction to its label"),
+    ("queue_length", "entries in the model's sample stream (every partition)"),
+    ("pending", "entries this learner's group read and has not acknowledged"),
+    ("deadletters", "entries in the model's dead-letter stream"),
+    ("latest_version", "the newest weights version in Redis"),
+    ("pinned_version", "the pinned version actors serve (absent when none is pinned)"),
+    ("backlog_samples", "samples waiting for this learner"),
+)
+
+_ACTOR = [
+    *_role(
+        "actor",
+        ("replies_total", "replies sent"),
+        ("error_replies_total", "error replies sent"),
+        ("unsent_replies_total", "replies not sent: no valid reply topic, or refused by paho"),
+        ("refused_requests_total", "requests refused (what they hold or ask; a reply too big)"),
+        ("expired_requests_total", "requests past their deadline: an error reply, not computed"),
+        ("shed_requests_total", "requests dropped while the queue was full"),
+        ("failed_requests_total", "requests whose reading or batch raised (an error reply)"),
+        ("batches_total", "forward passes"),
+        ("shared_batches_total", "forward passes that answered both HTTP and MQTT requests"),
+        ("version_loads_total", "versions loaded for requests that name one"),
+        ("requests_waiting_for_versions", "requests waiting for the version they name to load"),
+        ("predictions_kept_total", "predictions kept for a label that comes later"),
+        ("keep_failures_total", "batches whose predictions could not be kept"),
+        ("pending_evicted_total", "kept predictions dropped before their TTL (labels bounds)"),
+        ("reloads_total", "weights versions loaded by hot reload"),
+        ("refused_versions_total", "versions refused as unusable (the previous one is served)"),
+        ("version", "the weights version served"),
+        ("latest_version_seen", "the newest version announced"),
+        ("weights_age_seconds", "seconds since the served weights were loaded"),
+        ("queued_requests", "requests received and not yet served"),
+        ("http_responses_total", "HTTP door answers by status code", "code"),
+    ),
+    Metric("actor", "request_latency_seconds", "histogram", "arrival at the actor to reply sent"),
+    Metric("actor", "batch_size", "histogram", "rows per forward pass"),
+]
+
+METRICS: dict[str, Metric] = {m.full_name: m for m in (*_INGEST, *_LEARNER, *_ACTOR)}

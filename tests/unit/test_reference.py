@@ -1,0 +1,218 @@
+"""The generated reference (docs/gen_reference.py) covers the code it is written from: every
+config field, command, flag, metric and environment variable appears, every config field is
+described; and docs/contract.md's tables agree with the names the code builds."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import runpy
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from streamlearn.cli.main import _parser
+from streamlearn.config import environment, tfconfig
+from streamlearn.config.app import AppConfig
+from streamlearn.config.settings import Settings
+from streamlearn.contract.names import Names
+from streamlearn.observe.catalog import METRICS
+
+ROOT = Path(__file__).resolve().parents[2]
+GEN = runpy.run_path(str(ROOT / "docs" / "gen_reference.py"), run_name="gen_reference")
+CONTRACT = (ROOT / "docs" / "contract.md").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    return GEN["pages"]()
+
+
+def models(root: type[BaseModel]) -> set[type[BaseModel]]:
+    """Every model reachable from `root` through its fields' annotations."""
+    found: set[type[BaseModel]] = set()
+    todo = [root]
+    while todo:
+        model = todo.pop()
+        if model in found:
+            continue
+        found.add(model)
+        for info in model.model_fields.values():
+            stack = [info.annotation]
+            while stack:
+                t = stack.pop()
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    todo.append(t)
+                stack.extend(typing.get_args(t))
+    return found
+
+
+CONFIG_MODELS = models(AppConfig) | {Settings}
+
+
+def test_the_generator_writes_the_pages_the_site_lists(pages):
+    assert set(pages) == {
+        f"reference/{name}.md"
+        for name in ("configuration", "environment", "commands", "metrics", "client")
+    }
+    assert all(text.strip() for text in pages.values())
+
+
+@pytest.mark.parametrize("model", sorted(CONFIG_MODELS, key=lambda m: m.__name__))
+def test_every_config_field_is_described(model):
+    missing = [name for name, info in model.model_fields.items() if not info.description]
+    assert not missing, f"{model.__name__}: fields without a description= {missing}"
+
+
+def test_every_config_field_is_in_the_configuration_page(pages):
+    page = pages["reference/configuration.md"]
+    assert len(CONFIG_MODELS) >= 9
+    for model in CONFIG_MODELS - {Settings}:
+        for name, info in model.model_fields.items():
+            rows = re.findall(rf"^\| `(?:[\w.<>\[\]]*\.)?{name}` \|.*$", page, re.M)
+            assert any(str(info.description) in row.replace("\\|", "|") for row in rows), (
+                f"{model.__name__}.{name} is not in the configuration page with its description"
+            )
+    for var in Settings.variables():
+        assert f"| `{var.name}` |" in page
+
+
+def test_paths_name_the_toml_tables(pages):
+    page = pages["reference/configuration.md"]
+    for path in (
+        "models.<name>.learner.max_batch",
+        "models.<name>.sources[].topic",
+        "models.<name>.variants.<variant>.hidden",
+        "models.<name>.labels.ttl_s",
+    ):
+        assert f"| `{path}` |" in page
+    assert "| `models.<name>.ingest.partitions` | integer | `1` | >= 1, <= 64 |" in page
+    assert 'one of `"regression"`, `"binary"`, `"multiclass"`' in page
+
+
+def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_every_command_and_flag_is_in_the_commands_page(pages):
+    page = pages["reference/commands.md"]
+    found = GEN["subcommands"](_parser())
+    assert set(found) == set(commands(_parser())) >= {"up", "ingest", "learner", "publish"}
+    for name, (_, parser) in found.items():
+        section = page.split(f"## `streamlearn {name}`\n", 1)[1].split("\n## ", 1)[0]
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            for flag in action.option_strings or [action.dest]:
+                assert re.search(rf"`[^`]*{re.escape(flag)}\b", section), f"{name} {flag}"
+    assert "`--variant VARIANT`" in page.split("## `streamlearn learner`")[1]
+
+
+def test_every_catalogued_metric_is_in_the_metrics_page(pages):
+    page = pages["reference/metrics.md"]
+    for name, metric in METRICS.items():
+        assert f"| `{name}` | {metric.kind} |" in page
+        assert metric.help and metric.help.replace("|", "\\|") in page
+    assert len(METRICS) > 60
+
+
+def test_every_environment_variable_is_in_the_environment_page(pages):
+    page = pages["reference/environment.md"]
+    for var in [*environment.VARIABLES.values(), *Settings.variables()]:
+        assert f"| `{var.name}` |" in page
+        assert var.meaning, var.name
+
+
+def test_every_variable_the_code_names_is_in_the_registry():
+    """A `STREAMLEARN_*` name in the package (code or docstring) is declared once, in the
+    registry or as a `Settings` field: none is read that the reference leaves out."""
+    known = set(environment.VARIABLES) | {v.name for v in Settings.variables()}
+    assert set(environment.SETTINGS) <= known
+    for path in (ROOT / "streamlearn").rglob("*.py"):
+        for name in re.findall(r"STREAMLEARN_[A-Z0-9_]+", path.read_text(encoding="utf-8")):
+            assert name in known, f"{path.relative_to(ROOT)} names {name}, not in the registry"
+
+
+def test_registry_defaults_agree_with_their_readers():
+    timeout = environment.VARIABLES[environment.COLLECTIVE_TIMEOUT_S]
+    assert timeout.default == f"`{tfconfig.DEFAULT_TIMEOUT_S:g}`"
+    assert Settings.model_config["env_prefix"] == environment.PREFIX
+
+
+def test_the_client_page_documents_the_public_names(pages):
+    import streamlearn
+
+    page = pages["reference/client.md"]
+    for name in streamlearn.__all__:
+        assert re.search(rf"^::: streamlearn\.[\w.]+\.{name}$", page, re.M), name
+
+
+# -- docs/contract.md against the code ----------------------------------------------------
+
+
+def section(title: str) -> str:
+    return CONTRACT.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def first_column(text: str) -> list[str]:
+    """Each table row's first cell's backticked names, `:leaf` shorthands expanded on the
+    first (`variant:{V}:weights:blobs`, `:latest` -> `variant:{V}:weights:latest`)."""
+    names = []
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            tokens = re.findall(r"`([^`]+)`", line.split(" | ")[0])
+            stem = tokens[0].rsplit(":", 1)[0]
+            names += [stem + t if t.startswith(":") else t for t in tokens]
+    return names
+
+
+def test_the_contract_lists_every_redis_key_names_builds():
+    n = Names("{model}", key_prefix="{kp}")
+    assert "`{kp}:{{model}}:...`" in section("3. Redis keys")
+    assert n.of_partition(2).samples_key in section("3. Redis keys")
+    leaves = set(first_column(section("3. Redis keys")))
+    built = {
+        getattr(names, attr)
+        for names in (n, n.of_variant("{V}"))
+        for attr, value in vars(Names).items()
+        if isinstance(value, property)
+    }
+    built.remove(n.of_variant("{V}").weights_channel)  # a variant announces on the model's
+    built.add(n.pending_key("{ns}:{t}:{id}"))
+    keys = {k.removeprefix("{kp}:{{model}}:") for k in built if k.startswith("{kp}:")}
+    assert keys - leaves == set(), "keys Names builds that docs/contract.md §3 lacks"
+
+
+def test_the_contract_lists_every_topic_names_builds():
+    n = Names("{model}", topic_prefix="{prefix}")
+    listed = set(first_column(section("1. MQTT topics")))
+    built = {
+        getattr(n, attr)
+        for attr, value in vars(Names).items()
+        if isinstance(value, property) and attr.endswith("_topic")
+    }
+    assert built and built - listed == set(), "topics Names builds that §1 lacks"
+
+
+def test_the_contracts_environment_table_is_the_registry():
+    listed = set(first_column(section("8. Environment")))
+    every = set(environment.VARIABLES) | {v.name for v in Settings.variables()}
+    assert listed == every
+
+
+def test_the_contracts_commands_table_has_every_command_and_flag():
+    rows: list[tuple[set[str], set[str]]] = []
+    for line in section("7. Commands").splitlines():
+        if line.startswith("| `"):
+            cell = line.split(" | ")[0]
+            names = {m.split()[0] for m in re.findall(r"`([^`]+)`", cell)}
+            rows.append((names, set(re.findall(r"(?<![\w-])--?\w[\w-]*", cell))))
+    for name, (_, parser) in GEN["subcommands"](_parser()).items():
+        row = [found for names, found in rows if name in names]
+        assert row, f"§7 has no row for {name}"
+        for action in parser._actions:
+            flags = set(action.option_strings) - {"-h", "--help"}
+            assert not flags or flags & row[0], f"§7's {name} row lacks {sorted(flags)}"
