@@ -6,6 +6,7 @@ import re
 import urllib.error
 import urllib.request
 
+from streamlearn.observe.catalog import METRICS
 from streamlearn.stack.embedded import free_port
 from tests.conftest import eventually, plain_paho
 
@@ -24,6 +25,17 @@ def scrape(port: int) -> dict[str, float]:
         if m:
             values[m[1] + (m[2] or "")] = float(m[3])
     return values
+
+
+def uncatalogued(port: int) -> set[str]:
+    """The `streamlearn_` metrics a worker exposes that `streamlearn.observe.catalog` lacks
+    (scraped names: a counter's with `_total`; a histogram's `_created` is the client's)."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    exposed = set()
+    for family, kind in re.findall(r"^# TYPE (streamlearn_\w+) (\w+)$", text, re.M):
+        counter = kind == "counter" and not family.endswith("_total")
+        exposed.add(family + "_total" if counter else family)
+    return {name for name in exposed - set(METRICS) if name.removesuffix("_created") not in METRICS}
 
 
 def metric(values: dict[str, float], name: str, **labels: str) -> float:
@@ -102,6 +114,8 @@ def test_workers_expose_moving_counters(start_role, client_for, settings):
 
     actor = eventually(observed_all, 10, "the five latencies observed")
     assert metric(actor, "streamlearn_actor_weights_age_seconds") >= 0
+    for role, port in ports.items():
+        assert not uncatalogued(port), f"{role} exposes metrics the catalog lacks"
 
 
 def test_learner_writes_tensorboard_curves(start_role, settings, tmp_path):
