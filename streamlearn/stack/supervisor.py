@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamlearn.config import runfile
+from streamlearn.config import environment, runfile
 from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
 from streamlearn.config.tfconfig import Workers
@@ -84,14 +84,14 @@ class Stack:
         self.servers: list[embedded.ServerProcess] = []
         self.children: list[Child] = []
         # The children's settings come from here; each gets its own metrics port below.
-        self.env = {k: v for k, v in os.environ.items() if k != "STREAMLEARN_METRICS_PORT"}
+        self.env = {k: v for k, v in os.environ.items() if k != environment.METRICS_PORT}
         for model in cfg.models.values():  # a multi-host learner: this host runs one worker
             if model.learner.distribute == "multi_worker":
                 Workers.from_env(self.env).partitions(model.ingest.partitions)  # or a ConfigError
         self.env.update(QUIET_ENV)
         # The prefixes these settings name (perhaps another stack's, from its run file).
-        self.env["STREAMLEARN_TOPIC_PREFIX"] = settings.topic_prefix
-        self.env["STREAMLEARN_KEY_PREFIX"] = settings.key_prefix
+        self.env[environment.TOPIC_PREFIX] = settings.topic_prefix
+        self.env[environment.KEY_PREFIX] = settings.key_prefix
         self.demo_urls: dict[str, str] = {}  # model: its demo feed's account on our broker
         self._stop = threading.Event()
 
@@ -109,8 +109,8 @@ class Stack:
             self._start_children()
             settings = self.settings.model_copy(
                 update={
-                    "mqtt_url": self.env["STREAMLEARN_MQTT_URL"],
-                    "redis_url": self.env["STREAMLEARN_REDIS_URL"],
+                    "mqtt_url": self.env[environment.MQTT_URL],
+                    "redis_url": self.env[environment.REDIS_URL],
                 }
             )
             if self.dashboard_port is not None:
@@ -155,7 +155,7 @@ class Stack:
             ).start()
             self.servers.append(broker)
             urls = {u: f"mqtt://{u}:{pw}@127.0.0.1:{broker.port}" for u, pw in accounts.items()}
-            self.env["STREAMLEARN_MQTT_URL"] = urls.pop(MQTT_USER)
+            self.env[environment.MQTT_URL] = urls.pop(MQTT_USER)
             self.demo_urls = {user.removeprefix("demo-"): url for user, url in urls.items()}
         if not self.settings.redis_url:
             password = secrets.token_hex(24)
@@ -163,15 +163,15 @@ class Stack:
             workdir = os.path.join(data, "redis") if data else self.run_dir / "redis"
             store = embedded.redis_server(None, workdir, *extra, password=password).start()
             self.servers.append(store)
-            self.env["STREAMLEARN_REDIS_URL"] = f"redis://:{password}@127.0.0.1:{store.port}/0"
-        mqtt_url, redis_url = self.env["STREAMLEARN_MQTT_URL"], self.env["STREAMLEARN_REDIS_URL"]
+            self.env[environment.REDIS_URL] = f"redis://:{password}@127.0.0.1:{store.port}/0"
+        mqtt_url, redis_url = self.env[environment.MQTT_URL], self.env[environment.REDIS_URL]
         self.board.say(f"broker {runfile.redact(mqtt_url)}  redis {runfile.redact(redis_url)}")
 
     def _record(self) -> runfile.StackRecord:
         """Write the run file: where this stack listens, for the client tools."""
         record = runfile.new_record(
-            self.env["STREAMLEARN_MQTT_URL"],
-            self.env["STREAMLEARN_REDIS_URL"],
+            self.env[environment.MQTT_URL],
+            self.env[environment.REDIS_URL],
             self.settings.topic_prefix,
             self.settings.key_prefix,
             self.config_path,
@@ -236,14 +236,14 @@ class Stack:
                 add(
                     f"demo:{name}",
                     [sys.executable, "-m", "streamlearn", "publish", "--demo", *common, *rate],
-                    {"STREAMLEARN_MQTT_URL": self.demo_urls[name]} if self.demo_urls else None,
+                    {environment.MQTT_URL: self.demo_urls[name]} if self.demo_urls else None,
                 )
         return planned
 
     def _spawn(self, child: Child) -> None:
         env = {**self.env, **child.env}
         if child.metrics_port is not None:
-            env["STREAMLEARN_METRICS_PORT"] = str(child.metrics_port)
+            env[environment.METRICS_PORT] = str(child.metrics_port)
         with child.log.open() as out:
             child.proc = subprocess.Popen(
                 child.argv,

@@ -216,3 +216,17 @@ def test_the_contracts_commands_table_has_every_command_and_flag():
         for action in parser._actions:
             flags = set(action.option_strings) - {"-h", "--help"}
             assert not flags or flags & row[0], f"§7's {name} row lacks {sorted(flags)}"
+
+
+def test_a_scrape_takes_help_and_label_from_the_catalog_and_warns_once_of_the_rest(caplog):
+    from streamlearn.observe import metrics
+
+    figures = {"deadletters_total": {"invalid_json": 2}, "not_catalogued_total": 1}
+    collector = metrics.SnapshotCollector("ingest", "m", lambda: figures)
+    for _ in range(2):
+        dead, other = list(collector.collect())
+    assert dead.documentation == METRICS["streamlearn_ingest_deadletters_total"].help
+    assert dead.samples[0].labels == {"model": "m", "reason": "invalid_json"}
+    assert other.documentation == "not catalogued total"
+    warned = [r for r in caplog.records if "not_catalogued" in r.getMessage()]
+    assert len(warned) == 1
