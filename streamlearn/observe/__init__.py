@@ -1,6 +1,7 @@
 """What the workers tell the world: liveness and readiness (`health`), Prometheus
-metrics (`metrics`) on a bounded HTTP server (`httpd`, also the dashboard's), retained
-presence markers (`presence`), and the status the commands read back (`monitor`).
+metrics (`metrics`, each declared in `catalog`) on a bounded HTTP server (`httpd`, also the
+dashboard's), retained presence markers (`presence`), and the status the commands read back
+(`monitor`).
 """
 
 from __future__ import annotations

@@ -128,14 +128,23 @@ _ACTOR = [
         ("requests_waiting_for_versions", "requests waiting for the version they name to load"),
         ("predictions_kept_total", "predictions kept for a label that comes later"),
         ("keep_failures_total", "batches whose predictions could not be kept"),
-        ("pending_evicted_total", "kept predictions dropped before their TTL (labels bounds)"),
+        (
+            "pending_evicted_total",
+            "kept predictions dropped before their TTL to keep labels.max_pending and "
+            "max_pending_bytes",
+        ),
         ("reloads_total", "weights versions loaded by hot reload"),
         ("refused_versions_total", "versions refused as unusable (the previous one is served)"),
         ("version", "the weights version served"),
         ("latest_version_seen", "the newest version announced"),
         ("weights_age_seconds", "seconds since the served weights were loaded"),
         ("queued_requests", "requests received and not yet served"),
-        ("http_responses_total", "HTTP door answers by status code", "code"),
+        (
+            "http_responses_total",
+            "answers of the HTTP door by status, refusals included (401, 408, 413, and 503 "
+            "for a connection past the cap)",
+            "code",
+        ),
     ),
     Metric("actor", "request_latency_seconds", "histogram", "arrival at the actor to reply sent"),
     Metric("actor", "batch_size", "histogram", "rows per forward pass"),

@@ -230,3 +230,14 @@ def test_a_scrape_takes_help_and_label_from_the_catalog_and_warns_once_of_the_re
     assert other.documentation == "not catalogued total"
     warned = [r for r in caplog.records if "not_catalogued" in r.getMessage()]
     assert len(warned) == 1
+
+
+def test_the_alerts_and_the_dashboard_query_only_catalogued_metrics():
+    """A renamed metric would leave an alert that never fires: each name deploy/ queries is
+    in the catalog (a histogram's by its `_bucket`, `_sum`, `_count`)."""
+    for path in ("prometheus/alerts.yml", "grafana/dashboards/streamlearn.json"):
+        text = (ROOT / "deploy" / path).read_text(encoding="utf-8")
+        for name in set(re.findall(r"\bstreamlearn_[a-z0-9_]*[a-z0-9]", text)):
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            histogram = base in METRICS and METRICS[base].kind == "histogram"
+            assert name in METRICS or histogram, f"{path} queries {name}, not in the catalog"
