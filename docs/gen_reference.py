@@ -16,7 +16,7 @@ import json
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,35 +43,6 @@ def table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 # -- configuration ------------------------------------------------------------------------
-
-
-def _models_in(annotation: Any) -> Iterator[tuple[str, type[BaseModel]]]:
-    """The models a field holds, with the path step to each: "" (a table), "[]" (an array
-    of tables), ".<key>" (a table of tables)."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield "", annotation
-    elif origin is dict and len(args) == 2:
-        for step, model in _models_in(args[1]):
-            yield ".<key>" + step, model
-    elif origin is tuple:
-        for step, model in _models_in(args[0]):
-            yield "[]" + step, model
-    else:
-        for arg in args:
-            yield from _models_in(arg)
-
-
-KEYS = {"models": "<name>", "variants": "<variant>"}  # a table of tables' keys, as shown
-
-
-def walk(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[BaseModel], str, Any]]:
-    """(section path, model, field name, field info) for every field, depth first."""
-    for name, info in model.model_fields.items():
-        yield path, model, name, info
-        for step, inner in _models_in(info.annotation):
-            step = step.replace("<key>", KEYS.get(name, "<key>"))
-            yield from walk(inner, f"{path}.{name}{step}".lstrip("."))
 
 
 _TOML_TYPES = {"str": "string", "int": "integer", "float": "float", "bool": "boolean",
@@ -140,11 +111,12 @@ def default(info: FieldInfo) -> str:
 def configuration() -> str:
     from streamlearn.config.app import AppConfig
     from streamlearn.config.settings import Settings
+    from streamlearn.config.tables import walk
 
     head = ("TOML path", "type", "default", "bounds", "description")
     out = [GENERATED, "# Configuration reference", "", _CONFIG_INTRO]
     sections: dict[str, tuple[type[BaseModel], list[tuple[str, ...]]]] = {}
-    for path, model, name, info in walk(AppConfig, ""):
+    for path, model, name, info in walk(AppConfig):
         full = f"{path}.{name}" if path else name
         row = (f"`{full}`", type_name(info.annotation), default(info), bounds(info),
                info.description or "")  # fmt: skip

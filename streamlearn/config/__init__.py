@@ -1,9 +1,9 @@
 """Configuration: `streamlearn.toml`'s models (`app`) and their variants (`variants`), each
-role's policies (`policies`), named fields, sources and labels (`inputs`), the environment's
-connection settings (`settings`), the multi-host learner's `TF_CONFIG` (`tfconfig`); with
-the standard library only, where the config comes from (`defaults`) and every environment
-variable read (`environment`). Names load on first use. A bad value fails at start with a
-message that names the field.
+role's policies (`policies`), named fields, sources and labels (`inputs`), every field with
+its TOML path (`tables`), the environment's connection settings (`settings`), the
+multi-host learner's `TF_CONFIG` (`tfconfig`); with the standard library only, where the
+config comes from (`defaults`) and every environment variable read (`environment`). Names
+load on first use. A bad value fails at start with a message that names the field.
 """
 
 from __future__ import annotations
