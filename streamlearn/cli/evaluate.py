@@ -151,7 +151,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help=__doc__.splitlines()[0], description=__doc__)
     p.add_argument("file", help="CSV (header with the target column) or NDJSON payloads")
     p.add_argument("--config", help="streamlearn.toml (default: ./streamlearn.toml or the demo)")
-    p.add_argument("--model")
+    p.add_argument("--model", help="model name (default: the only model)")
     p.add_argument(
         "--target", help="the label's column or field (default: the model's target, else y)"
     )

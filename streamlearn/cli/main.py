@@ -33,7 +33,7 @@ SERVICE_MODULES = frozenset(
 )
 
 
-BENCHES = "ingest learner serve soak device mutants quality scaling multiworker"
+BENCHES = "ingest learner serve soak hostile device mutants quality coldstart scaling multiworker"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,14 +159,14 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         help="CSV (header with the label column; named inputs: a column per field) or NDJSON",
     )
-    pub.add_argument("--model")
+    pub.add_argument("--model", help="model name (default: the only model)")
     pub.add_argument("--demo", action="store_true", help="a learnable synthetic stream")
     pub.add_argument("--count", type=int, default=None, help="samples to send (demo: forever)")
     pub.add_argument("--rate", type=float, default=0, help="samples/s, 0 = as fast as possible")
     pub.add_argument("--batch", type=int, default=1, help="samples per message")
 
     pred = command("predict", "send one prediction request and print the reply", _predict)
-    pred.add_argument("--model")
+    pred.add_argument("--model", help="model name (default: the only model)")
     pred.add_argument(
         "x",
         nargs="?",
@@ -176,10 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("--id", help="the request's id: a label published later joins it")
     pred.add_argument("--key", help="a device key: x is its newest observation (windowed models)")
     pred.add_argument("--seq", type=float, help="with --key: the observation's sequence number")
-    pred.add_argument("--timeout", type=float, default=10.0)
+    pred.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply")
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
-    bench.add_argument("name", choices=BENCHES.split())
+    bench.add_argument("name", choices=BENCHES.split(), help="the benchmark: bench/NAME.py")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="passed to the benchmark")
     bench.set_defaults(func=_bench)
 

@@ -36,18 +36,6 @@ _KINDS = {
     ModelConfig.model_fields["target"]: "a field name",
     ModelConfig.model_fields["categorical"]: "{field = [values, ...], ...}",
 }
-# Fields whose pydantic definition carries no description.
-_NOTES = {
-    "task": "what the model predicts",
-    "architecture": "the built-in network",
-    "hidden": "units of each hidden layer (mlp; lstm/conv1d: per layer too)",
-    "learning_rate": "the optimizer's base learning rate",
-    "optimizer": "the optimizer the learner trains with",
-    "max_samples_per_message": "samples in one MQTT message, at most",
-    "publish_every_steps": "publish weights to the actors after this many train steps",
-    "publish_every_ms": "or after this many milliseconds, whichever comes first",
-    "status_every_ms": "the learner's retained status refresh",
-}
 # Examples for settings that are unset by default (TOML has no null): written commented out.
 _EXAMPLES = {
     "classes": 3,
@@ -135,7 +123,7 @@ def _example(data: Inferred) -> str:
 
 
 def _setting(key: str, field: FieldInfo, value: Any, note: str | None = None) -> list[str]:
-    comment = field.description or _NOTES.get(key, key.replace("_", " "))
+    comment = field.description or key.replace("_", " ")
     comment = f"{comment} [{_kind(field)}]" + (f" ({note})" if note else "")
     lines = _wrap(comment, "# ")
     if value is None:
