@@ -59,12 +59,19 @@ class Service:
     """One stream's worker processes, started together, stopped by `close`."""
 
     def __init__(
-        self, stack: Stack, stream: Stream, workdir: Path, overrides: dict | None = None
+        self,
+        stack: Stack,
+        stream: Stream,
+        workdir: Path,
+        overrides: dict | None = None,
+        tag: str = "",
     ) -> None:
+        """`tag`: keys and topics of this run's own, for another run of the same stream
+        that must start from nothing (`bench.coldstart`)."""
         self.stream = stream
-        prefix = f"quality-{stream.name}"
+        prefix = "-".join(filter(None, ("quality", stream.name, tag)))
         self.names = Names(stream.name, prefix, prefix)
-        config = workdir / f"{stream.name}.toml"
+        config = workdir / f"{prefix}.toml"
         config.write_text(config_toml(stream, overrides))
         env = stack.env(prefix)
         self.procs = [
