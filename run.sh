@@ -2,7 +2,8 @@
 # One entry point that sets itself up on a fresh machine:
 #   bash run.sh up      the whole stack with a demo stream (embedded mosquitto + redis-server)
 #   bash run.sh test    the test suite (real servers started by the fixtures)
-# Anything after the verb is passed on (to `streamlearn up` or to pytest).
+#   bash run.sh docs    the documentation site: mkdocs build --strict into site/
+# Anything after the verb is passed on (to `streamlearn up`, to pytest or to mkdocs build).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -86,8 +87,15 @@ case "$verb" in
     python_env service,test,bench
     exec .venv/bin/python -m pytest "$@"
     ;;
+  docs)
+    # No server: the pages, and the reference written from the code (which imports the
+    # service's config and metrics: hence the service extra).
+    python_env service,docs
+    export DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1
+    exec .venv/bin/mkdocs build --strict --site-dir site "$@"
+    ;;
   *)
-    echo "usage: bash run.sh up|test [args...]" >&2
+    echo "usage: bash run.sh up|test|docs [args...]" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,8 @@
-"""The README's quick start, run as written: from a CSV file to a judged, served model.
+"""The quick start page, run as written: from a CSV file to a judged, served model.
 
-The commands are read from the README's "Quick start" section, not copied here, so the
-test fails when the README says something that does not work. They run as a user would
+The commands are read from docs/getting-started/quickstart.md, not copied here, so the
+test fails when the page says something that does not work (tests/unit/test_readme.py
+holds the README's three steps to the page's). They run as a user would
 run them: in a fresh directory holding `examples/` and the `.venv` that runs these tests,
 with no STREAMLEARN_* URL in the environment, `up` in the first shell and the rest in a
 second shell that finds the stack through `up`'s run file.
@@ -22,21 +23,31 @@ from streamlearn.config import runfile
 from tests.conftest import ROOT, eventually
 from tests.integration.test_up import alive, children_of
 
+QUICKSTART = ROOT / "docs" / "getting-started" / "quickstart.md"
 
-def quick_start() -> list[list[list[str]]]:
-    """The README quick start's shell blocks, each a list of commands (argv lists)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, "the quick start has a shell block for each of two shells"
-    return [
+
+def quick_start() -> tuple[list[list[list[str]]], dict]:
+    """The page's two shells, each a list of commands (argv lists), and the reply it shows.
+
+    The first shell's blocks end with the one that runs `up`; every later block is typed
+    in the second shell.
+    """
+    page = QUICKSTART.read_text(encoding="utf-8")
+    blocks = [
         [shlex.split(line, comments=True) for line in block.splitlines() if line.strip()]
-        for block in blocks
+        for block in re.findall(r"```sh\n(.*?)```", page, re.S)
     ]
+    ups = [i for i, block in enumerate(blocks) if block[-1][1:2] == ["up"]]
+    assert len(ups) == 1, "one block starts the stack"
+    first = [argv for block in blocks[: ups[0] + 1] for argv in block]
+    second = [argv for block in blocks[ups[0] + 1 :] for argv in block]
+    shown = re.findall(r"```json\n(.*?)```", page, re.S)
+    assert shown, "the page shows predict's reply"
+    return [first, second], json.loads(shown[0])
 
 
-def test_the_readme_quick_start_runs_as_written(tmp_path: Path):
-    first, second = quick_start()
+def test_the_quick_start_runs_as_written(tmp_path: Path):
+    (first, second), shown = quick_start()
     home = tmp_path / "user"
     home.mkdir()
     (home / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the tests' own venv
@@ -94,5 +105,6 @@ def test_the_readme_quick_start_runs_as_written(tmp_path: Path):
     assert service and int(service[1].replace(",", "")) == rows, evaluated
     assert abs(float(service[2]) - float(accuracy[1])) < 0.01, evaluated
     reply = json.loads(outputs["predict"].stdout)
-    assert reply["model"] == "machines" and reply["y"] > 0.8, reply  # the README: y near 1
+    assert reply["model"] == "machines" and reply["y"] > 0.8, reply  # the page: y near 1
+    assert reply.keys() == shown.keys() and reply["model"] == shown["model"], (reply, shown)
     assert "machines" in outputs["status"].stdout
