@@ -1,7 +1,8 @@
 """Mutation check of the test suite: plant one named fault, see the tests that guard it fail.
 
-Each mutant breaks one promise of the README by a text substitution in one file of a copy
-of the repository (tracked and untracked-but-not-ignored files, as they are now), then runs
+Each mutant breaks one guarantee of the contract (docs/contract.md §4) or a promise of the
+docs by a text substitution in one file of a copy of the repository (tracked and
+untracked-but-not-ignored files, as they are now), then runs
 the tests that must catch it there, with this interpreter and the copy first on the path.
 An unmutated copy runs every listed test first: they must pass, or no verdict means much.
 

@@ -1,7 +1,7 @@
-"""One test per promise of the README, each written so that it fails when the promise is
-broken: `bench/mutants.py` plants each fault in a copy of the repository and checks that
-these tests catch it. No test here waits on time for its verdict; each waits (bounded) for
-a condition, or drives the loop step by step.
+"""One test per guarantee of the contract (docs/contract.md §4), each written so that it
+fails when the guarantee is broken: `bench/mutants.py` plants each fault in a copy of the
+repository and checks that these tests catch it. No test here waits on time for its
+verdict; each waits (bounded) for a condition, or drives the loop step by step.
 """
 
 from __future__ import annotations
