@@ -106,8 +106,9 @@ def _build(cfg: ModelConfig) -> keras.Model:
 def _jit(cfg: ModelConfig) -> bool | str:
     """XLA for a built-in model's training step on TensorFlow on one device: it fuses the
     step's many small operations (a hedge model's heads, their losses) into a few kernels,
-    ~10% off a 256-sample step on 2 CPU cores, where Keras leaves the CPU without it. It
-    compiles once per bucket size, at warm-up. Elsewhere Keras decides ("auto")."""
+    which shortens a step on CPU, where Keras leaves it off (figures:
+    docs/learning-log.md). It compiles once per bucket size, at warm-up. Elsewhere Keras
+    decides ("auto")."""
     one_device = cfg.learner.distribute == "none"
     return True if keras.backend.backend() == "tensorflow" and one_device else "auto"
 

@@ -245,7 +245,8 @@ class Hedge:
     """The mixture weights of one model's `HedgeMix` layer and their updates.
 
     The exact weights are kept here; the layer's are written only when one has moved by
-    `tolerance` (a write costs ~0.2 ms on TensorFlow), so they lag by less than that.
+    `tolerance` (each write is a cost on the step's path on TensorFlow), so they lag by
+    less than that. Figures: docs/learning-log.md.
     """
 
     def __init__(
