@@ -125,6 +125,10 @@ def evaluate(
     return row, details
 
 
+def _round(value: Any) -> Any:
+    return round(value, 4) if isinstance(value, float) else value
+
+
 def _metric(stream: streams.Stream) -> str:
     return "acc" if stream.classification else "mae"
 
@@ -208,10 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         "coldstart",
         rows,
         checks,
-        figures={
-            r["stream"]: {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
-            for r in rows
-        },
+        figures={r["stream"]: {k: _round(v) for k, v in r.items() if k != "stream"} for r in rows},
         seconds=round(time.monotonic() - started, 1),
         head=args.head,
         runs=args.runs,
