@@ -336,6 +336,18 @@ def specs() -> list[Spec]:
     return [*_synthetic(), *_sklearn()]
 
 
+def chosen(names: str | None, prog: str) -> list[Spec]:
+    """The specs named in `names` (comma-separated; None: all), or exit naming the unknown."""
+    found = specs()
+    if not names:
+        return found
+    known = [s.name for s in found]
+    unknown = sorted(set(names.split(",")) - set(known))
+    if unknown:
+        raise SystemExit(f"{prog}: unknown streams {unknown}; known: {known}")
+    return [s for s in found if s.name in names.split(",")]
+
+
 def load(spec: Spec, n: int) -> Stream:
     """The stream of `spec`: `n` samples, or the whole dataset for a small one."""
     return spec.make(n)

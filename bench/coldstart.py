@@ -44,7 +44,7 @@ import numpy as np
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
 from bench._report import exit_status, report
-from bench.quality import _stale, overrides
+from bench.quality import _stale, add_model_settings, overrides
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 FIRST = 50
@@ -164,27 +164,14 @@ def _parser() -> argparse.ArgumentParser:
         help="service: samples/s sent (0: as fast as it answers; on 2 cores that is hundreds "
         "a second, and each answer is then tens of samples behind the learner)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="model setting for every stream, as bench.quality's --set",
-    )
-    parser.add_argument("--no-service", action="store_true", help="skip the worker processes")
+    add_model_settings(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.overrides = overrides(args.set)
-    specs = streams.specs()
-    if args.streams:
-        wanted = args.streams.split(",")
-        unknown = sorted(set(wanted) - {s.name for s in specs})
-        if unknown:
-            raise SystemExit(f"bench.coldstart: unknown streams {unknown}")
-        specs = [s for s in specs if s.name in wanted]
+    specs = streams.chosen(args.streams, "bench.coldstart")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     started = time.monotonic()
     rows, details = [], {}

@@ -187,6 +187,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rate", type=float, default=400, help="service: samples/s sent (0: as fast as it answers)"
     )
+    add_model_settings(parser)
+    parser.add_argument("--window", type=int, default=200, help="samples per point of the curves")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seeds each stream's in-process learner (default 0)"
+    )
+    return parser
+
+
+def add_model_settings(parser: argparse.ArgumentParser) -> None:
+    """`--set FIELD=VALUE` (every stream's model) and `--no-service`, as each quality
+    bench takes them."""
     parser.add_argument(
         "--set",
         action="append",
@@ -195,11 +206,6 @@ def _parser() -> argparse.ArgumentParser:
         help="model setting for every stream, VALUE in TOML: learner.max_wait_ms=5",
     )
     parser.add_argument("--no-service", action="store_true", help="skip the worker processes")
-    parser.add_argument("--window", type=int, default=200, help="samples per point of the curves")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seeds each stream's in-process learner (default 0)"
-    )
-    return parser
 
 
 def overrides(items: list[str]) -> dict:
@@ -232,13 +238,7 @@ def _names() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.overrides = overrides(args.set)
-    specs = streams.specs()
-    if args.streams:
-        wanted = args.streams.split(",")
-        unknown = sorted(set(wanted) - set(_names()))
-        if unknown:
-            raise SystemExit(f"bench.quality: unknown streams {unknown}; known: {_names()}")
-        specs = [s for s in specs if s.name in wanted]
+    specs = streams.chosen(args.streams, "bench.quality")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # a new model per stream retraces
     started, load_before = time.monotonic(), os.getloadavg()[0]
     rows, details, curves = [], {}, {}
