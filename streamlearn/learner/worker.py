@@ -80,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     stop = runtime.stop_on_signals()
     learner.start()  # resumes, then traces every batch bucket once
-    runtime.settle()  # else a full collection walks TensorFlow's objects: a ~0.2 s stall
 
     probe = quick_redis(settings.redis)
     waiting = [
@@ -114,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "" if promoter is None else f" variant {variant} (champion: {promoter.champion})",
         learner.state.version,
     )
+    runtime.settle()  # else a full collection walks TensorFlow's objects: a ~0.2 s stall
     try:
         learner.run(stop)
         learner.report(compete=False)

@@ -152,9 +152,12 @@ def test_up_runs_the_demo_stack_and_ctrl_c_stops_everything(tmp_path: Path):
         store = redis_lib.Redis.from_url(settings.redis)
         latest = Names("demo").latest_key
         eventually(lambda: int(store.get(latest) or 0) > 0, 90, "a first version")
-        actor_log = run_dir / "actor-demo-0.log"
-        # a request sent before the actor is ready is heard by no one
-        eventually(lambda: "actor for demo ready" in actor_log.read_text(), 60, "actor ready")
+        # a request sent before the actor is ready is heard by no one; each worker serves
+        # /metrics from before it says it is ready (the learner publishes its first version
+        # earlier, while it starts)
+        for role in ("actor", "learner", "ingest"):
+            log, line = run_dir / f"{role}-demo-0.log", f"{role} for demo ready"
+            eventually(lambda log=log, line=line: line in log.read_text(), 60, line)
         client = Client(settings, "demo")
         try:
             reply = client.request({"x": [0.5] * 9, "id": 1}, timeout_s=20)
