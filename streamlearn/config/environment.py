@@ -79,7 +79,7 @@ COLLECTIVE_TIMEOUT_S = _declare(
     PREFIX + "COLLECTIVE_TIMEOUT_S",
     "`60`",
     "multi-host learner: seconds a collective may wait for the other workers before this "
-    "worker exits with `WorkerLost`",
+    "worker exits with `WorkerLost` (while the workers start, at least 300)",
     "streamlearn.config.tfconfig",
 )
 TF_PUBLIC_ADDRESSES = _declare(
