@@ -9,6 +9,7 @@ regression still fails), exiting 1 on a FAIL like a full run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -41,13 +42,18 @@ def report(
     *,
     quick: bool = False,
     figures: dict[str, float] | None = None,
+    record: bool = True,
+    variant: str | None = None,
     **meta: Any,
 ) -> Path:
     """Print `rows` as a table, then each named check as PASS/FAIL; write all to JSON.
 
     `checks` are the issue's targets, computed as ratios against a baseline measured in the
     same run, so that a noisy shared machine moves both sides alike. `figures`, the few
-    numbers the checks judge (ratios, rates), go to the history with them, unless `quick`.
+    numbers the checks judge (ratios, rates), go to the history with them, unless `quick`
+    or not `record` (a run of some streams only). A `variant` (another view of the same
+    benchmark: "messages of 1, in-process") is recorded with the command that ran it, and
+    the results page shows it beside the default run rather than in its place.
     """
     columns = list(dict.fromkeys(k for row in rows for k in row))
     cells = [[_fmt(row.get(c)) for c in columns] for row in rows]
@@ -80,13 +86,41 @@ def report(
         path = RESULTS / f"{name}-quick.json"
     path.write_text(json.dumps(doc, indent=2, default=str))
     print(f"wrote {path}")
-    if not quick:
+    if not quick and record:
         line = {k: doc[k] for k in ("benchmark", "at", "figures", "checks")}
         line["commit"] = _commit()
+        if variant:
+            line["variant"] = variant
+            line["command"] = f"python -m bench.{name} {variant}"
         with HISTORY.open("a") as history:
             history.write(json.dumps(line, default=str) + "\n")
         print(f"appended to {HISTORY}")
     return path
+
+
+def variant(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The options of `args` that differ from `parser`'s defaults, but `--streams` (a run
+    of some streams only is not recorded at all): what makes a run a variant, or None.
+
+    >>> p = argparse.ArgumentParser()
+    >>> _ = p.add_argument("--message-size", type=int, default=40)
+    >>> _ = p.add_argument("--no-service", action="store_true")
+    >>> variant(p, p.parse_args(["--message-size", "1", "--no-service"]))
+    '--message-size 1 --no-service'
+    >>> variant(p, p.parse_args([])) is None
+    True
+    """
+    defaults = vars(parser.parse_args([]))
+    words = []
+    for action in parser._actions:
+        key = action.dest
+        if key in ("help", "streams") or getattr(args, key, None) == defaults.get(key):
+            continue
+        flag = action.option_strings[-1]
+        value = getattr(args, key)
+        values = value if isinstance(value, list) else [value]
+        words += [flag if v is True else f"{flag} {v}" for v in values]
+    return " ".join(words) or None
 
 
 def _commit() -> str | None:

@@ -43,7 +43,7 @@ import numpy as np
 
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
-from bench._report import exit_status, report
+from bench._report import exit_status, report, variant
 from bench.quality import _stale, add_model_settings, overrides
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -169,7 +169,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     args.overrides = overrides(args.set)
     specs = streams.chosen(args.streams, "bench.coldstart")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         "coldstart",
         rows,
         checks,
+        record=args.streams is None,
+        variant=variant(parser, args),
         figures={r["stream"]: {k: _round(v) for k, v in r.items() if k != "stream"} for r in rows},
         seconds=round(time.monotonic() - started, 1),
         head=args.head,

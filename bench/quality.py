@@ -60,7 +60,7 @@ from typing import Any
 from bench import _quality_learners as learners
 from bench import _quality_streams as streams
 from bench._quality_plot import plot
-from bench._report import RESULTS, report
+from bench._report import RESULTS, report, variant
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 RECOVERY = 1000  # samples after an abrupt change over which recovery is scored
@@ -236,7 +236,8 @@ def _names() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     args.overrides = overrides(args.set)
     specs = streams.chosen(args.streams, "bench.quality")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)  # a new model per stream retraces
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         "quality",
         rows,
         checks,
+        record=args.streams is None,
+        variant=variant(parser, args),
         figures=figures(rows),
         seconds=round(time.monotonic() - started, 1),
         load_average_1m={"before": load_before, "after": os.getloadavg()[0]},

@@ -12,6 +12,7 @@ standalone, it prints the page.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -58,13 +59,35 @@ def parse(lines: Iterable[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+def title(run: dict[str, Any]) -> str:
+    """A run's benchmark, with its variant's options where it is one (`bench._report`).
+
+    >>> title({"benchmark": "quality", "variant": "--message-size 1 --no-service"})
+    'quality --message-size 1 --no-service'
+    """
+    return " ".join(filter(None, (run["benchmark"], run.get("variant"))))
+
+
+def anchor(name: str) -> str:
+    """The heading's anchor, as mkdocs makes it.
+
+    >>> anchor("quality --message-size 1 --no-service")
+    'quality-message-size-1-no-service'
+    """
+    return re.sub(r"-+", "-", re.sub(r"[^\w\- ]", "", name.lower()).strip().replace(" ", "-"))
+
+
 def latest(runs: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each benchmark's last run, in `ORDER`, then any other benchmark by name."""
+    """Each benchmark's (and each variant's) last run, in `ORDER`, then any other by name;
+    a variant after its benchmark."""
     last: dict[str, dict[str, Any]] = {}
     for run in runs:
-        last[run["benchmark"]] = run
+        last[title(run)] = run
     rank = {name: i for i, name in enumerate(ORDER)}
-    names = sorted(last, key=lambda name: (rank.get(name, len(ORDER)), name))
+    names = sorted(
+        last,
+        key=lambda name: (rank.get(last[name]["benchmark"], len(ORDER)), name),
+    )
     return {name: last[name] for name in names}
 
 
@@ -72,7 +95,7 @@ def render(runs: list[dict[str, Any]]) -> str:
     """The whole page: an overview line per benchmark, then a section each."""
     counts: dict[str, int] = {}
     for run in runs:
-        counts[run["benchmark"]] = counts.get(run["benchmark"], 0) + 1
+        counts[title(run)] = counts.get(title(run), 0) + 1
     chosen = latest(runs)
     parts = [
         "# Benchmark results",
@@ -85,7 +108,7 @@ def render(runs: list[dict[str, Any]]) -> str:
             ["benchmark", "latest run", "commit", "checks passed", "runs recorded"],
             [
                 [
-                    f"[{name}](#{name})",
+                    f"[{name}](#{anchor(name)})",
                     _date(run),
                     _commit(run),
                     _passed(run["checks"]),
@@ -103,12 +126,12 @@ def section(run: dict[str, Any]) -> str:
     """One benchmark's latest run: figures (per stream where it has streams), then checks."""
     name = run["benchmark"]
     figures, checks = run.get("figures") or {}, run.get("checks") or {}
-    parts = [f"## {name}"]
+    parts = [f"## {title(run)}"]
     if name in ABOUT:
         parts.append(ABOUT[name][0].upper() + ABOUT[name][1:] + ".")
     parts.append(
         f"Run {_date(run)} at commit {_commit(run)}; {_passed(checks)} checks passed. "
-        f"Reproduce: `{REPRODUCE.get(name, f'python -m bench.{name}')}`."
+        f"Reproduce: `{run.get('command') or REPRODUCE.get(name, f'python -m bench.{name}')}`."
     )
     per_subject = bool(figures) and all(isinstance(v, dict) for v in figures.values())
     if per_subject:

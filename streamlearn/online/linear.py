@@ -6,12 +6,17 @@ the optimizer's pace and jitter around the fit by its step size; a linear model 
 better way to learn. So in the learner's spare time the head's weights are solved over
 the replay buffer (the most recent `replay_buffer` samples, none from before a drift) as
 soon as fresh samples came (first, so that the next publish has it), and again once
-their replay is done: ridge regression in closed form, on the standardised target, for a
-regression; for a binary task ridge logistic regression by Newton's method, from the
-weights the head has, each step halved until it lowers the penalised log loss and the
-solve stopped once Newton's decrement says it has converged (`logistic`), so that labels
-contradicting the fit (a swap) cannot make it diverge. The bias is not penalised; the
-penalty (`RIDGE`) differs by task.
+their replay is done:
+
+- a regression: ridge regression in closed form, on the standardised target, at the
+  penalty with the least leave-one-out error (`ridge`), so that a handful of samples of
+  a noisy target are not chased while a clean one keeps the small penalty;
+- a binary task: ridge logistic regression by Newton's method, from the weights the head
+  has, each step halved until it lowers the penalised log loss and the solve stopped
+  once Newton's decrement says it has converged (`logistic`), so that labels
+  contradicting the fit (a swap) cannot make it diverge.
+
+The bias is not penalised; the penalty (`RIDGE`) differs by task.
 
 The solve writes the head's block of the heads' kernel and bias (`hedge.Heads`), which
 are published, checkpointed and exported as the rest; it is skipped, leaving the head as
@@ -33,6 +38,7 @@ from streamlearn.online.replay import FromReplay, Replay
 
 # the penalty on the weights, in units of standardised inputs, by task
 RIDGE = {"regression": 0.1, "binary": 1.0}
+PENALTIES = (1.0, 10.0, 100.0, 1000.0)  # a regression's penalty's candidates, times `RIDGE`
 NEWTON_STEPS = 8  # at most, per solve (a binary head starts from its last weights)
 CONVERGED = 1e-6  # Newton's decrement per sample below which a solve stops
 
@@ -80,7 +86,7 @@ class LinearHead(FromReplay):
         else:
             if self.target is not None:  # the head predicts the standardised target
                 y = self.target.standardized(y)
-            theta = np.linalg.solve(a.T @ a + penalty, a.T @ y)
+            theta = ridge(a, y, penalty)
         if not np.all(np.isfinite(theta)):
             return True
         kernel, bias = kernel.copy(), bias.copy()
@@ -90,6 +96,35 @@ class LinearHead(FromReplay):
         self.heads.bias.assign(bias)
         self.solves += 1
         return True
+
+
+def ridge(a: np.ndarray, y: np.ndarray, penalty: np.ndarray) -> np.ndarray:
+    """Ridge regression of `y` on the rows of `a`, its penalty `penalty` times the one of
+    `PENALTIES` with the least leave-one-out squared error over the rows (in closed form:
+    each row's residual over `1 - h_ii`, h the hat matrix's diagonal). Few samples of a
+    noisy target want a larger penalty than many of a clean one.
+
+    >>> rng = np.random.default_rng(0)
+    >>> a = np.hstack([rng.normal(size=(200, 3)), np.ones((200, 1))])
+    >>> y = a @ np.array([[1.0], [-2.0], [0.5], [0.0]])  # noise-free: the least penalty
+    >>> penalty = np.diag([0.1, 0.1, 0.1, 1e-6])
+    >>> bool(np.abs(ridge(a, y, penalty) - [[1], [-2], [0.5], [0]]).max() < 0.01)
+    True
+    >>> noise = rng.normal(size=(12, 1))  # 12 samples of noise: the weights shrink to ~0
+    >>> bool(np.abs(ridge(a[:12], noise, penalty)[:3]).max() < 0.1)
+    True
+    """
+    gram, moment = a.T @ a, a.T @ y
+    best, chosen = np.inf, None
+    for scale in PENALTIES:
+        inverse = np.linalg.pinv(gram + scale * penalty)
+        theta = inverse @ moment
+        hat = np.einsum("ij,jk,ik->i", a, inverse, a)
+        loo = float(np.mean(((y - a @ theta) / np.maximum(1.0 - hat, 1e-6)[:, None]) ** 2))
+        if loo < best:
+            best, chosen = loo, theta
+    assert chosen is not None
+    return chosen
 
 
 def logistic(a: np.ndarray, y: np.ndarray, theta: np.ndarray, penalty: np.ndarray) -> np.ndarray:

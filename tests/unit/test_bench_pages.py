@@ -122,3 +122,21 @@ def test_a_run_without_figures_shows_its_checks(gen: ModuleType):
 def test_the_overview_links_each_section(page: str):
     assert "| [quality](#quality) | 2026-11-28 09:00:00 UTC |" in page
     assert "| [soak](#soak) | 2026-11-25 02:47:33 UTC | `eeeeeeeeee` | 1 of 1 | 1 |" in page
+
+
+def test_a_variant_is_shown_beside_the_default_run_not_in_its_place(gen: ModuleType):
+    """A run with other options (`bench._report.variant`) newer than the default run."""
+    one = {
+        **QUALITY,
+        "at": "2026-11-28T12:00:00Z",
+        "figures": {"sea": {**QUALITY["figures"]["sea"], "service": None}},
+        "variant": "--message-size 1 --no-service",
+        "command": "python -m bench.quality --message-size 1 --no-service",
+    }
+    page = gen.render([QUALITY, one, SERVE])
+    heads = [line for line in page.splitlines() if line.startswith("## ")]
+    assert heads == ["## serve", "## quality", "## quality --message-size 1 --no-service"]
+    assert "| sea | acc | 0.912 |" in section(page, "quality")  # the default run stays
+    variant = section(page, "quality --message-size 1 --no-service")
+    assert "`python -m bench.quality --message-size 1 --no-service`" in variant
+    assert "(#quality-message-size-1-no-service)" in page
