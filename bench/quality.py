@@ -72,6 +72,34 @@ def _margin(stream: streams.Stream, score: float | None, best: float) -> float |
     return score - best if stream.classification else best - score
 
 
+ONE_AT_A_TIME_GOAL = 18  # streams of 23 at or above River's best, a sample a message (issue 51)
+NEAR = {"acc": 0.01, "mae": 0.02}  # the rest: accuracy points below, or MAE's share above
+
+
+def _inproc_checks(rows: list[dict], whole: bool) -> dict[str, bool]:
+    """Each stream's in-process score against River's best; with `whole` (every stream,
+    a sample a message: River's own protocol) the issue's count of them."""
+    checks = {
+        f"{r['stream']}: in-process {'>=' if r['metric'] == 'acc' else '<='} best River "
+        f"({r['best_ref']})": r["margin_inproc"] >= 0
+        for r in rows
+    }
+    if whole:
+        above = sum(r["margin_inproc"] >= 0 for r in rows)
+        far = [
+            r["stream"]
+            for r in rows
+            if r["margin_inproc"]
+            < -NEAR[r["metric"]] * (1.0 if r["metric"] == "acc" else r[r["best_ref"]])
+        ]
+        checks[
+            f"in-process at or above River's best on >= {ONE_AT_A_TIME_GOAL} of {len(rows)} "
+            f"streams (got {above}), within 0.01 (MAE 2%) on the rest (beyond: "
+            f"{', '.join(far) or 'none'})"
+        ] = above >= ONE_AT_A_TIME_GOAL and not far
+    return checks
+
+
 def evaluate(
     stream: streams.Stream, args: argparse.Namespace, stack: object, work: Path
 ) -> tuple[dict, dict[str, learners.Outcome]]:
@@ -275,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows
         if "after_n" in r
     }
+    if args.no_service:  # the in-process learner judged as the service is otherwise
+        checks |= _inproc_checks(rows, whole=args.streams is None and args.message_size == 1)
     for name, detail in details.items():  # staleness beyond the protocol's: a stale reply
         if detail["service"] is not None:
             stale = _stale(detail["service"]["versions"])
