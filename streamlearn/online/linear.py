@@ -114,12 +114,12 @@ def ridge(a: np.ndarray, y: np.ndarray, penalty: np.ndarray) -> np.ndarray:
     >>> bool(np.abs(ridge(a[:12], noise, penalty)[:3]).max() < 0.1)
     True
     """
-    gram, moment = a.T @ a, a.T @ y
+    gram, rhs = a.T @ a, np.hstack([a.T @ y, a.T])
     best, chosen = np.inf, None
     for scale in PENALTIES:
-        inverse = np.linalg.pinv(gram + scale * penalty)
-        theta = inverse @ moment
-        hat = np.einsum("ij,jk,ik->i", a, inverse, a)
+        solved = np.linalg.solve(gram + scale * penalty, rhs)  # theta, then M^-1 a_i each
+        theta = solved[:, : y.shape[1]]
+        hat = np.sum(a * solved[:, y.shape[1] :].T, axis=1)
         loo = float(np.mean(((y - a @ theta) / np.maximum(1.0 - hat, 1e-6)[:, None]) ** 2))
         if loo < best:
             best, chosen = loo, theta
