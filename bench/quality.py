@@ -77,8 +77,7 @@ NEAR = {"acc": 0.01, "mae": 0.02}  # the rest: accuracy points below, or MAE's s
 
 
 def _inproc_checks(rows: list[dict], whole: bool) -> dict[str, bool]:
-    """Each stream's in-process score against River's best; with `whole` (every stream,
-    a sample a message: River's own protocol) the issue's count of them."""
+    """Each stream's in-process score against River's best; `whole`: the issue's count."""
     checks = {
         f"{r['stream']}: in-process {'>=' if r['metric'] == 'acc' else '<='} best River "
         f"({r['best_ref']})": r["margin_inproc"] >= 0
