@@ -52,7 +52,7 @@ def report(
     same run, so that a noisy shared machine moves both sides alike. `figures`, the few
     numbers the checks judge (ratios, rates), go to the history with them, unless `quick`
     or not `record` (a run of some streams only). A `variant` (another view of the same
-    benchmark: "messages of 1, in-process") is recorded with the command that ran it, and
+    benchmark: `--message-size 1 --no-service`) is recorded with the command that ran it, and
     the results page shows it beside the default run rather than in its place.
     """
     columns = list(dict.fromkeys(k for row in rows for k in row))
