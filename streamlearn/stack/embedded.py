@@ -280,7 +280,10 @@ class WatchedProcess:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_for(self, text: str, timeout_s: float = 60) -> None:
+    def wait_for(self, text: str, timeout_s: float = 120) -> None:
+        """Until a line holds `text`; an error if the process ends first or `timeout_s`
+        passes (a learner traces every batch size before it says ready: over a minute on
+        a busy 2-core machine)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if any(text in line for line in self.lines):
