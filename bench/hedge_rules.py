@@ -105,13 +105,14 @@ def _hedge(stream: streams.Stream, rec: dict, rule: dict) -> list[np.ndarray]:
     """The served weights per message: the learner's `Hedge`, with `rule`'s settings."""
     layer = HedgeMix()
     layer.build((None, len(rec["prior"]), 1))
-    favoured = int(np.argmax(rec["prior"])) if np.ptp(rec["prior"]) > 0 else None
+    prior = np.asarray(rec["prior"])
+    favoured = tuple(np.flatnonzero(prior > prior.min())) if np.ptp(prior) > 0 else ()
     hedge = Hedge(
         layer, rule["beta"], rule["smoothing"], relative=rec["relative"], favoured=favoured
     )
-    if favoured is not None and rule["favoured"] != FAVOURED:
+    if favoured and rule["favoured"] != FAVOURED:
         hedge.prior[:] = 1.0
-        hedge.prior[favoured] = rule["favoured"]
+        hedge.prior[list(favoured)] = rule["favoured"]
         hedge.prior /= hedge.prior.sum()
         hedge.reset()
     out = []

@@ -114,6 +114,13 @@ class ModelConfig(Frozen):
         description="hedge heads on one device: the recent samples a nearest-neighbour head "
         "predicts from (in the model's weights, written from the replay buffer); 0: none",
     )
+    steps: bool = Field(
+        True,
+        description="hedge heads of a binary or regression model of at most 32 standardised "
+        "inputs: one more head, solved over the replay buffer, on soft steps of each input "
+        "(an interval of one input learned within tens of samples); false: the layout of "
+        "releases before it, whose checkpoints and versions it can resume and serve",
+    )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
     learning_rate: float = Field(0.01, gt=0, description="the optimizer's step size")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="the optimizer of each step")

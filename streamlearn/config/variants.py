@@ -20,6 +20,7 @@ VARIANT_FIELDS = (
     "hidden",
     "heads",
     "memory",
+    "steps",
     "learning_rate",
     "optimizer",
     "standardize",
@@ -50,6 +51,7 @@ class VariantConfig(Frozen):
     hidden: tuple[int, ...] | None = Field(None, description="the model's `hidden` sizes")
     heads: Literal["hedge", "last"] | None = Field(None, description="the model's `heads`")
     memory: int | None = Field(None, ge=0, description="the model's `memory` (slots)")
+    steps: bool | None = Field(None, description="the model's `steps` (a steps head)")
     learning_rate: float | None = Field(None, gt=0, description="the model's `learning_rate`")
     optimizer: Literal["adam", "sgd"] | None = Field(None, description="the model's `optimizer`")
     standardize: bool | None = Field(None, description="the model's `standardize`")

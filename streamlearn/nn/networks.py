@@ -26,7 +26,7 @@ from streamlearn.config.policies import LearnerConfig  # noqa: E402
 from streamlearn.config.tfconfig import Workers  # noqa: E402
 from streamlearn.errors import ConfigError  # noqa: E402
 from streamlearn.nn.encode import Encode  # noqa: E402
-from streamlearn.online import hedge, tensors  # noqa: E402
+from streamlearn.online import hedge, steps, tensors  # noqa: E402
 from streamlearn.online.memory import Memory  # noqa: E402
 from streamlearn.online.standardize import Standardize, Unstandardize  # noqa: E402
 
@@ -80,6 +80,8 @@ def _build(cfg: ModelConfig) -> keras.Model:
             taps.append(h)
     losses: hedge.HeadsLoss | str
     if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
+        if cfg.steps and cfg.standardize and cfg.task != "multiclass":  # solved as head 0
+            taps += [t for t in [steps.tap(taps[0])] if t is not None]
         heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
         if cfg.memory_slots:  # a nearest-neighbour head on the inputs, after the others
             prior = {"binary": 0.5, "multiclass": 1.0 / cfg.outputs}.get(cfg.task, 0.0)

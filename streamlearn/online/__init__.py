@@ -5,7 +5,8 @@ PyTorch underneath), never Redis, MQTT or the config's pydantic models.
 - `trainer`: the facade, a model's test-then-train step with everything below
   (`Trainer`, its plain `Params`);
 - the heads: `hedge` (the heads on every layer and their Hedge mixture), `linear` (head 0
-  solved over the replay buffer), `memory` (a nearest-neighbour head);
+  and the steps head solved over the replay buffer), `steps` (the steps head's inputs,
+  soft steps of each input), `memory` (a nearest-neighbour head);
 - the step: `stepsize`, `multistep` (replayed steps several to a compiled call),
   `replay` (the buffer), `drift` (the detector and what a change resets), `guard`
   (non-finite steps undone), `standardize` (inputs and target scaled as a layer);

@@ -2,7 +2,8 @@
 
 Hedge Backpropagation (Sahoo et al., IJCAI 2018, arXiv 1711.03705), the built-in
 architectures' default (`heads = "hedge"`): head 0 reads the standardised inputs (a linear
-model, or a logistic one), head k the k-th hidden layer's output. Training learns every
+model, or a logistic one), head k the k-th hidden layer's output, then, where the model
+has them, the steps head (`steps`) and the memory head (`memory`). Training learns every
 head on its own loss, their mean the training loss (`HeadsLoss`): shallow heads learn fast
 and carry the prediction at the start of a stream and after a change, deeper ones take
 over as the concept needs them. The model serves `sum_k alpha_k * head_k` (`HedgeMix`).
@@ -24,9 +25,9 @@ is the same on every backend:
   does not depend on the target's scale;
 - the model serves each weight above the floor: the floor keeps a head in the race, it
   does not make it serve;
-- the weights start from a prior that favours a solved linear head (`linear`), fitted to
-  every sample from the first message on, and after a drift are uniform, as no head is
-  known to be better on the new concept.
+- the weights start from a prior that favours the solved heads (`linear`: head 0 and the
+  steps head), fitted to every sample from the first message on, and after a drift are
+  uniform, as no head is known to be better on the new concept.
 
 What was measured and tried (beta, the losses, the prior, other rules): docs/learning-log.md.
 """
@@ -256,18 +257,17 @@ class Hedge:
         smoothing: float = 0.2,
         tolerance: float = 0.05,
         relative: bool = False,
-        favoured: int | None = None,
+        favoured: tuple[int, ...] = (),
     ) -> None:
-        """`layer`'s weights, set to the prior: every head alike, or head `favoured` at
-        `FAVOURED` times another's. A fresh model's (a resumed one's are read afterwards)."""
+        """`layer`'s weights, set to the prior: every head alike, but the heads `favoured`
+        at `FAVOURED` times another's. A fresh model's (a resumed one's are read afterwards)."""
         self.variable = layer.alpha
         self.relative = relative
         self.log_beta = float(np.log(beta))
         self.tolerance = tolerance
         self.floor = smoothing / layer.heads
         self.prior = np.ones(layer.heads)
-        if favoured is not None:
-            self.prior[favoured] = FAVOURED
+        self.prior[list(favoured)] = FAVOURED
         self.prior /= self.prior.sum()
         self.reset()
 

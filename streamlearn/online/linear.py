@@ -1,7 +1,9 @@
-"""The linear head, solved: a hedge model's head 0 fitted over the replay buffer.
+"""The linear heads, solved: a hedge model's head 0 and steps head fitted over the replay
+buffer.
 
-Head 0 reads the standardised inputs (`streamlearn.online.hedge`): a linear model, or a
-logistic one for a binary task. Trained by the step's optimizer alone it would learn at
+Head 0 reads the standardised inputs (`streamlearn.online.hedge`), the steps head fixed
+soft steps of them (`streamlearn.online.steps`): each a linear model, or a logistic one
+for a binary task. Trained by the step's optimizer alone it would learn at
 the optimizer's pace and jitter around the fit by its step size; a linear model has a
 better way to learn. So in the learner's spare time the head's weights are solved over
 the replay buffer (the most recent `replay_buffer` samples, none from before a drift) as
@@ -18,7 +20,7 @@ their replay is done:
 
 The bias is not penalised; the penalty (`RIDGE`) differs by task.
 
-The solve writes the head's block of the heads' kernel and bias (`hedge.Heads`), which
+The solve writes each head's block of the heads' kernel and bias (`hedge.Heads`), which
 are published, checkpointed and exported as the rest; it is skipped, leaving the head as
 it was, when its outcome is not finite. A multiclass head stays with the optimizer (a
 softmax head's Newton step solves a system of (inputs x classes) unknowns). It runs only
@@ -33,7 +35,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from streamlearn.online import hedge, standardize
+from streamlearn.online import hedge, standardize, steps
 from streamlearn.online.replay import FromReplay, Replay
 
 # the penalty on the weights, in units of standardised inputs, by task
@@ -44,16 +46,16 @@ CONVERGED = 1e-6  # Newton's decrement per sample below which a solve stops
 
 
 class LinearHead(FromReplay):
-    """Head 0 of one hedge model, and when it is next solved."""
+    """Head 0 and the steps head of one hedge model, and when they are next solved."""
 
     MIN_HELD = 2
 
     def __init__(self, model: keras.Model, task: str) -> None:
         self.heads: hedge.Heads = model.get_layer("heads")
-        tap = self.heads.input[0]
-        self.features = keras.Model(model.inputs[0], tap, name="linear_features")
-        self.inputs = int(tap.shape[-1])
-        self.outputs = self.heads.outputs
+        taps = list(self.heads.input)
+        solved = [0] + [k for k, t in enumerate(taps) if t is steps_output(model)]
+        # head k's features: what it reads, from the model's inputs
+        self.features = {k: keras.Model(model.inputs[0], taps[k]) for k in solved}
         self.binary = task == "binary"
         self.ridge = RIDGE[task]
         self.target = standardize.find(model, standardize.Unstandardize)
@@ -68,34 +70,40 @@ class LinearHead(FromReplay):
         return cls(model, task)
 
     def update(self, replay: Replay) -> bool:
-        """Fit the head over `replay`'s samples; False when there was nothing to do."""
+        """Fit the heads over `replay`'s samples; False when there was nothing to do."""
         if not self.due(replay):
             return False
         self.setting(replay)
         x, y = replay.held()
-        a = np.asarray(self.features(x, training=False), np.float64).reshape(len(x), -1)
-        a = np.hstack([a, np.ones((len(a), 1))])
-        penalty = self.ridge * np.eye(a.shape[1])
-        penalty[-1, -1] = 1e-6  # the bias: all but free
-        kernel = keras.ops.convert_to_numpy(self.heads.kernel)
-        bias = keras.ops.convert_to_numpy(self.heads.bias)
         y = y.reshape(len(y), -1).astype(np.float64)
-        if self.binary:
-            theta = np.append(kernel[: self.inputs, 0], bias[0]).astype(np.float64)[:, None]
-            theta = logistic(a, y, theta, penalty)
-        else:
-            if self.target is not None:  # the head predicts the standardised target
-                y = self.target.standardized(y)
-            theta = ridge(a, y, penalty)
-        if not np.all(np.isfinite(theta)):
-            return True
-        kernel, bias = kernel.copy(), bias.copy()
-        kernel[: self.inputs, : self.outputs] = theta[:-1]
-        bias[: self.outputs] = theta[-1]
+        if not self.binary and self.target is not None:  # the heads predict it standardised
+            y = self.target.standardized(y)
+        kernel = keras.ops.convert_to_numpy(self.heads.kernel).copy()
+        bias = keras.ops.convert_to_numpy(self.heads.bias).copy()
+        for k, features in self.features.items():
+            a = np.asarray(features(x, training=False), np.float64).reshape(len(x), -1)
+            a = np.hstack([a, np.ones((len(a), 1))])
+            penalty = self.ridge * np.eye(a.shape[1])
+            penalty[-1, -1] = 1e-6  # the bias: all but free
+            lo, hi, left, right = self.heads.spans[k]
+            if self.binary:
+                theta = np.append(kernel[lo:hi, left], bias[left]).astype(np.float64)[:, None]
+                theta = logistic(a, y, theta, penalty)
+            else:
+                theta = ridge(a, y, penalty)
+            if np.all(np.isfinite(theta)):
+                kernel[lo:hi, left:right] = theta[:-1]
+                bias[left:right] = theta[-1]
         self.heads.kernel.assign(kernel)
         self.heads.bias.assign(bias)
         self.solves += 1
         return True
+
+
+def steps_output(model: keras.Model) -> object:
+    """The steps head's tap (`streamlearn.online.steps`), None for a model without one."""
+    names = {layer.name for layer in model.layers}
+    return model.get_layer(steps.NAME).output if steps.NAME in names else None
 
 
 def ridge(a: np.ndarray, y: np.ndarray, penalty: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ def test_replayed_weights_are_the_learners(task):
         outputs = [np.clip(o, 0.01, 0.99) for o in outputs]
     layer = HedgeMix()
     layer.build((None, heads, 1))
-    hedge = Hedge(layer, relative=task == "regression", favoured=0)
+    hedge = Hedge(layer, relative=task == "regression", favoured=(0,))
     stream = Stream(name="t", task=task, x=np.zeros((len(y), 1), np.float32), y=y)
     rec = {"heads": outputs, "prior": hedge.prior, "relative": hedge.relative, "resets": {5}}
 

@@ -1,0 +1,56 @@
+"""The steps head's inputs: each standardised input through soft steps at fixed thresholds.
+
+A linear head draws one boundary across the inputs; a concept that holds in an interval of
+one input (an age band, a temperature range) is out of its reach, and the hidden layers
+learn it at the optimizer's pace, hundreds of samples. A tree splits it within tens. A
+linear head over steps of each input, `sigmoid(SHARPNESS * (x_i - t))` for each threshold
+t of `THRESHOLDS` (in standard deviations), draws any piecewise function of each input
+added up, and is solved over the replay buffer as the linear head is
+(`streamlearn.online.linear`): agrawal's first 200 samples go from 0.72 to about 0.88.
+
+The steps are a `Dense` with fixed weights and a sigmoid, a built-in layer, so the actors
+serve it and `export` writes it as it is. Its width is inputs x thresholds; a model of
+more than `MAX_INPUTS` flat inputs has no steps head (its solve would cost too much).
+Figures: docs/learning-log.md, "The start".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+THRESHOLDS = (-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5)  # in standard deviations of an input
+SHARPNESS = 8.0  # a step's slope: from 0.12 to 0.88 over half a standard deviation
+MAX_INPUTS = 32  # flat inputs beyond which a model has no steps head
+NAME = "steps"
+
+
+def tap(inputs: Any) -> Any | None:
+    """The steps of `inputs` (batch, n), standardised: (batch, n x thresholds); None when
+    n is over `MAX_INPUTS`."""
+    n = int(inputs.shape[-1])
+    if n > MAX_INPUTS:
+        return None
+    kernel, bias = weights(n)
+    layer = keras.layers.Dense(len(bias), activation="sigmoid", trainable=False, name=NAME)
+    out = layer(inputs)
+    layer.set_weights([kernel, bias])  # (a constant initializer would not serialise)
+    return out
+
+
+def weights(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The steps' fixed kernel (n, n x thresholds) and bias: column i x k + j is input i's
+    step at threshold j.
+
+    >>> kernel, bias = weights(2)
+    >>> kernel.shape, bias.shape, kernel[1, 7], bias[7]
+    ((2, 14), (14,), 8.0, 12.0)
+    """
+    k = len(THRESHOLDS)
+    kernel = np.zeros((n, n * k), np.float32)
+    for i in range(n):
+        kernel[i, i * k : (i + 1) * k] = SHARPNESS
+    bias = np.tile(-SHARPNESS * np.asarray(THRESHOLDS, np.float32), n)
+    return kernel, bias

@@ -1,0 +1,47 @@
+"""A concept that holds in an interval of one input (an age band) is out of a linear
+head's reach; the steps head, solved over the replay buffer as the linear head is, draws
+it from a hundred samples (`streamlearn.online.steps`)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from streamlearn.config.app import ModelConfig
+from streamlearn.nn.networks import build_model
+from streamlearn.online import steps
+from streamlearn.online.linear import LinearHead
+from streamlearn.online.replay import Replay
+
+
+def band(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """3 standardised inputs; the label: the first within 0.6 of its mean."""
+    x = np.random.default_rng(seed).normal(0, 1, (n, 3)).astype(np.float32)
+    return x, (np.abs(x[:, 0]) < 0.6).astype(np.float32)
+
+
+def test_the_steps_head_learns_a_band_of_one_input_from_a_hundred_samples():
+    model = build_model(ModelConfig(name="band", inputs=3, task="binary"))
+    replay = Replay(500, (3,), (), ratio=1.0, batch=8, buckets=(8,))
+    replay.add(*band(100, seed=0))
+    solved = LinearHead(model, "binary")
+    assert solved.update(replay)
+    x, y = band(1000, seed=1)
+    heads = keras.Model(model.inputs, model.get_layer("heads").output)(x)  # (n, heads, 1)
+    linear, stepped = sorted(solved.features)  # head 0, then the steps head
+    accuracy = [float(np.mean((heads[:, k, 0] > 0.5) == (y > 0.5))) for k in (linear, stepped)]
+    assert accuracy[1] >= 0.9 and accuracy[0] <= 0.7, accuracy  # the majority is ~0.55
+
+
+def test_a_model_of_many_inputs_or_classes_or_the_old_layout_has_no_steps_head():
+    """Its solve would cost too much (inputs x thresholds unknowns); a multiclass head is
+    left to the optimizer, so steps would learn at its pace; `steps = false` keeps the
+    layout of the releases before it, whose checkpoints and versions then still fit."""
+    names = lambda cfg: {layer.name for layer in build_model(cfg).layers}  # noqa: E731
+    assert steps.NAME in names(ModelConfig(name="m", inputs=steps.MAX_INPUTS, task="binary"))
+    old = ModelConfig(name="m", inputs=4, task="binary", steps=False)
+    assert steps.NAME not in names(old)
+    wide = ModelConfig(name="m", inputs=steps.MAX_INPUTS + 1, task="binary")
+    assert steps.NAME not in names(wide)
+    many = ModelConfig(name="m", inputs=4, task="multiclass", classes=3)
+    assert steps.NAME not in names(many)
