@@ -25,9 +25,9 @@ is the same on every backend:
   does not depend on the target's scale;
 - the model serves each weight above the floor: the floor keeps a head in the race, it
   does not make it serve;
-- the weights start from a prior that favours the solved heads (`linear`: head 0 and the
-  steps head), fitted to every sample from the first message on, and after a drift are
-  uniform, as no head is known to be better on the new concept.
+- the weights start from a prior that favours the solved linear head (`linear`), fitted to
+  every sample from the first message on, and after a drift are uniform, as no head is
+  known to be better on the new concept.
 
 What was measured and tried (beta, the losses, the prior, other rules): docs/learning-log.md.
 """

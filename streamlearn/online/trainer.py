@@ -119,7 +119,7 @@ class Trainer:
         self.memory = MemoryWriter.of(model, params.task) if solved else None
         mix = hedge.find(model)
         relative = params.task == "regression"  # a squared error has the target's units
-        favoured = tuple(self.linear.features) if self.linear else ()  # solved: ahead
+        favoured = (0,) if self.linear else ()  # the solved linear head starts ahead
         self.hedge = None if mix is None else Hedge(mix, relative=relative, favoured=favoured)
         self._resolve = False  # replayed steps moved the solved linear head since its solve
         self._forward: Forward | None = None  # the served prediction (`_newer_part`)
