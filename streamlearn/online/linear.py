@@ -52,10 +52,10 @@ class LinearHead(FromReplay):
 
     def __init__(self, model: keras.Model, task: str) -> None:
         self.heads: hedge.Heads = model.get_layer("heads")
-        taps = list(self.heads.input)
-        solved = [0] + [k for k, t in enumerate(taps) if t is steps_output(model)]
-        # head k's features: what it reads, from the model's inputs
-        self.features = {k: keras.Model(model.inputs[0], taps[k]) for k in solved}
+        taps, stepped = list(self.heads.input), steps_output(model)
+        self.solved = [0] + [k for k, t in enumerate(taps) if stepped is not None and t is stepped]
+        # what the solved heads read, from the model's inputs, in one call
+        self.features = keras.Model(model.inputs[0], [taps[k] for k in self.solved])
         self.binary = task == "binary"
         self.ridge = RIDGE[task]
         self.target = standardize.find(model, standardize.Unstandardize)
@@ -80,8 +80,10 @@ class LinearHead(FromReplay):
             y = self.target.standardized(y)
         kernel = keras.ops.convert_to_numpy(self.heads.kernel).copy()
         bias = keras.ops.convert_to_numpy(self.heads.bias).copy()
-        for k, features in self.features.items():
-            a = np.asarray(features(x, training=False), np.float64).reshape(len(x), -1)
+        reads = self.features(x, training=False)
+        reads = reads if isinstance(reads, list | tuple) else [reads]  # (one head: a tensor)
+        for k, read in zip(self.solved, reads, strict=True):
+            a = np.asarray(read, np.float64).reshape(len(x), -1)
             a = np.hstack([a, np.ones((len(a), 1))])
             penalty = self.ridge * np.eye(a.shape[1])
             penalty[-1, -1] = 1e-6  # the bias: all but free
