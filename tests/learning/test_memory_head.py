@@ -118,7 +118,8 @@ def test_a_head_held_at_the_floor_does_not_serve():
     served = keras.ops.convert_to_numpy(mix.variable)
     np.testing.assert_allclose(served, [1.0] + [0.0] * others, atol=1e-6)
     before = mix.alpha.copy()
-    np.testing.assert_allclose(mix.read(), before, atol=0.02)
+    # to within the floor's renormalisation: a weight raised to it sits a little below it
+    np.testing.assert_allclose(mix.read(), before, atol=0.6 * mix.floor)
 
 
 def test_the_learner_scores_what_the_actors_serve():
