@@ -45,7 +45,7 @@ def weights(n: int) -> tuple[np.ndarray, np.ndarray]:
     step at threshold j.
 
     >>> kernel, bias = weights(2)
-    >>> kernel.shape, bias.shape, kernel[1, 7], bias[7]
+    >>> kernel.shape, bias.shape, float(kernel[1, 7]), float(bias[7])
     ((2, 14), (14,), 8.0, 12.0)
     """
     k = len(THRESHOLDS)
