@@ -80,8 +80,10 @@ def _build(cfg: ModelConfig) -> keras.Model:
             taps.append(h)
     losses: hedge.HeadsLoss | str
     if cfg.heads == "hedge" and len(taps) > 1:  # (a linear model has its inputs alone)
-        if cfg.steps and cfg.standardize and cfg.task != "multiclass":  # solved as head 0
-            taps += [t for t in [steps.tap(taps[0])] if t is not None]
+        solvable = cfg.steps and cfg.standardize and cfg.task != "multiclass"
+        stepped = steps.tap(taps[0]) if solvable else None  # solved as head 0 is
+        if stepped is not None:
+            taps.append(stepped)
         heads = hedge.Heads(cfg.outputs, activation, name="heads")(taps)
         if cfg.memory_slots:  # a nearest-neighbour head on the inputs, after the others
             prior = {"binary": 0.5, "multiclass": 1.0 / cfg.outputs}.get(cfg.task, 0.0)

@@ -52,8 +52,8 @@ class LinearHead(FromReplay):
 
     def __init__(self, model: keras.Model, task: str) -> None:
         self.heads: hedge.Heads = model.get_layer("heads")
-        taps, stepped = list(self.heads.input), steps_output(model)
-        self.solved = [0] + [k for k, t in enumerate(taps) if stepped is not None and t is stepped]
+        taps, stepped = list(self.heads.input), steps.output(model)
+        self.solved = [0] + [k for k, t in enumerate(taps) if t is stepped]  # head indices
         # what the solved heads read, from the model's inputs, in one call
         self.features = keras.Model(model.inputs[0], [taps[k] for k in self.solved])
         self.binary = task == "binary"
@@ -100,12 +100,6 @@ class LinearHead(FromReplay):
         self.heads.bias.assign(bias)
         self.solves += 1
         return True
-
-
-def steps_output(model: keras.Model) -> object:
-    """The steps head's tap (`streamlearn.online.steps`), None for a model without one."""
-    names = {layer.name for layer in model.layers}
-    return model.get_layer(steps.NAME).output if steps.NAME in names else None
 
 
 def ridge(a: np.ndarray, y: np.ndarray, penalty: np.ndarray) -> np.ndarray:

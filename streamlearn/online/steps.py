@@ -40,6 +40,12 @@ def tap(inputs: Any) -> Any | None:
     return out
 
 
+def output(model: keras.Model) -> Any | None:
+    """`model`'s steps (what its steps head reads); None for a model without them."""
+    names = {layer.name for layer in model.layers}
+    return model.get_layer(NAME).output if NAME in names else None
+
+
 def weights(n: int) -> tuple[np.ndarray, np.ndarray]:
     """The steps' fixed kernel (n, n x thresholds) and bias: column i x k + j is input i's
     step at threshold j.
