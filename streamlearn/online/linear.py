@@ -16,15 +16,21 @@ their replay is done:
 - a binary task: ridge logistic regression by Newton's method, from the weights the head
   has, each step halved until it lowers the penalised log loss and the solve stopped
   once Newton's decrement says it has converged (`logistic`), so that labels
-  contradicting the fit (a swap) cannot make it diverge.
+  contradicting the fit (a swap) cannot make it diverge;
+- a multiclass task of at most `MULTICLASS_INPUTS` inputs: the same, one class against
+  the rest, each class's column of logits (the softmax reads them), its bias penalised
+  as the weights are: a class not yet seen keeps a bias near zero rather than one far
+  below, which would cost its first sample a huge log loss and hand the mixture's
+  weight to the heads still at chance.
 
-The bias is not penalised; the penalty (`RIDGE`) differs by task.
+Otherwise the bias is not penalised; the penalty (`RIDGE`) differs by task.
 
 The solve writes each head's block of the heads' kernel and bias (`hedge.Heads`), which
 are published, checkpointed and exported as the rest; it is skipped, leaving the head as
-it was, when its outcome is not finite. A multiclass head stays with the optimizer (a
-softmax head's Newton step solves a system of (inputs x classes) unknowns). It runs only
-in spare time, never while a backlog waits.
+it was, when its outcome is not finite. A multiclass head of more inputs stays with the
+optimizer: its solve is a Newton solve per class (digits' 64 inputs and 10 classes:
+16-80 ms), and there the memory head serves the start better. It runs only in spare
+time, never while a backlog waits.
 
 What was measured and tried (the penalties, Newton's overshoot, weighting by age, a
 multiclass solve, the cost): docs/learning-log.md.
@@ -39,7 +45,8 @@ from streamlearn.online import hedge, standardize, steps
 from streamlearn.online.replay import FromReplay, Replay
 
 # the penalty on the weights, in units of standardised inputs, by task
-RIDGE = {"regression": 0.1, "binary": 1.0}
+RIDGE = {"regression": 0.1, "binary": 1.0, "multiclass": 1.0}
+MULTICLASS_INPUTS = 32  # a multiclass head of more inputs stays with the optimizer
 PENALTIES = (1.0, 10.0, 100.0, 1000.0)  # a regression's penalty's candidates, times `RIDGE`
 NEWTON_STEPS = 8  # at most, per solve (a binary head starts from its last weights)
 CONVERGED = 1e-6  # Newton's decrement per sample below which a solve stops
@@ -56,7 +63,7 @@ class LinearHead(FromReplay):
         self.solved = [0] + [k for k, t in enumerate(taps) if t is stepped]  # head indices
         # what the solved heads read, from the model's inputs, in one call
         self.features = keras.Model(model.inputs[0], [taps[k] for k in self.solved])
-        self.binary = task == "binary"
+        self.task = task
         self.ridge = RIDGE[task]
         self.target = standardize.find(model, standardize.Unstandardize)
         self.solves = 0
@@ -64,8 +71,11 @@ class LinearHead(FromReplay):
     @classmethod
     def of(cls, model: keras.Model, task: str) -> LinearHead | None:
         """The model's solvable linear head; None for a model without one (no hedge heads,
-        a multiclass task)."""
-        if task == "multiclass" or hedge.find(model) is None:
+        a multiclass task of more than `MULTICLASS_INPUTS` inputs)."""
+        if hedge.find(model) is None:
+            return None
+        inputs = int(model.get_layer("heads").input[0].shape[-1])
+        if task == "multiclass" and inputs > MULTICLASS_INPUTS:
             return None
         return cls(model, task)
 
@@ -76,7 +86,7 @@ class LinearHead(FromReplay):
         self.setting(replay)
         x, y = replay.held()
         y = y.reshape(len(y), -1).astype(np.float64)
-        if not self.binary and self.target is not None:  # the heads predict it standardised
+        if self.task == "regression" and self.target is not None:  # predicted standardised
             y = self.target.standardized(y)
         kernel = keras.ops.convert_to_numpy(self.heads.kernel).copy()
         bias = keras.ops.convert_to_numpy(self.heads.bias).copy()
@@ -86,13 +96,17 @@ class LinearHead(FromReplay):
             a = np.asarray(read, np.float64).reshape(len(x), -1)
             a = np.hstack([a, np.ones((len(a), 1))])
             penalty = self.ridge * np.eye(a.shape[1])
-            penalty[-1, -1] = 1e-6  # the bias: all but free
+            if self.task != "multiclass":  # (a class's bias is penalised: see above)
+                penalty[-1, -1] = 1e-6  # the bias: all but free
             lo, hi, left, right = self.heads.spans[k]
-            if self.binary:
-                theta = np.append(kernel[lo:hi, left], bias[left]).astype(np.float64)[:, None]
-                theta = logistic(a, y, theta, penalty)
-            else:
+            if self.task == "regression":
                 theta = ridge(a, y, penalty)
+            else:  # logistic: a binary head's one column, a multiclass head's one per class
+                last = np.vstack([kernel[lo:hi, left:right], bias[left:right]]).astype(np.float64)
+                classes = np.arange(right - left)
+                labels = y if self.task == "binary" else (y == classes).astype(np.float64)
+                columns = [logistic(a, labels[:, [c]], last[:, [c]], penalty) for c in classes]
+                theta = np.hstack(columns)
             if np.all(np.isfinite(theta)):
                 kernel[lo:hi, left:right] = theta[:-1]
                 bias[left:right] = theta[-1]
