@@ -39,9 +39,10 @@ def test_the_steps_head_learns_a_band_of_one_input_from_a_hundred_samples():
 
 
 def test_a_model_of_many_inputs_or_classes_or_the_old_layout_has_no_steps_head():
-    """Its solve would cost too much (inputs x thresholds unknowns); a multiclass head is
-    left to the optimizer, so steps would learn at its pace; `steps = false` keeps the
-    layout of the releases before it, whose checkpoints and versions then still fit."""
+    """Its solve would cost too much (inputs x thresholds unknowns); a multiclass model's
+    would be solved once per class, over the same unknowns (not measured: it has none);
+    `steps = false` keeps the layout of the releases before it, whose checkpoints and
+    versions then still fit."""
     names = lambda cfg: {layer.name for layer in build_model(cfg).layers}  # noqa: E731
     assert steps.NAME in names(ModelConfig(name="m", inputs=steps.MAX_INPUTS, task="binary"))
     old = ModelConfig(name="m", inputs=4, task="binary", steps=False)
