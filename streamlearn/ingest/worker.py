@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if port is not None:
         log.info("metrics on port %d", port)
+    runtime.settle()  # before the ready line, as the learner and actor do
     log.info("ingest for %s ready on %s", model.name, ", ".join(topics))
-    runtime.settle()
     try:
         ingest.run(stop)
     finally:
