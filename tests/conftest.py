@@ -224,6 +224,17 @@ def eventually(check: Callable[[], T], timeout_s: float = 30, what: str = "condi
     raise AssertionError(f"{what} not reached within {timeout_s} s")
 
 
+def served(client: Client, body: dict, version: int, timeout_s: float = 30) -> dict:
+    """The reply to `body` once it comes from `version`: the actors swap a new version in
+    within moments, which a busy machine stretches to seconds."""
+
+    def check() -> dict | None:
+        reply = client.request(body)
+        return reply if reply["version"] == version else None
+
+    return eventually(check, timeout_s, f"version {version} served")
+
+
 def retained(settings: Settings, topic: str, timeout_s: float = 2) -> dict | None:
     """The JSON document retained on `topic` (a status), read once; None when none."""
     got: list[bytes] = []

@@ -114,9 +114,12 @@ class ServerProcess:
                 )
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
             except OSError:
                 time.sleep(0.05)
+                continue
+            if holds_listener(self.proc.pid, self.port):
+                return self
+            time.sleep(0.05)  # another server holds the port: ours exits on its bind error
         self.stop()
         raise StreamlearnError(f"{self.name} did not listen on port {self.port} in {timeout_s} s")
 
@@ -133,6 +136,29 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def holds_listener(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on 127.0.0.1:`port` (Linux's /proc;
+    True where /proc cannot tell). An answer on the port alone can come from another
+    server that took it between `free_port` and our bind."""
+    inodes: set[str] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")  # 0A: LISTEN
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except (OSError, IndexError, ValueError):
+        return True
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _workdir(workdir: str | os.PathLike[str] | None, name: str, private: bool = False) -> Path:
@@ -309,11 +335,20 @@ class LocalCluster:
         self, masters: int = 3, replicas: int = 1, workdir: str | os.PathLike[str] | None = None
     ) -> None:
         self.workdir = _workdir(workdir, "redis-cluster")
-        self.replicas = replicas
+        self.masters, self.replicas = masters, replicas
         self.nodes: list[ServerProcess] = []
-        for _ in range(masters * (1 + replicas)):
-            port = free_port()
-            options = ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]
+        self._draw()
+
+    def _draw(self) -> None:
+        """The nodes on distinct free ports: a node's port, and its cluster bus's, must
+        differ from every other node's."""
+        ports: list[int] = []
+        while len(ports) < 2 * self.masters * (1 + self.replicas):
+            if (port := free_port()) not in ports:
+                ports.append(port)
+        self.nodes = []
+        for port, bus in zip(ports[::2], ports[1::2], strict=True):
+            options = ["--cluster-enabled", "yes", "--cluster-port", str(bus)]
             options += ["--cluster-node-timeout", "1000", "--cluster-config-file", "nodes.conf"]
             self.nodes.append(redis_server(port, self.workdir / str(port), *options))
 
@@ -325,10 +360,18 @@ class LocalCluster:
     def live(self) -> list[ServerProcess]:
         return [n for n in self.nodes if n.proc is not None and n.proc.poll() is None]
 
-    def start(self, timeout_s: float = 30) -> LocalCluster:
+    def start(self, timeout_s: float = 30, tries: int = 3) -> LocalCluster:
+        for attempt in range(tries):  # a port drawn free can be taken before a node binds it
+            try:
+                for node in self.nodes:
+                    node.start()
+                break
+            except StreamlearnError:
+                self.stop()
+                if attempt == tries - 1:
+                    raise
+                self._draw()
         try:
-            for node in self.nodes:
-                node.start()
             addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
             create = ["redis-cli", "--cluster", "create", *addresses]
             create += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]

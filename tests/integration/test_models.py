@@ -7,7 +7,7 @@ import signal
 import numpy as np
 
 from streamlearn.contract.names import Names
-from tests.conftest import eventually, plain_paho, samples_seen
+from tests.conftest import eventually, plain_paho, samples_seen, served
 
 TOML = """
 [models.good]
@@ -57,13 +57,10 @@ def test_one_models_bad_input_and_crash_do_not_touch_another(
     eventually(trained_all, 60, "the good model trained on all its samples")
     client = client_for("good")
     probe = np.array([[0.5, 0.25], [-0.5, 0.5]])
-    reply = client.request({"x": probe.tolist()})
-    for _ in range(30):  # the actor swaps in the last version within moments
-        if reply["version"] == int(redis.get(good.latest_key)):
-            break
-        reply = client.request({"x": probe.tolist()})
+    latest = int(redis.get(good.latest_key))
     # Served by an actor that built the factory's architecture and loaded its weights.
-    assert reply["version"] == int(redis.get(good.latest_key)) > 0
+    reply = served(client, {"x": probe.tolist()}, latest)
+    assert latest > 0
     assert len(reply["y"]) == 2 and all(np.isfinite(reply["y"]))
     # still dead, by the kill above: wait() rather than poll(), which reads None while a
     # SIGKILLed process has not exited yet (it read None once under pytest -n 4, loaded)

@@ -26,6 +26,7 @@ from tests.conftest import (
     plain_paho,
     role_env,
     samples_seen,
+    served,
 )
 from tests.deployed import redis_as
 from tests.factories import deadletters
@@ -257,9 +258,7 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
         latest = int(redis.get(names.latest_key))
         probe = client_for(names.model)
         body = {"key": "dev-0", "x": [0.0]} if names.model == "seq" else {"x": [0.0]}
-        for _ in range(50):  # the actors swap the latest version in within moments
-            if probe.request(body)["version"] == latest:
-                break
+        served(probe, body, latest)
 
     # Held out: each step, every device asks with its key and newest x only (the earlier
     # steps come from what it sent), then sends that observation without a target.
