@@ -143,7 +143,7 @@ class Trainer:
             )
         tensors.restore(self.variables, before)
         if self.hedge is not None:
-            self.hedge.read()
+            self.hedge.read(seen=self.state.samples_seen)
         self._forward = Forward(self.model, self.params.sample_shape)  # for a drift's step
         self._forward(np.zeros((1, *self.params.sample_shape), np.float32))  # traced now
         skip = ("loss", FINITE, hedge.HEAD_LOSSES)
