@@ -37,6 +37,7 @@ from bench._stack import Proc, Stack, broker
 from bench.serve import _config, _publish_weights, _request_payloads, _wait_serving, measure_max
 from streamlearn.config import DEMO_TOML
 from streamlearn.contract.names import Names
+from streamlearn.stack import cluster as cluster_lib
 from streamlearn.stack import embedded
 from streamlearn.store.redis_client import connect
 
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         with (
             broker(work / "mqtt", nagle=False) as mqtt,
             embedded.redis_server(workdir=work / "redis") as single,
-            embedded.LocalCluster(masters=3, replicas=0, workdir=work / "rc") as cluster,
+            cluster_lib.LocalCluster(masters=3, replicas=0, workdir=work / "rc") as cluster,
         ):
             stacks = {
                 ONE: Stack(mqtt.port, single.port, work),

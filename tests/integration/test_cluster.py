@@ -18,6 +18,7 @@ import redis as redis_lib
 
 from streamlearn.config import Settings
 from streamlearn.contract.names import Names
+from streamlearn.stack import cluster as cluster_lib
 from streamlearn.stack import embedded
 from streamlearn.store.redis_client import connect, is_cluster
 from streamlearn.store.weights import WeightsStore
@@ -70,13 +71,17 @@ max_batch = 32
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[embedded.LocalCluster]:
-    with embedded.LocalCluster(masters=3, replicas=1, workdir=tmp_path_factory.mktemp("rc")) as c:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster_lib.LocalCluster]:
+    with cluster_lib.LocalCluster(
+        masters=3, replicas=1, workdir=tmp_path_factory.mktemp("rc")
+    ) as c:
         yield c
 
 
 @pytest.fixture
-def settings(cluster: embedded.LocalCluster, mosquitto_server: embedded.ServerProcess) -> Settings:
+def settings(
+    cluster: cluster_lib.LocalCluster, mosquitto_server: embedded.ServerProcess
+) -> Settings:
     """This module's roles talk to the cluster through one node's URL."""
     mine = own_settings(cluster.nodes[0], mosquitto_server)
     return mine.model_copy(update={"redis_url": cluster.url})
@@ -89,13 +94,13 @@ def redis(settings: Settings) -> Iterator[redis_lib.Redis]:
     client.close()
 
 
-def port_of(cluster: embedded.LocalCluster, key: str) -> int | None:
+def port_of(cluster: cluster_lib.LocalCluster, key: str) -> int | None:
     """The port of the master serving `key` now (None: none, during a failover)."""
     master = cluster.master_of(key)
     return None if master is None else master.port
 
 
-def on_two_masters(cluster: embedded.LocalCluster, settings: Settings) -> tuple[Names, Names]:
+def on_two_masters(cluster: cluster_lib.LocalCluster, settings: Settings) -> tuple[Names, Names]:
     """Two model names whose keys hash to slots served by different masters."""
     candidates = [Names(f"m{i}", settings.topic_prefix, settings.key_prefix) for i in range(20)]
     first = candidates[0]
