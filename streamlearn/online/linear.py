@@ -23,7 +23,11 @@ their replay is done:
   below, which would cost its first sample a huge log loss and hand the mixture's
   weight to the heads still at chance.
 
-Otherwise the bias is not penalised; the penalty (`RIDGE`) differs by task.
+Otherwise the bias is not penalised; the penalty (`RIDGE`) differs by task. The steps
+head's penalty on an input's steps is over the square root of that input's relevance
+(`steps.relevance`), so that the inputs that explain nothing of the target do not fit
+its noise (the root: over the relevance itself, a noise-free linear target's steps head
+jittered enough to set off a false drift).
 
 The solve writes each head's block of the heads' kernel and bias (`hedge.Heads`), which
 are published, checkpointed and exported as the rest; it is skipped, leaving the head as
@@ -92,10 +96,13 @@ class LinearHead(FromReplay):
         bias = keras.ops.convert_to_numpy(self.heads.bias).copy()
         reads = self.features(x, training=False)
         reads = reads if isinstance(reads, list | tuple) else [reads]  # (one head: a tensor)
+        reads = [np.asarray(read, np.float64).reshape(len(x), -1) for read in reads]
         for k, read in zip(self.solved, reads, strict=True):
-            a = np.asarray(read, np.float64).reshape(len(x), -1)
-            a = np.hstack([a, np.ones((len(a), 1))])
+            a = np.hstack([read, np.ones((len(read), 1))])
             penalty = self.ridge * np.eye(a.shape[1])
+            if k:  # the steps head: each input's steps over the root of its relevance
+                relevance = steps.relevance(reads[0], y)  # (head 0 reads the inputs)
+                penalty[:-1, :-1] /= np.repeat(np.sqrt(relevance), len(steps.THRESHOLDS))[:, None]
             if self.task != "multiclass":  # (a class's bias is penalised: see above)
                 penalty[-1, -1] = 1e-6  # the bias: all but free
             lo, hi, left, right = self.heads.spans[k]
