@@ -69,7 +69,7 @@ def relevance(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Each input's share of the targets' squared error that its own steps explain (a
     piecewise-constant fit between `THRESHOLDS`), over the most relevant input's: (n,),
     in [`LEAST_RELEVANCE`, 1]. `z`: standardised inputs (m, n); `y`: targets, (m,) or
-    (m, 1). The steps head's penalty on an input's steps is over its square root: where
+    (m, outputs). The steps head's penalty on an input's steps is over its square root: where
     one input in nine carries the concept (an age band), the other eight's 56 steps would
     fit noise.
 
@@ -78,14 +78,15 @@ def relevance(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     >>> relevance(z, (np.abs(z[:, 1]) < 0.6).astype(float)).round(2).tolist()
     [0.06, 1.0, 0.04]
     """
-    y = np.asarray(y, np.float64).reshape(len(z))
+    y = np.asarray(y, np.float64).reshape(len(z), -1)
     explained = np.zeros(z.shape[1])
     for i in range(z.shape[1]):
         bins = np.digitize(z[:, i], THRESHOLDS)
         counts = np.bincount(bins, minlength=len(THRESHOLDS) + 1)
-        sums = np.bincount(bins, weights=y, minlength=len(THRESHOLDS) + 1)
         held = counts > 0
-        explained[i] = np.sum(sums[held] ** 2 / counts[held]) - y.sum() ** 2 / len(y)
+        for column in y.T:  # (a target of several outputs: their sum)
+            sums = np.bincount(bins, weights=column, minlength=len(THRESHOLDS) + 1)
+            explained[i] += np.sum(sums[held] ** 2 / counts[held]) - column.sum() ** 2 / len(y)
     top = explained.max()
     if not top > 0:
         return np.ones(z.shape[1])
