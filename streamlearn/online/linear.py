@@ -25,9 +25,7 @@ their replay is done:
 
 Otherwise the bias is not penalised; the penalty (`RIDGE`) differs by task. The steps
 head's penalty on an input's steps is over the square root of that input's relevance
-(`steps.relevance`), so that the inputs that explain nothing of the target do not fit
-its noise (the root: over the relevance itself, a noise-free linear target's steps head
-jittered enough to set off a false drift).
+(`steps.relevance`, which says why).
 
 The solve writes each head's block of the heads' kernel and bias (`hedge.Heads`), which
 are published, checkpointed and exported as the rest; it is skipped, leaving the head as

@@ -71,7 +71,8 @@ def relevance(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     in [`LEAST_RELEVANCE`, 1]. `z`: standardised inputs (m, n); `y`: targets, (m,) or
     (m, outputs). The steps head's penalty on an input's steps is over its square root: where
     one input in nine carries the concept (an age band), the other eight's 56 steps would
-    fit noise.
+    fit noise; over the relevance itself, a noise-free linear target's steps head moved
+    enough between solves to set off a false drift (docs/learning-log.md).
 
     >>> rng = np.random.default_rng(0)
     >>> z = rng.normal(size=(200, 3))
