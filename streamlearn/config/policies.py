@@ -249,8 +249,8 @@ class LearnerConfig(Frozen):
     )
     drift_detection: bool = Field(
         True,
-        description="watch the online loss for a lasting rise; on one, forget the replay "
-        "buffer's samples from before it",
+        description="watch the served prediction's online error for a lasting rise; on "
+        "one, forget the replay buffer's samples from before it",
     )
 
     @model_validator(mode="after")

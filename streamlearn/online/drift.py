@@ -1,4 +1,6 @@
-"""Concept drift: a detector on the online (test-then-train) loss, ADWIN-style.
+"""Concept drift: a detector on the online (test-then-train) loss, ADWIN-style. The
+trainer gives it the served prediction's squared error (`hedge.served_error`), a model
+of one head its training loss.
 
 It keeps the recent steps' losses (each a mean over a batch of fresh samples, weighted by
 its size) in a bounded window, and every `clock` samples (16: an abrupt change shows a

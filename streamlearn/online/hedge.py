@@ -41,7 +41,9 @@ from typing import Any
 import keras
 import numpy as np
 
-HEAD_LOSSES = "head_losses"  # the log of each head's mean loss over the step's batch
+# The log of each head's mean loss over the step's batch, then the served prediction's mean
+# squared error (`served_error`)
+HEAD_LOSSES = "head_losses"
 # The per-row form of each built-in head's metric (`networks._HEADS`), by its log name.
 PER_ROW_METRICS = {
     "mae": keras.metrics.mean_absolute_error,
@@ -180,22 +182,42 @@ def served_score(y_true: Any, y_pred: Any, metric: str) -> Any:
     return PER_ROW_METRICS[metric](y_true, served(y_pred))
 
 
+def served_error(y_true: Any, y_pred: Any) -> Any:
+    """Each row's squared error of the served prediction, (batch,): a regression's, or a
+    classifier's Brier score (its probabilities against the one-hot class).
+
+    What the drift detector watches (`Trainer.step`). Bounded, unlike the log loss: a
+    model a little behind a gradual change, right on nine samples in ten, is so sure of
+    the tenth that its log loss rose as an abrupt change's does, and every drift it set
+    off threw away a model that was mostly right (docs/learning-log.md, "Drift")."""
+    p = served(y_pred)
+    if len(y_true.shape) == 1 or y_true.shape[-1] != p.shape[-1]:  # a class index per row
+        index = keras.ops.cast(keras.ops.reshape(y_true, (-1,)), "int32")
+        y_true = keras.ops.one_hot(index, p.shape[-1], dtype=p.dtype)
+    t = keras.ops.cast(keras.ops.reshape(y_true, (-1, p.shape[-1])), p.dtype)
+    return keras.ops.sum(keras.ops.square(p - t), axis=-1)
+
+
 def head_loss_sums(base: str, y_true: Any, y_pred: Any, sample_weight: Any) -> Any:
-    """Each head's loss summed over the batch's rows, weighted: (heads,)."""
+    """Each head's loss summed over the batch's rows, weighted, then the served
+    prediction's squared error (`served_error`): (heads + 1,)."""
     per = _per_head(base, y_true, y_pred)  # (batch, heads)
+    error = keras.ops.reshape(served_error(y_true, y_pred), (-1, 1))
+    per = keras.ops.concatenate([per, keras.ops.cast(error, per.dtype)], axis=1)
     w = keras.ops.ones_like(per[:, 0]) if sample_weight is None else sample_weight
     return keras.ops.sum(per * keras.ops.reshape(keras.ops.cast(w, per.dtype), (-1, 1)), axis=0)
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")
 class HeadLosses(keras.metrics.Metric):
-    """Each head's loss, its mean over the batch (weighted): a vector, one per head."""
+    """Each head's loss, its mean over the batch (weighted), then the served prediction's
+    squared error: a vector of heads + 1."""
 
     def __init__(self, base: str, heads: int, **kwargs: Any) -> None:
         super().__init__(name=HEAD_LOSSES, **{k: v for k, v in kwargs.items() if k != "name"})
         self.base = base
         self.heads = heads
-        self.total = self.add_variable((heads,), "zeros", name="total")
+        self.total = self.add_variable((heads + 1,), "zeros", name="total")
         self.count = self.add_variable((), "zeros", name="count")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -209,7 +231,7 @@ class HeadLosses(keras.metrics.Metric):
         return self.total / keras.ops.maximum(self.count, 1e-12)
 
     def reset_state(self) -> None:
-        self.total.assign(keras.ops.zeros((self.heads,)))
+        self.total.assign(keras.ops.zeros((self.heads + 1,)))
         self.count.assign(0.0)
 
     def get_config(self) -> dict:

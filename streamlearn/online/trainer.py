@@ -15,7 +15,7 @@ at a time (`learn`, `predict`). Both read `figures`.
   fresh samples go to the replay buffer; in spare time `replay_step` sets the linear and
   memory heads from it (`linear`, `memory`), trains on batches from it (`replay`; several
   steps to a call where the backend allows: `multistep`), never scored, and solves the
-  linear head again; a drift detector on the online loss makes the learner start afresh
+  linear head again; a drift detector on the online error makes the learner start afresh
   on the new concept (`drift`, `changed`); the step size follows the recent loss
   (`stepsize`); a hedge model's mixture weights follow each head's loss (`hedge`).
 """
@@ -165,8 +165,12 @@ class Trainer:
             what = "loss" if not math.isfinite(loss) else "weights or optimizer state"
             self._undo(batch, f"non-finite {what} at step {self.state.step + 1} (loss {loss})")
             return False
+        # each head's loss, then the served prediction's error: what the drift detector
+        # watches where the model mixes heads (`hedge.served_error`), else the loss
+        heads = np.asarray(logs.get(hedge.HEAD_LOSSES, [loss]), np.float64)
+        heads, watched = heads[:-1], float(heads[-1])
         if self.memory is not None:  # the trained heads' mean, the memory's stand-in not in it
-            loss = float(np.mean(logs[hedge.HEAD_LOSSES][:-1]))
+            loss = float(np.mean(heads[:-1]))
         s = self.state
         s.step += 1
         s.samples_seen += n
@@ -178,7 +182,7 @@ class Trainer:
         self.recent.add(n, loss, metric)
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
-            losses = np.array(logs[hedge.HEAD_LOSSES], np.float64)
+            losses = heads.copy()
             if self.memory is not None and not computed_in_step(len(batch.x)):  # a backlog's
                 # batch: the head's stand-in, counted as the worst: it gains no weight unearned
                 losses[-1] = losses[:-1].max()
@@ -187,10 +191,10 @@ class Trainer:
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
             stats.update((batch.y if target else batch.x)[:n])
         self.replay.add(batch.x[:n], batch.y[:n])
-        if self.drift is not None and self.drift.add(n, loss, s.samples_seen):
+        if self.drift is not None and self.drift.add(n, watched, s.samples_seen):
             keep = self._newer_part(batch)
             log.warning(
-                "drift at sample %d: the online loss rose; the replay buffer (but the newest "
+                "drift at sample %d: the online error rose; the replay buffer (but the newest "
                 "%d samples), the optimizer state and the output heads start afresh",
                 s.samples_seen,
                 keep,
