@@ -187,9 +187,9 @@ def served_error(y_true: Any, y_pred: Any) -> Any:
     classifier's Brier score (its probabilities against the one-hot class).
 
     What the drift detector watches (`Trainer.step`). Bounded, unlike the log loss: a
-    model a little behind a gradual change, right on nine samples in ten, is so sure of
-    the tenth that its log loss rose as an abrupt change's does, and every drift it set
-    off threw away a model that was mostly right (docs/learning-log.md, "Drift")."""
+    learner replaying its buffer grows surer of its answers, the wrong ones too, so on a
+    noisy stream its log loss climbs while it is right as often as ever, and every drift
+    that set off threw away a model that was mostly right (docs/learning-log.md, "Drift")."""
     p = served(y_pred)
     if len(y_true.shape) == 1 or y_true.shape[-1] != p.shape[-1]:  # a class index per row
         index = keras.ops.cast(keras.ops.reshape(y_true, (-1,)), "int32")
