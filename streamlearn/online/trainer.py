@@ -182,7 +182,7 @@ class Trainer:
         self.recent.add(n, loss, metric)
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
-            losses = heads.copy()
+            losses = heads  # its own array: the stand-in below changes nothing else
             if self.memory is not None and not computed_in_step(len(batch.x)):  # a backlog's
                 # batch: the head's stand-in, counted as the worst: it gains no weight unearned
                 losses[-1] = losses[:-1].max()
