@@ -40,6 +40,9 @@ retry_max_ms = 300
 
 @pytest.fixture
 def own_redis(tmp_path) -> Iterator[redis_lib.Redis]:
+    """A redis-server of the test's own. A test names it before `start_role`, so that its
+    workers stop first, as a deployment stops them (with no Redis to reach, a learner
+    spends its retries, seconds, on the way out)."""
     with embedded.redis_server(workdir=tmp_path / "redis") as server:
         client = redis_lib.Redis(port=server.port)
         client.config_set("maxmemory-policy", "noeviction")
@@ -125,7 +128,7 @@ def start_stack(start_role, own_redis, extra: str = ""):
 
 
 def test_learner_and_ingest_outlive_a_full_redis_and_learn_every_sample_once(
-    start_role, own_redis, settings, client_for
+    own_redis, start_role, settings, client_for
 ):
     """No checkpoint: entries are acknowledged with a published version, which a full
     Redis refuses; once memory is raised, everything flows again, nothing restarted."""
@@ -167,7 +170,7 @@ def test_learner_and_ingest_outlive_a_full_redis_and_learn_every_sample_once(
 
 
 def test_a_full_redis_frees_itself_when_the_learner_checkpoints(
-    start_role, own_redis, settings, client_for, tmp_path
+    own_redis, start_role, settings, client_for, tmp_path
 ):
     """With checkpoints, the learner acknowledges and trims while Redis is full: memory
     frees itself, and ingest goes on without anyone raising maxmemory."""
@@ -196,7 +199,7 @@ dedup_window_s = 5
 
 
 def test_a_run_partly_refused_for_lack_of_memory_stores_each_sample_once(
-    start_role, own_redis, settings, client_for
+    own_redis, start_role, settings, client_for
 ):
     """A run's pipeline holds many script calls (2,000 samples each), of which a full Redis
     takes some and refuses the rest; the run is written again in smaller pieces, each
