@@ -83,7 +83,8 @@ def river_model(kind: str, stream: Stream) -> object:
         return forest.ARFClassifier(n_models=ARF_MODELS, seed=0)
     if kind == "knn":
         # River's default engine, SWINN (an approximate graph past its first 500 samples),
-        # seeded like the trees: unseeded, a whole stream's score moved by up to 0.01
+        # seeded like the trees: unseeded, a whole stream's score moved by up to 0.01. Its
+        # default distance, named, so that River still swaps in its compiled one.
         search = neighbors.SWINN(dist_func=utils.math._euclidean_distance, seed=0)
         knn = neighbors.KNNRegressor if regression else neighbors.KNNClassifier
         return preprocessing.StandardScaler() | knn(engine=search)
