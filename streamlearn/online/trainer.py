@@ -182,11 +182,10 @@ class Trainer:
         self.recent.add(n, loss, metric)
         self.step_size.fresh(n, loss)  # the step size for what comes next
         if self.hedge is not None:
-            losses = heads  # its own array: the stand-in below changes nothing else
             if self.memory is not None and not computed_in_step(len(batch.x)):  # a backlog's
                 # batch: the head's stand-in, counted as the worst: it gains no weight unearned
-                losses[-1] = losses[:-1].max()
-            self.hedge.update(n, losses)
+                heads[-1] = heads[:-1].max()  # nothing reads the step's logs after this
+            self.hedge.update(n, heads)
         self.guard.kept(batch)
         for stats, target in self.stats:  # after the step: nothing learns from a sample before
             stats.update((batch.y if target else batch.x)[:n])
