@@ -23,7 +23,9 @@ Rows, all with the same model and batch size, measured in one run:
 
 The in-memory ceiling and the learner runs alternate for `--rounds` rounds and each row
 keeps its best, so that load from other processes on a shared machine, which only ever
-slows a run down, weighs on both sides alike; every round is in the JSON.
+slows a run down, weighs on both sides alike; every round is in the JSON. The last
+release's model runs right beside the hedge model on the same layout, first in every other
+round, so that the two the check compares see the same load.
 """
 
 from __future__ import annotations
@@ -244,13 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     ):
         client = redis.Redis(port=server.port)
         loop = per_message(cfg, args.messages)
-        for _ in range(args.rounds):  # alternate, so that both sides see the same load
+        for i in range(args.rounds):  # alternate, so that both sides see the same load
             memory.append(in_memory(cfg, args.steps))
             for case, case_cfg in configs.items():
-                per_entry, run, _depth = case
-                runs[case].append(drain_stream(client, case_cfg, args.samples, per_entry, run))
-            for layout in RELEASE:
-                release[layout].append(drain_stream(client, one_head, args.samples, *layout))
+                per_entry, run, depth = case
+                pair = [(runs[case], case_cfg)]
+                if case[:2] in RELEASE and depth == deployed:  # its one-head run beside it,
+                    pair.append((release[case[:2]], one_head))  # first every other round
+                for found, model_cfg in pair[:: -1 if i % 2 else 1]:
+                    found.append(drain_stream(client, model_cfg, args.samples, per_entry, run))
         memory.append(in_memory(cfg, args.steps))
         padded_row, full_row, unpadded_row = random_sizes(client, cfg, args.random_steps)
         client.close()
@@ -319,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         model="mlp 9-64-64-1, binary, adam, hedge heads (the last release's: one head)",
         in_memory_samples_per_s=memory,
         learner_rounds={f"{LABELS[c[:2]]}, reading thread {c[2]}": v for c, v in runs.items()},
+        release_rounds={LABELS[layout]: v for layout, v in release.items()},
         load_average=[load_before, os.getloadavg()[0]],
         devices=keras.distribution.list_devices(),
         hiredis=redis.utils.HIREDIS_AVAILABLE,

@@ -9,7 +9,8 @@ zeroes it as `Standardize` does; a regression's `Unstandardize` becomes an inver
 `Normalization`; a hedge model's heads become a `Dense` each, and their mixture a `Dense`
 whose kernel is the mixture weights (`streamlearn.online.hedge.as_builtin`), and the memory
 head a softmax `Dense` over its slots and a `Dense` reading their values
-(`streamlearn.online.memory.as_builtin`). (A model whose
+(`streamlearn.online.memory.as_builtin`), the steps head's steps a sigmoid `Dense` of fixed
+weights (`streamlearn.online.steps.as_builtin`). (A model whose
 graph Keras cannot rebuild, a factory's subclassed model, is saved as it is: its custom
 layers need their code, and streamlearn for `Standardize`, where it is loaded; so does a
 model of named inputs, whose `Encode` layer, imputing missing inputs and one-hot encoding
@@ -30,12 +31,12 @@ from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
 from streamlearn.nn import networks
-from streamlearn.online import hedge, memory, standardize, tensors
+from streamlearn.online import hedge, memory, standardize, steps, tensors
 from streamlearn.online.memory import Memory
 
 Format = Literal["keras", "savedmodel"]
 # Layers whose standalone form is built from built-in layers as it is called.
-BUILT_AS_CALLED = (hedge.Heads, hedge.HedgeMix, Memory)
+BUILT_AS_CALLED = (hedge.Heads, hedge.HedgeMix, Memory, steps.Steps)
 
 
 class Versions(Protocol):
@@ -139,6 +140,8 @@ def standalone(model: keras.Model) -> keras.Model:
     def call(new: keras.layers.Layer, *args: Any, **kwargs: Any) -> Any:
         if isinstance(new, Memory):
             return memory.as_builtin(new, *args)
+        if isinstance(new, steps.Steps):
+            return steps.as_builtin(new, *args)
         if isinstance(new, hedge.Heads | hedge.HedgeMix):
             return hedge.as_builtin(new, *args)
         out = new(*args, **kwargs)

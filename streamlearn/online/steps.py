@@ -10,10 +10,13 @@ added up, and is solved over the replay buffer as the linear head is
 target they explain on their own (`relevance`): of nine inputs, one carrying an age band,
 the other eight's steps would otherwise fit the noise of the first few dozen samples.
 
-The steps are a `Dense` with fixed weights and a sigmoid, a built-in layer, so the actors
-serve it and `export` writes it as it is. Its width is inputs x thresholds; a model of
-more than `MAX_INPUTS` flat inputs has no steps head (its solve would cost too much).
-Figures: docs/learning-log.md, "The start".
+The steps are a layer without weights (`Steps`): the same sigmoids from one exponential an
+input, scaled for each threshold, rather than one a step (as a sigmoid `Dense`, those were
+most of what the steps head added to a training step);
+`export` writes them as a sigmoid `Dense` of fixed weights (`as_builtin`). Their width is
+inputs x thresholds; a model of more than `MAX_INPUTS` flat inputs has no steps head (its
+solve would cost too much). Figures: docs/learning-log.md, "The start" and "The step's
+cost".
 """
 
 from __future__ import annotations
@@ -30,17 +33,29 @@ LEAST_RELEVANCE = 0.01  # an input's penalty is at most 1 / sqrt(this) times the
 NAME = "steps"
 
 
+@keras.saving.register_keras_serializable(package="streamlearn")
+class Steps(keras.layers.Layer):
+    """(batch, n) standardised inputs -> (batch, n x thresholds): column i x k + j is
+    `sigmoid(SHARPNESS * (x_i - THRESHOLDS[j]))`, input i's step at threshold j."""
+
+    def call(self, x):
+        x = keras.ops.stop_gradient(x)  # fixed features: nothing below them learns by them
+        scale = np.exp(SHARPNESS * np.asarray(THRESHOLDS)).astype(np.float32)
+        # exp(-S x) * exp(S t) = exp(-S (x - t)): one exponential an input, not a threshold;
+        # overflowing to inf far below a threshold, the step is 0 there, as it should be
+        e = keras.ops.exp(-SHARPNESS * x)[..., None] * scale
+        return keras.ops.reshape(1.0 / (1.0 + e), (-1, x.shape[-1] * len(THRESHOLDS)))
+
+    def compute_output_shape(self, input_shape: Any) -> tuple:
+        return (input_shape[0], input_shape[-1] * len(THRESHOLDS))
+
+
 def tap(inputs: Any) -> Any | None:
     """The steps of `inputs` (batch, n), standardised: (batch, n x thresholds); None when
     n is over `MAX_INPUTS`."""
-    n = int(inputs.shape[-1])
-    if n > MAX_INPUTS:
+    if int(inputs.shape[-1]) > MAX_INPUTS:
         return None
-    kernel, bias = weights(n)
-    layer = keras.layers.Dense(len(bias), activation="sigmoid", trainable=False, name=NAME)
-    out = layer(inputs)
-    layer.set_weights([kernel, bias])  # (a constant initializer would not serialise)
-    return out
+    return Steps(name=NAME)(inputs)
 
 
 def output(model: keras.Model) -> Any | None:
@@ -49,9 +64,19 @@ def output(model: keras.Model) -> Any | None:
     return model.get_layer(NAME).output if NAME in names else None
 
 
+def as_builtin(layer: Steps, inputs: Any) -> Any:
+    """What `layer` computes on `inputs`, as a built-in `Dense` with a sigmoid holding the
+    fixed weights (`weights`), for `export`."""
+    kernel, bias = weights(int(inputs.shape[-1]))
+    dense = keras.layers.Dense(len(bias), activation="sigmoid", name=layer.name)
+    out = dense(inputs)
+    dense.set_weights([kernel, bias])
+    return out
+
+
 def weights(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The steps' fixed kernel (n, n x thresholds) and bias: column i x k + j is input i's
-    step at threshold j.
+    """The steps as a `Dense`'s kernel (n, n x thresholds) and bias: column i x k + j is
+    input i's step at threshold j.
 
     >>> kernel, bias = weights(2)
     >>> kernel.shape, bias.shape, float(kernel[1, 7]), float(bias[7])

@@ -131,10 +131,11 @@ def _cfg(**fields) -> ModelConfig:
     "fields",
     [
         {"task": "multiclass", "classes": 3},
+        {"task": "binary"},  # a steps head too (`online.steps`)
         {"architecture": "lstm", "window": 4, "hidden": (8,)},
         {"architecture": "conv1d", "window": 4, "hidden": (8,)},
     ],
-    ids=["mlp", "lstm", "conv1d"],
+    ids=["mlp", "mlp_binary", "lstm", "conv1d"],
 )
 def test_the_standalone_model_has_only_built_in_layers_and_predicts_the_same(fields):
     """A feature constant so far (variance 0) is zeroed by Standardize: by a Rescaling too."""
