@@ -12,11 +12,10 @@ the other eight's steps would otherwise fit the noise of the first few dozen sam
 
 The steps are a layer without weights (`Steps`): the same sigmoids from one exponential an
 input, scaled for each threshold, rather than one a step (as a sigmoid `Dense`, those were
-most of what the steps head added to a training step);
-`export` writes them as a sigmoid `Dense` of fixed weights (`as_builtin`). Their width is
-inputs x thresholds; a model of more than `MAX_INPUTS` flat inputs has no steps head (its
-solve would cost too much). Figures: docs/learning-log.md, "The start" and "The step's
-cost".
+most of what the steps head added to a training step); `export` writes them as a sigmoid
+`Dense` of fixed weights (`as_builtin`). Their width is inputs x thresholds; a model of
+more than `MAX_INPUTS` flat inputs has no steps head (its solve would cost too much).
+Figures: docs/learning-log.md, "The start" and "The step's cost".
 """
 
 from __future__ import annotations
