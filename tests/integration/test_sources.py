@@ -58,7 +58,10 @@ def test_samples_on_a_source_topic_are_learned(start_role, redis, settings):
     [(_, letter)] = redis.xrange(names.deadletter_key)
     assert letter[b"source"] == b"site/a"
     assert b"no level 2" in letter[b"reason"]
-    assert stored(redis, names) == 40
+    # (the dead letter can be in first: a piece whose append Redis refused has its dead
+    # letters in and its samples written on the retry; CI saw 0 of 40 stored at that point)
+    eventually(lambda: stored(redis, names) >= 40, 30, "the source's samples stored")
+    assert stored(redis, names) == 40  # the repeat not stored again
     status = eventually(
         lambda: (s := retained(settings, names.status_topic)) and s["samples_seen"] >= 40 and s,
         60,
