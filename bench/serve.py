@@ -2,11 +2,15 @@
 
 One run over real MQTT and Redis (its own mosquitto and redis-server, loopback only):
 
-1. Three actors serve the demo model, each a `streamlearn actor` process (the same worker,
+1. Actors serve the demo model, each a `streamlearn actor` process (the same worker,
    MQTT path and replies), each on its own topics: the batching actor (the library's
-   defaults); the same actor with `max_batch = 1`, so one request per pass of the same
-   compiled forward function (the fair baseline: only batching differs); and one calling
-   `model.predict` per request, as a first attempt would.
+   defaults: numpy, no TensorFlow in the process); the same actor on TensorFlow
+   (`runtime = "tensorflow"`, what every actor was before issue 61: the baseline of the
+   runtime); the numpy actor with `max_batch = 1`, so one request per pass of the same
+   forward function (the fair baseline: only batching differs); and one calling Keras'
+   `model.predict` per request, as a first attempt would. Each actor's start (launch to
+   its ready line, and to its first reply) and resident memory (idle, and the most seen
+   after its load) are in the table.
 2. The actors take turns: each open-loop rate is measured on every actor before the next
    rate (latency from each request's scheduled send time, so a stalled actor cannot hide
    its backlog), then `--rounds` rounds of maximum throughput (a closed loop keeping
@@ -22,8 +26,8 @@ One run over real MQTT and Redis (its own mosquitto and redis-server, loopback o
     .venv/bin/python -m bench.serve          # about 2.5 minutes on 2 cores
     .venv/bin/python -m bench.serve --quick  # the CI smoke: < 60 s, half of each goal
 
-`--quick` serves the two actors the checks compare (not `model.predict`), at 200 and 1,000
-requests/s for 2 s each, two closed-loop rounds of 1.5 s, and freshness over 5 s.
+`--quick` serves the numpy actors the checks compare (neither TensorFlow actor), at 200 and
+1,000 requests/s for 2 s each, two closed-loop rounds of 1.5 s, and freshness over 5 s.
 """
 
 from __future__ import annotations
@@ -37,17 +41,16 @@ import time
 import tomllib
 from pathlib import Path
 
-import keras
 import numpy as np
 
-from bench import _freshness, _http, _reload, _serve_load
+from bench import _freshness, _http, _serve_load
 from bench._report import exit_status, goal, report
 from bench._stack import Proc, Stack, broker
 from streamlearn.actor.loop import Actor
+from streamlearn.actor.runtimes import Servable
 from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
 from streamlearn.contract.names import Names
 from streamlearn.errors import StreamlearnError
-from streamlearn.online import tensors
 from streamlearn.stack import embedded
 from streamlearn.stack.demo import DemoStream
 from streamlearn.store.redis_client import connect
@@ -67,16 +70,25 @@ HTTP = "dynamic batching over HTTP (Open Inference Protocol)"
 # label, actor table overrides
 VARIANTS = {
     "batching": ("dynamic batching (library)", ""),
+    "tensorflow": ("dynamic batching, TensorFlow runtime", 'runtime = "tensorflow"'),
     "per_request": ("same forward pass, one request each", "max_batch = 1"),
-    "predict": ("model.predict per request", "max_batch = 1"),
+    "predict": ("model.predict per request", 'max_batch = 1\nruntime = "tensorflow"'),
 }
+QUICK_VARIANTS = ("batching", "per_request")
 
 
 class PredictEachActor(Actor):
-    """Baseline: `model.predict` on each request, as a first attempt would."""
+    """Baseline: Keras' `model.predict` on each request, as a first attempt would."""
 
-    def predict(self, x: np.ndarray, model: keras.Model | None = None) -> np.ndarray:
-        return (model or self.model).predict(x, verbose=0)
+    def predict(self, x: np.ndarray, model: Servable | None = None) -> np.ndarray:
+        return (model or self.model).model.predict(x, verbose=0)  # type: ignore[attr-defined]
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now (VmRSS), in MB."""
+    with open(f"/proc/{pid}/status") as status:
+        kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return round(kb / 1024, 1)
 
 
 def _config(actor_table: str) -> ModelConfig:
@@ -92,6 +104,7 @@ def _request_payloads(cfg: ModelConfig, n: int = 256) -> list[bytes]:
 def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int) -> None:
     from streamlearn.contract import codec
     from streamlearn.nn import networks
+    from streamlearn.online import tensors
     from streamlearn.store.weights import WeightsStore
 
     arrays = tensors.get_arrays(networks.build_model(cfg))
@@ -131,20 +144,30 @@ class _Served:
         config.write_text(DEMO_TOML + (f"\n[models.demo.actor]\n{actor}\n" if actor else ""))
         self.argv = ["bench.serve", "--serve", variant, "--config", str(config)]
         _publish_weights(stack, _config(table), self.names, 1)
+        self.start: dict[str, float] = {}  # the first launch's: seconds to ready and reply
         self.proc = self._launch()
 
     def _launch(self) -> Proc:
         env = self.stack.env(self.prefix)
         if self.metrics_port is not None:
             env["STREAMLEARN_METRICS_PORT"] = str(self.metrics_port)
+        self.launched = time.monotonic()
         return Proc([sys.executable, "-m", *self.argv], env)
 
     def wait(self) -> None:
         try:
             self.proc.wait_for(" ready")
+            ready = time.monotonic() - self.launched
             _wait_serving(self.stack, self.names)
+            if not self.start:
+                replied = time.monotonic() - self.launched
+                self.start = {"ready_s": round(ready, 2), "first_reply_s": round(replied, 2)}
+                self.start["idle_rss_mb"] = rss_mb(self.proc.proc.pid)
         except (RuntimeError, StreamlearnError) as exc:
             raise RuntimeError(f"{self.label}: {exc}\n{self.proc.output[-2000:]}") from None
+
+    def rss(self) -> float:
+        return rss_mb(self.proc.proc.pid)
 
     def restart(self) -> None:
         self.proc.stop(kill=True)  # without its backlog
@@ -155,15 +178,17 @@ class _Served:
 def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Every actor runs at once, idle but for the one being measured: they take turns."""
     payloads = _request_payloads(_config(""))
-    variants = [v for v in VARIANTS if not (args.quick and v == "predict")]
-    actors = [_Served(stack, variant) for variant in variants]  # start side by side
+    variants = [v for v in VARIANTS if not args.quick or v in QUICK_VARIANTS]
+    actors = []
+    for variant in variants:  # one after another: each start timed alone
+        actors.append(_Served(stack, variant))
+        actors[-1].wait()
     door = actors[0]  # the library's actor: its HTTP door
+    loaded_rss: dict[str, float] = {a.variant: 0.0 for a in actors}
     http_bodies = _http.infer_body([json.loads(p)["x"] for p in payloads])
     rows: list[dict] = []
     saturated: dict[str, str] = {}
     try:
-        for a in actors:
-            a.wait()
         for r, rate in enumerate(args.rates):
             for a in _turns(actors, r):
                 if a.variant in saturated:
@@ -196,6 +221,7 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                     stack, a.names, payloads, args.window, args.max_seconds
                 )
                 rounds[a.variant].append(row["replies_per_s"])
+                loaded_rss[a.variant] = max(loaded_rss[a.variant], a.rss())
                 rows.append({"actor": a.label, **row, "round": r + 1})
                 print(
                     f"  {a.label} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True
@@ -210,11 +236,16 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
             print(f"  {HTTP} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True)
         mixed = _serve_load.mixed(stack, door, payloads, http_bodies, args.mixed_rate, args.seconds)
         rows.append(mixed)
+        loaded_rss[door.variant] = max(loaded_rss[door.variant], door.rss())
     finally:
         for a in actors:
             a.proc.stop(kill=True)
     maxima = {v: float(np.median(values)) for v, values in rounds.items()}
-    return rows, {"median": maxima, "rounds": rounds, "mixed": mixed}
+    starts = {a.variant: {**a.start, "loaded_rss_mb": loaded_rss[a.variant]} for a in actors}
+    for a in actors:
+        rows.append({"actor": a.label, "load": "start, memory", **starts[a.variant]})
+        print(f"  {a.label}: {starts[a.variant]}", flush=True)
+    return rows, {"median": maxima, "rounds": rounds, "mixed": mixed, "starts": starts}
 
 
 def _turns(actors: list[_Served], r: int) -> list[_Served]:
@@ -263,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             print("freshness: ingest + learner + actor, default settings", flush=True)
             fresh = _freshness.measure(stack, args)
             print("reload cost", flush=True)
-            reload = _reload.measure(stack, _config(""))
+            from bench import _reload  # Keras: the TensorFlow runtime's retraces
+
+            reload = _reload.measure(stack, _config('runtime = "tensorflow"'))
 
     rows.append(
         {
@@ -329,6 +362,21 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows
         if r["actor"] == HTTP and "sent" in r
     )
+    starts = throughput["starts"]
+    numpy_start = starts["batching"]
+    checks[
+        f"numpy actor: idle RSS <= 150 MB (got {numpy_start['idle_rss_mb']:.0f} MB), "
+        f"under load <= 200 MB (got {numpy_start['loaded_rss_mb']:.0f} MB)"
+    ] = numpy_start["idle_rss_mb"] <= 150 and numpy_start["loaded_rss_mb"] <= 200
+    checks[f"numpy actor: launch to ready line <= 2 s (got {numpy_start['ready_s']:.2f} s)"] = (
+        numpy_start["ready_s"] <= 2 * (2 if q else 1)
+    )
+    if "tensorflow" in maxima:
+        tf_ratio = maxima["batching"] / max(maxima["tensorflow"], 1e-9)
+        checks[
+            f"numpy actor max throughput >= 1.5x the TensorFlow actor's (got "
+            f"{maxima['batching']:.0f} against {maxima['tensorflow']:.0f}: {tf_ratio:.2f}x)"
+        ] = goal(tf_ratio, 1.5, q)
     mixed = throughput["mixed"]
     checks[
         f"both doors at once: requests of HTTP and MQTT batched together "
@@ -346,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         "http_p99_500_ms": http_500,
         "shared_batches": mixed["shared_batches"],
         "freshness_p50_ms": fresh["p50_ms"],
+        "freshness_p99_ms": fresh["p99_ms"],
+        "starts": starts,
     }
     meta = {
         "max_throughput_per_s": throughput,

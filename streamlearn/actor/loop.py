@@ -2,10 +2,13 @@
 
 Requests are batched as they queue: a pass takes what is waiting, up to `max_batch` rows,
 and a request that finds the actor idle is computed at once (`inbox.gather`). Each batch is
-padded to a bucket size (each warmed up at start, so serving never traces), run in one
-compiled forward pass and answered one reply per request with the version used. A
+run in one forward pass (numpy for a built-in model, TensorFlow for a factory's:
+`streamlearn.actor.runtimes`) and answered one reply per request with the version used. A
 `WeightsReloader` stages new versions in the background; the serving loop swaps them in
 between batches, so a reload never fails, drops or delays a request.
+
+A built-in model answers from its first request: before the learner's first version it
+serves the model's initial state, which predicts the prior (`version` 0).
 
 A key-only request (models with a window) brings only the newest step; the earlier ones
 are its key's stored observations (`streamlearn.actor.keyed`). A request that names a
@@ -34,24 +37,22 @@ import time
 from collections.abc import Callable
 from typing import cast
 
-import keras
 import numpy as np
 import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
 
-from streamlearn.actor import inbox
+from streamlearn.actor import inbox, runtimes
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.kept import Keeper
 from streamlearn.actor.keyed import complete_windows
 from streamlearn.actor.loader import VersionLoader
 from streamlearn.actor.reloader import WeightsReloader
 from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
+from streamlearn.actor.runtimes import Servable
 from streamlearn.actor.versions import Group, KeptVersions
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
-from streamlearn.nn import networks
 from streamlearn.online import buckets
-from streamlearn.online.forward import Forward
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.weights import WeightsStore
 from streamlearn.store.windows import WindowStore
@@ -83,10 +84,13 @@ class Actor:
         self.admission = inbox.Admission(cfg, ReplyRoutes(names), self.replier)
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
-        self.buckets = buckets.ladder(self.policy.max_batch)
-        serving, *spares = (networks.build_model(cfg) for _ in range(3))  # see WeightsReloader
-        self._forward = {id(m): self._compile(m) for m in (serving, *spares)}
-        self.model = serving
+        self.buckets = buckets.ladder(self.policy.max_batch)  # a TensorFlow pass's shapes
+        self.runtime, self.runtime_reason = runtimes.choose(cfg)
+        self._build = runtimes.builder(self.runtime, self.buckets)
+        # the model's initial state answers until the first version (its prior)
+        self.answers_initial = runtimes.starts_answered(cfg)
+        serving, *spares = (self._build(cfg) for _ in range(3))  # see WeightsReloader
+        self.model: Servable = serving
         self.reloader = WeightsReloader(
             store, spares, self.policy.reload_check_ms, build=self._build_variant
         )
@@ -100,7 +104,7 @@ class Actor:
         self.versions = KeptVersions(
             store,
             self._build_variant,
-            self._forget,
+            lambda _model: None,
             self.policy.kept_versions,
             epoch=lambda: reloader.changes,
         )
@@ -217,10 +221,10 @@ class Actor:
                     self._reply_error(p, reason)
 
     def _serve(self, batch: list[Pending]) -> None:
-        if self.version == 0:  # block on first use: the first version may just have appeared
+        if self.version == 0 and not self.answers_initial:  # the first may just have come
             self.reloader.poll(block=True)
             self.reload()
-        if self.version == 0:
+        if self.version == 0 and not self.answers_initial:
             reason = f"no weights published yet for model {self.cfg.name!r}"
             for p in batch:
                 self._reply_error(p, reason)
@@ -268,22 +272,13 @@ class Actor:
         if self.observe_batch is not None:
             self.observe_batch(len(x))
 
-    def predict(self, x: np.ndarray, model: keras.Model | None = None) -> np.ndarray:
-        """Forward pass over any number of rows, in padded bucket-sized chunks (`model`: a
-        kept version's; default: the one serving)."""
-        forward = self._forward[id(model or self.model)]
-        out = []
-        for start in range(0, len(x), self.policy.max_batch):
-            chunk = x[start : start + self.policy.max_batch]
-            n = len(chunk)
-            chunk = buckets.pad(chunk, buckets.fit(self.buckets, n))
-            out.append(cast(np.ndarray, forward(chunk))[:n])  # the one output actors serve
+    def predict(self, x: np.ndarray, model: Servable | None = None) -> np.ndarray:
+        """Forward pass over any number of rows, `max_batch` at a time (`model`: a kept
+        version's; default: the one serving)."""
+        forward = model or self.model
+        step = self.policy.max_batch
+        out = [cast(np.ndarray, forward(x[i : i + step])) for i in range(0, len(x), step)]
         return out[0] if len(out) == 1 else np.concatenate(out)
-
-    def traces(self) -> int | None:
-        """Times the forward passes were traced (compiled); None where unknown."""
-        counts = [f.traces() if f.traces else None for f in self._forward.values()]
-        return None if None in counts else sum(cast(list[int], counts))
 
     def status(self) -> dict[str, object]:
         """The version served, how long ago it was loaded, and what was refused."""
@@ -295,6 +290,8 @@ class Actor:
             "model": self.cfg.name,
             "version": self.version,
             "variant": self.variant,
+            "runtime": self.runtime,  # numpy or tensorflow (`streamlearn.actor.runtimes`)
+            "runtime_reason": self.runtime_reason,
             "latest_seen": self.reloader.latest_seen,
             "pinned": self.reloader.pinned,  # `streamlearn pin`: served instead of the latest
             "loaded_at": self.loaded_at,
@@ -354,20 +351,9 @@ class Actor:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _compile(self, model: keras.Model) -> Forward:
-        forward = Forward(model, self.cfg.sample_shape)
-        for size in self.buckets:
-            forward(np.zeros((size, *self.cfg.sample_shape), np.float32))
-        return forward
-
-    def _build_variant(self, variant: str) -> keras.Model:
-        """A model of one of the model's variants, warmed up to serve (the reload thread)."""
-        model = networks.build_model(self.cfg.variant(variant))
-        self._forward[id(model)] = self._compile(model)
-        return model
-
-    def _forget(self, model: keras.Model) -> None:
-        self._forward.pop(id(model), None)
+    def _build_variant(self, variant: str) -> Servable:
+        """A model of one of the model's variants, ready to serve (the reload thread)."""
+        return self._build(self.cfg.variant(variant))
 
     def _gather(self, idle_s: float) -> list[Pending] | None:
         """Valid requests for one pass (`inbox.gather`); None when none arrived for `idle_s`."""

@@ -31,13 +31,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import keras
 import redis
 
+from streamlearn.actor.runtimes import Servable
 from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import ConfigError, WeightsError
-from streamlearn.online import tensors
 from streamlearn.store.weights import WeightsStore
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,7 @@ class Staged:
     """A validated version loaded into a model that is not serving yet."""
 
     version: int
-    model: keras.Model
+    model: Servable
     fetched_at: float  # unix seconds
     stage_ms: float  # fetch, validation and loading (and a build), off the serving path
     variant: str = BASE_VARIANT
@@ -71,11 +70,11 @@ class WeightsReloader:
     def __init__(
         self,
         store: WeightsStore,
-        spares: list[keras.Model],
+        spares: list[Servable],
         check_ms: float,
         *,
         variant: str = BASE_VARIANT,
-        build: Callable[[str], keras.Model] | None = None,
+        build: Callable[[str], Servable] | None = None,
     ) -> None:
         self.store = store
         self.check_s = check_ms / 1000
@@ -91,8 +90,8 @@ class WeightsReloader:
         self._targets: tuple[int, int | None, dict[str, int]] | None = None
         # Models not serving, by variant; a staged one is in _ready instead, one being
         # loaded in neither.
-        self._spares: dict[str, list[keras.Model]] = {variant: list(spares)}
-        self._specs = {variant: tensors.spec(spares[0])}
+        self._spares: dict[str, list[Servable]] = {variant: list(spares)}
+        self._specs = {variant: spares[0].spec}
         self._serving_variant = variant
         self._ready: Staged | None = None
         self._staged = 0
@@ -116,7 +115,7 @@ class WeightsReloader:
             thread.join(2.0)
         self._threads.clear()
 
-    def take(self, serving: keras.Model) -> Staged | None:
+    def take(self, serving: Servable) -> Staged | None:
         """The staged version, once; `serving` becomes a spare. Waits at most for the
         reload thread to exchange a few references (a load runs off the lock)."""
         with self._lock:
@@ -167,7 +166,7 @@ class WeightsReloader:
         except (redis.ConnectionError, redis.TimeoutError, ValueError) as exc:
             log.warning("weights fetch failed, serving the current version: %s", exc)
 
-    def _spare(self, variant: str) -> keras.Model:
+    def _spare(self, variant: str) -> Servable:
         """A model of `variant` to load a version into: a spare; else the model of a staged
         version not taken yet (the version being loaded replaces it); else a new one."""
         with self._lock:
@@ -178,11 +177,11 @@ class WeightsReloader:
                 return model
         return self._build(variant)
 
-    def _give_back(self, variant: str, model: keras.Model) -> None:
+    def _give_back(self, variant: str, model: Servable) -> None:
         with self._lock:
             self._spares.setdefault(variant, []).append(model)
 
-    def _build(self, variant: str) -> keras.Model:
+    def _build(self, variant: str) -> Servable:
         """A new model of `variant`, built outside the lock: the serving loop goes on
         serving (and taking staged versions) while it is built."""
         if self.build is None:
@@ -194,14 +193,14 @@ class WeightsReloader:
             raise WeightsError(f"cannot build variant {variant!r}: {exc}") from None
         built_ms = 1e3 * (time.perf_counter() - started)
         log.info("built and warmed up a model for variant %s in %.0f ms", variant, built_ms)
-        self._specs[variant] = tensors.spec(model)
+        self._specs[variant] = model.spec
         return model
 
     def _stage(self, version: int, variant: str, arrays: dict, started: float) -> None:
         """Load `arrays` into a spare off the lock, then stage it in place of any version
         staged and not taken yet (whose model becomes a spare)."""
         model = self._spare(variant)
-        tensors.set_arrays(model, arrays)
+        model.load(arrays)
         stage_ms = (time.perf_counter() - started) * 1000
         with self._lock:
             if self._ready is not None:

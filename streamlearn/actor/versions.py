@@ -27,14 +27,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import keras
 import redis
 
 from streamlearn.actor.inbox import Pending
+from streamlearn.actor.runtimes import Servable
 from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract import codec
 from streamlearn.errors import ConfigError, WeightsError
-from streamlearn.online import tensors
 from streamlearn.store.weights import LATEST, WeightsStore
 
 log = logging.getLogger(__name__)
@@ -53,13 +52,13 @@ class Group:
 
     version: int
     variant: str
-    model: keras.Model | None  # None: the serving model
+    model: Servable | None  # None: the serving model
     requests: list[Pending] = field(default_factory=list)
 
 
 @dataclass
 class _Held:
-    model: keras.Model
+    model: Servable
     variant: str
     leases: int = 0  # batches whose forward pass uses it now
     wanted_until: float = 0.0  # kept for the requests that wait for it: until they are served
@@ -83,8 +82,8 @@ class KeptVersions:
     def __init__(
         self,
         store: WeightsStore,
-        build: Callable[[str], keras.Model],
-        forget: Callable[[keras.Model], object],
+        build: Callable[[str], Servable],
+        forget: Callable[[Servable], object],
         size: int,
         epoch: Callable[[], int] = lambda: 0,
     ) -> None:
@@ -249,8 +248,8 @@ class KeptVersions:
         if model is None:
             return None
         try:
-            codec.check_fits(arrays, tensors.spec(model))
-            tensors.set_arrays(model, arrays)
+            codec.check_fits(arrays, model.spec)
+            model.load(arrays)
         except Exception as exc:
             self._drop(model)  # what it held is gone already
             if not isinstance(exc, WeightsError | ValueError):
@@ -264,7 +263,7 @@ class KeptVersions:
         log.info("loaded version %d for the requests that name it in %.1f ms", version, took_ms)
         return version
 
-    def _slot(self, variant: str, deadline: Callable[[], float]) -> keras.Model | None:
+    def _slot(self, variant: str, deadline: Callable[[], float]) -> Servable | None:
         """A model of `variant` to load a version into: a new one while fewer than `size`
         exist, else the least recently used one no batch or waiting request holds (rebuilt
         for another variant); None when none came free before `deadline()`."""
@@ -293,7 +292,7 @@ class KeptVersions:
                 self._loading -= 1
             raise WeightsError(f"cannot build variant {variant!r}: {exc}") from None
 
-    def _drop(self, model: keras.Model) -> None:
+    def _drop(self, model: Servable) -> None:
         self.forget(model)
         with self._cond:
             self._loading -= 1

@@ -51,7 +51,11 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         no_delay=True,
     )
     health = runtime.connected_health("actor", client, None)
-    health.add("weights", lambda: None if actor.version else "no weights loaded yet")
+    health.add(  # ready: answers with weights (a built-in model's initial ones at first)
+        "weights",
+        lambda: None if actor.version or actor.answers_initial else "no weights loaded yet",
+    )
+    log.info("forward pass by %s: %s", actor.runtime, actor.runtime_reason)
     actor.heartbeat = health.beat
     door = None
     if model.actor.http_port is not None:  # the Open Inference Protocol, beside MQTT
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         rows = metrics.histogram("actor_batch_size", "rows per forward pass", metrics.BATCH_BUCKETS)
         actor.observe_latency = latency.labels(model.name).observe
         actor.observe_batch = rows.labels(model.name).observe
-    runtime.settle()  # TensorFlow's ~400,000 objects: each full collection took ~0.2 s
+    runtime.settle()  # TensorFlow's ~400,000 objects, where it serves: a full collection ~0.2 s
     log.info("actor for %s ready on %s", model.name, names.predict_topic)
     try:
         actor.run(stop)

@@ -186,6 +186,11 @@ class ModelConfig(Frozen):
             raise ValueError(f"classes is only for task 'multiclass', got task {self.task!r}")
         if self.architecture in SEQUENCE_ARCHITECTURES and self.window is None:
             raise ValueError(f"architecture {self.architecture!r} needs window = W")
+        if self.factory and self.actor.runtime == "numpy":
+            raise ValueError(
+                "actor.runtime: 'numpy' serves built-in architectures only, and this model "
+                f"comes from factory {self.factory}; set 'auto' or 'tensorflow', got 'numpy'"
+            )
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"hidden sizes must be >= 1, got {list(self.hidden)}")
         if "memory" in self.model_fields_set and self.memory and self.memory_slots == 0:

@@ -285,6 +285,12 @@ class ActorConfig(Frozen):
     """Dynamic batching and reload policy of the actors."""
 
     replicas: int = Field(1, ge=1, description="actor processes `streamlearn up` starts")
+    runtime: Literal["auto", "numpy", "tensorflow"] = Field(
+        "auto",
+        description="what computes the forward pass: numpy (no TensorFlow in the actor: a "
+        "built-in architecture), tensorflow (any Keras model), or auto: numpy for a built-in "
+        "architecture, tensorflow for a factory's model; the status says which and why",
+    )
     max_batch: int = Field(64, ge=1, description="rows per forward pass, at most")
     max_wait_ms: float = Field(
         2, ge=0, description="wait for more, only while requests keep arriving as a batch is read"

@@ -112,16 +112,19 @@ class Learner:
 
     def start(self) -> None:
         """Resume (checkpoint, else latest weights), take pending entries, trace every
-        bucket; with nothing published yet, publish the initial weights."""
+        bucket; with nothing published yet, publish the initial weights first, before the
+        traces (seconds): a new model's version 1 is out as soon as it is built."""
         self.queue.ensure_group()
         collective = self.trainer.collective  # the workers start at their own pace
         with collective.starting() if collective else contextlib.nullcontext():
             source = self.resume()
             self.trainer.guard.reset()
+            if collective is None and self.store.latest_version() == 0:
+                self.publish()  # actors answer from the start, as any online learner does
             pending = self.drainer.resume()
             self.warm_up()
         if self.store.latest_version() == 0:
-            self.publish()  # actors answer from the start, as any online learner does
+            self.publish()
         log.info(
             "learner %s: %s, step %d, %d entries pending, devices %s, %d traces for buckets %s",
             self.cfg.name,

@@ -1,15 +1,20 @@
-"""A model's compiled forward pass, as the actors serve it.
+"""A Keras model's compiled forward pass: the learner's served prediction, and what a
+TensorFlow actor serves (`actor.runtime = "tensorflow"`; a built-in model is served without
+TensorFlow, by `streamlearn.online.numpy_model`).
 
-Serving pads each batch to the next bucket size (`streamlearn.online.buckets`), so a forward pass
-compiled (and warmed up) once per bucket at start never traces again while serving.
+Given bucket sizes (`streamlearn.online.buckets`), each batch is padded to the next one,
+and each is traced (warmed up) at once, so that serving never traces again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import keras
 import numpy as np
+
+from streamlearn.online import buckets as padding
+from streamlearn.online import tensors
 
 
 class Forward:
@@ -21,8 +26,15 @@ class Forward:
     several outputs gives a list of arrays.
     """
 
-    def __init__(self, model: keras.Model, sample_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        model: keras.Model,
+        sample_shape: tuple[int, ...],
+        buckets: tuple[int, ...] | None = None,
+    ) -> None:
         self.model = model
+        self.spec = tensors.spec(model)  # what `load` takes (`codec.check_fits`)
+        self.buckets = buckets
         self._call = model.predict_on_batch
         self.traces: Callable[[], int] | None = None
         if keras.backend.backend() == "tensorflow":
@@ -33,9 +45,18 @@ class Forward:
             concrete = function.get_concrete_function()
             self._call = lambda x: concrete(tf.constant(x))
             self.traces = function.experimental_get_tracing_count
+        for size in buckets or ():
+            self(np.zeros((size, *sample_shape), np.float32))
+
+    def load(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Serve `arrays` (validated against `spec` first: `codec.check_fits`)."""
+        tensors.set_arrays(self.model, dict(arrays))
 
     def __call__(self, x: np.ndarray) -> np.ndarray | list[np.ndarray]:
+        n = len(x)
+        if self.buckets is not None:
+            x = padding.pad(x, padding.fit(self.buckets, n))
         out = self._call(x)
         if isinstance(out, list | tuple):
-            return [np.asarray(o) for o in out]
-        return np.asarray(out)
+            return [np.asarray(o)[:n] for o in out]
+        return np.asarray(out)[:n]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-EPSILON = 1e-6
+from streamlearn.online.numpy_model import EPSILON  # noqa: E402, F401  (one definition)
 
 
 @keras.saving.register_keras_serializable(package="streamlearn")

@@ -25,9 +25,12 @@ from typing import Any
 import keras
 import numpy as np
 
-THRESHOLDS = (-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5)  # in standard deviations of an input
-SHARPNESS = 8.0  # a step's slope: from 0.12 to 0.88 over half a standard deviation
-MAX_INPUTS = 32  # flat inputs beyond which a model has no steps head
+# THRESHOLDS: in standard deviations of an input; SHARPNESS: a step's slope, from 0.12 to
+# 0.88 over half a standard deviation; MAX_INPUTS: flat inputs beyond which a model has no
+# steps head. Defined with the numpy forward pass, which serves the steps without Keras.
+from streamlearn.online.numpy_model import MAX_STEPS_INPUTS as MAX_INPUTS  # noqa: E402
+from streamlearn.online.numpy_model import SHARPNESS, THRESHOLDS  # noqa: E402, F401
+
 LEAST_RELEVANCE = 0.01  # an input's penalty is at most 1 / sqrt(this) times the most relevant's
 NAME = "steps"
 

@@ -20,6 +20,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from streamlearn import mqtt
+from streamlearn.actor import runtimes
 from streamlearn.config import parse_config
 from streamlearn.contract import codec
 from streamlearn.contract.names import Names
@@ -258,16 +259,18 @@ def test_a_staged_version_not_served_yet_lends_its_model_to_the_next(settings, r
     store = WeightsStore(redis, Names("r", settings.topic_prefix, settings.key_prefix))
     built: list[str] = []
 
-    def build(variant: str) -> object:
-        built.append(variant)
-        return networks.build_model(CFG)
+    make = runtimes.builder("numpy", (1,))
 
-    serving = networks.build_model(CFG)
-    reloader = WeightsReloader(store, [networks.build_model(CFG)], 1000, build=build)
+    def build(variant: str) -> runtimes.Servable:
+        built.append(variant)
+        return make(CFG)
+
+    serving = make(CFG)
+    reloader = WeightsReloader(store, [make(CFG)], 1000, build=build)
     for v in (1, 2, 3):  # staged one after another while the serving loop waits
         store.publish(blob(template, v))
         reloader.poll(block=True)
     staged = reloader.take(serving)
     assert built == [], "no model was built: the staged one's was reused"
     assert staged is not None and staged.version == 3
-    assert float(staged.model.predict_on_batch(np.zeros((1, 2), np.float32))[0, 0]) == 1004 * 3
+    assert float(staged.model(np.zeros((1, 2), np.float32))[0, 0]) == 1004 * 3

@@ -23,6 +23,7 @@ from streamlearn.contract.records import Samples
 from streamlearn.learner.loop import Learner
 from streamlearn.nn import networks
 from streamlearn.online import tensors
+from streamlearn.online.numpy_model import NumpyModel
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.stream import GROUP, SampleStream, unpack
 from streamlearn.store.weights import WeightsStore
@@ -470,12 +471,12 @@ def test_a_reload_in_progress_never_holds_up_a_batch(redis, settings, monkeypatc
     against 0.033)."""
     actor, replies = serving_v1_with_v2_staged(redis, settings)
     loading, loaded, served = threading.Event(), threading.Event(), threading.Event()
-    set_arrays = tensors.set_arrays
+    load = NumpyModel.load  # a linear model's actor serves it with numpy
 
-    def slow_load(model: keras.Model, arrays: dict) -> None:
+    def slow_load(model: NumpyModel, arrays: dict) -> None:
         loading.set()
         loaded.wait(10)
-        set_arrays(model, arrays)
+        load(model, arrays)
 
     def one_batch() -> None:
         actor.reload()
@@ -483,7 +484,7 @@ def test_a_reload_in_progress_never_holds_up_a_batch(redis, settings, monkeypatc
         actor.serve(actor._gather(idle_s=1.0))
         served.set()
 
-    monkeypatch.setattr(tensors, "set_arrays", slow_load)
+    monkeypatch.setattr(NumpyModel, "load", slow_load)
     publish_constant(actor.reloader.store, linear_cfg(), 3, 3.0)
     poll = threading.Thread(target=actor.reloader.poll, daemon=True)
     poll.start()

@@ -8,24 +8,25 @@ import time
 import numpy as np
 import pytest
 
+from streamlearn.actor import runtimes
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.versions import KeptVersions
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
-from streamlearn.nn import networks
-from streamlearn.online import tensors
 
 CFG = ModelConfig(name="u", inputs=2, task="regression", architecture="linear")
+BUILD = runtimes.builder("numpy", (1,))
 
 
 class Store:
     """The weights store's reads, counted: version v's every weight is v."""
 
     def __init__(self, versions: list[int]) -> None:
-        template = tensors.get_arrays(networks.build_model(CFG))
+        spec = BUILD(CFG).spec
         self.blobs = {
-            v: codec.encode({k: np.full_like(a, v) for k, a in template.items()}) for v in versions
+            v: codec.encode({k: np.full(shape, v, dtype) for k, (shape, dtype) in spec.items()})
+            for v in versions
         }
         self.reads = 0
 
@@ -49,16 +50,14 @@ def request(version: int | str) -> Pending:
 
 
 def value(model) -> float:
-    return float(tensors.get_arrays(model)["head/bias"][0])
+    return float(model.arrays["head/bias"][0])
 
 
 @pytest.fixture
 def kept():
     epoch = [0]
     store = Store([1, 2, 3])
-    versions = KeptVersions(
-        store, lambda _v: networks.build_model(CFG), lambda _m: None, 2, lambda: epoch[0]
-    )
+    versions = KeptVersions(store, lambda _v: BUILD(CFG), lambda _m: None, 2, lambda: epoch[0])
     return versions, store, epoch
 
 
