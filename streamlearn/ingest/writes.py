@@ -150,7 +150,7 @@ class RunWriter:
         while pending:
             piece = pending[: self._piece]
             error = self._write_piece(piece, measure)
-            measure = False
+            measure = measure and error is not None  # measured without what failed: again
             pending = [m for m in pending if not m.done]
             if error is None:
                 self._piece, failures = min(self.max_run, 2 * self._piece), 0

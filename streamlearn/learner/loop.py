@@ -141,8 +141,9 @@ class Learner:
         return self.durability.resume()
 
     def warm_up(self) -> None:
-        """Trace every bucket once (`Trainer.warm_up`); promotion on a metric needs one."""
-        self.trainer.warm_up()
+        """Trace the smallest bucket now, the others in spare time (`Trainer.warm_up`; on
+        one device: several trace in lockstep); promotion on a metric needs one."""
+        self.trainer.warm_up(later=self.trainer.collective is None and self.replicas == 1)
         if self.promoter and self.promoter.rule.on == "metric" and self.trainer.metric_name is None:
             raise ConfigError(
                 f"models.{self.cfg.name}.promotion.on: 'metric', but variant {self.variant!r} "
@@ -166,7 +167,7 @@ class Learner:
         with self.reading():
             while not stop.is_set() and (max_steps is None or steps < max_steps):
                 spare = not burst and self.trainer.spare() and self._caught_up()
-                batch = self.next_batch(spare)
+                batch = self.next_batch(spare or (not burst and bool(self.trainer.cold)))
                 if batch is not None:
                     self.train_step(batch)
                     steps += 1
@@ -179,7 +180,9 @@ class Learner:
                 else:
                     if self._caught_up():  # publish what it learned now, then replay
                         self.durability.caught_up()
-                    if spare:
+                    if not burst and self.trainer.warm_next():
+                        pass  # a step traced in spare time (`warm_up`), before any replay
+                    elif spare:
                         self.replay()
                 self._tick()
         self.durability.finish()

@@ -22,10 +22,11 @@ at a time (`learn`, `predict`). Both read `figures`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -48,6 +49,7 @@ from streamlearn.online.stepsize import StepSize
 log = logging.getLogger(__name__)
 
 DeadLetter = Callable[[str, bytes], None]
+STACKED = "stacked"  # the replay's stacked steps, in `Trainer.cold`
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class Trainer:
         self.multistep = MultiStep.of(model, self.replicas, collective)
         self.metric_name: str | None = None
         self.warm_traces = 0
+        self.cold: list[int | str] = []  # steps not traced yet (`warm_up(later=True)`)
+        self._retraces_meanwhile: int | None = None  # while one of them is traced
         self.stats = standardize.statistics(model, params.standardize_horizon)
         self.y_tail = () if params.task == "multiclass" else (1,)
         self.replay = Replay(
@@ -124,10 +128,15 @@ class Trainer:
         self._resolve = False  # replayed steps moved the solved linear head since its solve
         self._forward: Forward | None = None  # the served prediction (`_newer_part`)
 
-    def warm_up(self) -> None:
-        """Trace the step once per bucket with zero sample weights, then undo its effects."""
+    def warm_up(self, later: bool = False) -> None:
+        """Trace the step once per bucket with zero sample weights, then undo its effects.
+
+        With `later`, the smallest bucket only (a live stream's): each other one, and the
+        stacked replay steps, is traced by `warm_next` in spare time or by its first step,
+        whichever comes first, and counted as warm-up, not as a retrace. A new model's
+        first trained version then waits for one trace, not for all (seconds each)."""
         before = tensors.snapshot(self.variables)
-        for size in self.buckets:
+        for size in self.buckets[:1] if later else self.buckets:
             x = np.zeros((size, *self.params.sample_shape), np.float32)
             y = np.zeros((size,) if self.params.task == "multiclass" else (size, 1), np.float32)
             if self.replicas > 1 and size == self.buckets[0] and not self.collective:
@@ -137,10 +146,10 @@ class Trainer:
             if size == self.buckets[0] and not self.collective:
                 self.probe.complete()  # the metrics, built by that step, zeroed by the next
                 logs = self.fit(x, y, np.zeros(size, np.float32))
-        if self.multistep is not None and self.replay.capacity:
-            self.multistep.trace(
-                self.replay.batch, self.params.sample_shape, self.replay.y.shape[1:]
-            )
+        stacked = self.multistep is not None and self.replay.capacity
+        self.cold = [*self.buckets[1:], *([STACKED] if stacked else [])] if later else []
+        if stacked and not later:
+            self._trace_stacked()
         tensors.restore(self.variables, before)
         if self.hedge is not None:
             self.hedge.read(seen=self.state.samples_seen)
@@ -150,9 +159,44 @@ class Trainer:
         self.metric_name = next((k for k in logs if k not in skip), None)
         self.warm_traces = self.probe.traces
 
+    def warm_next(self) -> bool:
+        """Trace one step `warm_up(later=True)` left, its effects undone (spare time);
+        False when none is left."""
+        if not self.cold:
+            return False
+        size = self.cold.pop(0)
+        before = tensors.snapshot(self.variables)
+        with self._tracing():
+            if isinstance(size, str):  # STACKED
+                self._trace_stacked()
+            else:
+                x = np.zeros((size, *self.params.sample_shape), np.float32)
+                shape = (size,) if self.params.task == "multiclass" else (size, 1)
+                self.fit(x, np.zeros(shape, np.float32), np.zeros(size, np.float32))
+        tensors.restore(self.variables, before)  # (the Hedge weights kept: no `read`)
+        return True
+
+    @contextlib.contextmanager
+    def _tracing(self) -> Iterator[None]:
+        """A step traced as warm-up: its traces are not retraces, also while it runs (the
+        metrics are read from another thread)."""
+        self._retraces_meanwhile = self.retraces
+        traces = self.probe.traces
+        try:
+            yield
+        finally:
+            self.warm_traces += self.probe.traces - traces
+            self._retraces_meanwhile = None
+
+    def _trace_stacked(self) -> None:
+        assert self.multistep is not None
+        self.multistep.trace(self.replay.batch, self.params.sample_shape, self.replay.y.shape[1:])
+
     @property
     def retraces(self) -> int:
         """Traces after warm-up: 0 unless a batch came in a shape not traced."""
+        if self._retraces_meanwhile is not None:
+            return self._retraces_meanwhile
         return self.probe.traces - self.warm_traces
 
     def step(self, batch: Batch) -> bool:
@@ -298,7 +342,13 @@ class Trainer:
     ) -> dict[str, Any]:
         """One step; `STEPS` steps in one call, at `rates`, for batches stacked
         (`Replay.sample`)."""
-        if x.ndim == len(self.params.sample_shape) + 2:
+        stacked = x.ndim == len(self.params.sample_shape) + 2
+        first = STACKED if stacked else len(x)
+        if self.cold and first in self.cold:  # its trace, not yet made: warm-up, not a retrace
+            self.cold.remove(first)
+            with self._tracing():
+                return self.fit(x, y, w, rates)
+        if stacked:
             assert self.multistep is not None  # stacked batches come only with one
             return self.multistep(x, y, w, rates)
         if self.collective:

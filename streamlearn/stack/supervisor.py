@@ -24,6 +24,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamlearn.actor import runtimes
 from streamlearn.config import environment, runfile
 from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
@@ -199,7 +200,7 @@ class Stack:
     def _plan(self) -> list[Child]:
         """Every child process: the roles of each model (workers quieted), the demo feed."""
         quiet = [sys.executable, "-m", "streamlearn.stack.runlog"]
-        keras = [*quiet, "--tensorflow"]  # the learner and actor import it anyway
+        keras = [*quiet, "--tensorflow"]  # the learner imports it anyway
         planned: list[Child] = []
 
         def add(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -213,8 +214,11 @@ class Stack:
                 ("ingest", model.ingest.replicas),
                 ("actor", model.actor.replicas),
             ]
+            served_by_keras = runtimes.choose(model)[0] == "tensorflow"
             for role, count in roles:
-                launcher = quiet if role == "ingest" else keras
+                # ingest, and an actor serving with numpy, load no TensorFlow to quiet
+                uses_keras = role == "learner" or (role == "actor" and served_by_keras)
+                launcher = keras if uses_keras else quiet
                 for i in range(count):
                     add(
                         f"{role}:{name}:{i}",
