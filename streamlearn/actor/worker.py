@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     health = runtime.connected_health("actor", client, None)
     health.add(  # ready: answers with weights (a built-in model's initial ones at first)
         "weights",
-        lambda: None if actor.version or actor.answers_initial else "no weights loaded yet",
+        lambda: None if actor.answers else "no weights loaded yet",
     )
     log.info("forward pass by %s: %s", actor.runtime, actor.runtime_reason)
     actor.heartbeat = health.beat

@@ -180,8 +180,9 @@ class Learner:
                 else:
                     if self._caught_up():  # publish what it learned now, then replay
                         self.durability.caught_up()
-                    if not burst and self.trainer.warm_next():
-                        pass  # a step traced in spare time (`warm_up`), before any replay
+                    if not burst and self.trainer.warm_next():  # spare time: a trace first
+                        if not self.trainer.cold:
+                            log.info("learner %s: every step traced", self.cfg.name)
                     elif spare:
                         self.replay()
                 self._tick()

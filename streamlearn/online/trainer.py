@@ -388,6 +388,7 @@ class Trainer:
             "dead_lettered": s.dead_lettered,
             "traces": self.probe.traces,
             "retraces": self.retraces,
+            "traces_pending": len(self.cold),  # steps traced in spare time, still to come
             "replay_steps": self.replay_steps,
             "linear_solves": self.linear.solves if self.linear else 0,
             **(self.memory.figures() if self.memory else {}),

@@ -32,9 +32,25 @@ def metrics_env() -> tuple[int, dict[str, str]]:
     return port, {"STREAMLEARN_METRICS_PORT": str(port)}
 
 
+FACTORY_TOML = """
+[models.f]
+inputs = 2
+factory = "tests.factories:tiny_regressor"
+"""
+
+
+def test_a_built_in_models_actor_is_ready_before_any_weights(start_role):
+    """It answers from its first request (its prior, as version 0): ready at once."""
+    port, env = metrics_env()
+    start_role("actor", TOML, env=env)
+    code, body = probe(port, "/readyz")
+    assert code == 200 and body["weights"] == "ok", body
+
+
 def test_actor_becomes_ready_when_weights_are_published(start_role):
+    """A factory's model has no known initial state: not ready until the first version."""
     actor_port, actor_env = metrics_env()
-    start_role("actor", TOML, env=actor_env)
+    start_role("actor", FACTORY_TOML, env=actor_env)
 
     code, body = probe(actor_port, "/readyz")
     assert code == 503, body
@@ -42,7 +58,7 @@ def test_actor_becomes_ready_when_weights_are_published(start_role):
     assert probe(actor_port, "/livez")[0] == 200
 
     learner_port, learner_env = metrics_env()
-    start_role("learner", TOML, env=learner_env)  # publishes the initial weights
+    start_role("learner", FACTORY_TOML, env=learner_env)  # publishes the initial weights
     eventually(lambda: probe(actor_port, "/readyz")[0] == 200, 30, "actor ready")
     assert probe(actor_port, "/readyz")[1]["weights"] == "ok"
 

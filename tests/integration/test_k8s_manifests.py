@@ -322,10 +322,20 @@ def test_gpu_overlay_puts_the_learner_alone_on_a_gpu(rendered):
     cpu_image = role_pod(rendered["base"], "learner")[1]["spec"]["containers"][0]["image"]
     assert c["image"].split(":")[0] == "streamlearn-gpu"
     assert c["image"].split(":")[1] == cpu_image.split(":")[1], "same release as the CPU image"
-    for name in ("ingest", "actor"):
+    for name, image in (("ingest", cpu_image), ("actor", "streamlearn-actor:0.1.0")):
         _, template = role_pod(objs, name)
         [other] = template["spec"]["containers"]
-        assert other["image"] == cpu_image and "nvidia.com/gpu" not in other["resources"]["limits"]
+        assert other["image"] == image and "nvidia.com/gpu" not in other["resources"]["limits"]
+
+
+def test_actors_run_the_image_without_tensorflow_sized_to_it(rendered):
+    """The actor's image is the TensorFlow-free target (deploy/Dockerfile `actor`), and its
+    memory is sized to that (about 80 MB resident, bench.serve), not to TensorFlow's."""
+    _, template = role_pod(rendered["base"], "actor")
+    [c] = template["spec"]["containers"]
+    assert c["image"].split(":")[0] == "streamlearn-actor"
+    assert c["resources"]["requests"]["memory"] == "128Mi"
+    assert c["resources"]["limits"]["memory"] == "384Mi"
 
 
 # -- the config ------------------------------------------------------------------------------
