@@ -25,6 +25,7 @@ ORDER = (
     "serve",
     "quality",
     "coldstart",
+    "startup",
     "hostile",
     "hostile_http",
     "soak",
@@ -47,6 +48,8 @@ ABOUT = {
     "serve": "prediction latency and throughput of one actor, over MQTT and HTTP",
     "quality": "how well the service learns, test-then-train, against River's online models",
     "coldstart": "how useful a new model is over its first samples, one sample per message",
+    "startup": "from `streamlearn up` on a new model to its first reply and first trained "
+    "version, as a device asks",
     "hostile": "what a malformed or malicious request costs the actor, against a valid one",
     "hostile_http": "legitimate requests' latency while the actor's HTTP door is abused",
     "soak": "hours of mixed traffic with restarts: nothing lost, nothing learned twice",

@@ -33,7 +33,9 @@ SERVICE_MODULES = frozenset(
 )
 
 
-BENCHES = "ingest learner serve soak hostile device mutants quality coldstart scaling multiworker"
+BENCHES = (
+    "ingest learner serve soak hostile device mutants quality coldstart startup scaling multiworker"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -351,7 +351,11 @@ class Client:
         props = mqtt.request_properties(reply_to, correlation)
         try:
             topic = self._topic(model, f"predict/{self.client_id}")
-            self._mqtt.publish(topic, documents.encode(body), qos=1, properties=props)
+            # QoS 0, as the actors take requests and send replies: on a broker with Nagle's
+            # algorithm on (Mosquitto's default), a QoS 1 request's PUBACK held its reply
+            # back until this client's delayed ACK, ~44 ms a request (docs/guides/client.md).
+            # The reply is the request's acknowledgement; its timeout, the loss of either.
+            self._mqtt.publish(topic, documents.encode(body), qos=0, properties=props)
         except BaseException:
             future.cancel()  # forgotten at once
             raise
