@@ -15,10 +15,8 @@ long after clients gave up, and the cheap error lets a client still waiting back
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
 import threading
 import time
 from collections import deque
@@ -27,7 +25,6 @@ from typing import Any, NamedTuple, cast
 
 import numpy as np
 import paho.mqtt.client as mqtt
-from pydantic_core import from_json
 
 from streamlearn.actor.replies import Answer, Replier, ReplyRoutes
 from streamlearn.config.app import ModelConfig
@@ -38,10 +35,7 @@ from streamlearn.errors import PayloadError
 
 log = logging.getLogger(__name__)
 
-MAX_DEPTH = 16  # nesting of a request's JSON: {"x": [[[..]]]} needs 4 at most
 _SHED_LOG_EVERY_S = 10.0
-# A JSON string (its brackets do not nest anything); unrolled so that long ones are fast.
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 
 class Arrival(NamedTuple):
@@ -164,53 +158,6 @@ class Inbox:
         return False
 
 
-def too_deep(raw: bytes) -> bool:
-    """Whether arrays and objects nest more than `MAX_DEPTH` deep in `raw` (JSON), found
-    without parsing it: a payload like `[` * 100000 never reaches the recursive parser.
-
-    Linear in the payload, and for the usual requests a count of brackets decides.
-
-    >>> too_deep(b'{"x": [[1, 2], [3]], "id": "' + b"[" * 20 + b'"}')
-    False
-    >>> too_deep(b"[" * 17), too_deep(b"[" * 16)
-    (True, False)
-    """
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return False
-    codes = np.frombuffer(_STRING.sub(b"", raw), np.uint8) | 0x20  # "[" -> "{", "]" -> "}"
-    steps = (codes == ord("{")).astype(np.int32) - (codes == ord("}"))
-    return int(np.cumsum(steps).max(initial=0)) > MAX_DEPTH
-
-
-def decode(raw: bytes, opens: int | None = None) -> dict[str, Any]:
-    """A request's JSON object, decoded once; PayloadError with the reason a user sees.
-
-    Its size was checked before: the inbox keeps only the size of one over the limit.
-    `opens`, its `[` and `{` when counted already, spare counting them again. pydantic's
-    parser stops at a number of thousands of digits where `json` reads it all first.
-    """
-    if (opens is None or opens > MAX_DEPTH) and too_deep(raw):
-        raise PayloadError(f"invalid JSON: nested more than {MAX_DEPTH} levels deep")
-    try:
-        doc = from_json(raw)
-    except ValueError as exc:
-        if str(exc).startswith("number out of range"):
-            raise PayloadError(f"invalid JSON: {exc}") from None
-        doc = _loads(raw)  # `json` says why, and reads a lone surrogate (the reply's id)
-    if not isinstance(doc, dict):
-        raise PayloadError(f"payload must be a JSON object, got {type(doc).__name__}")
-    return doc
-
-
-def _loads(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except RecursionError:
-        raise PayloadError("invalid JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, int digit limit
-        raise PayloadError(f"invalid JSON: {exc}") from None
-
-
 @dataclass(slots=True)
 class Pending:
     """A valid request, read and routed, waiting for its batch's forward pass."""
@@ -236,11 +183,11 @@ class Pending:
 class Admission:
     """Reads arrivals into pending requests, or answers them with an error; never raises.
 
-    The order keeps a hostile request cheap: its size is checked before anything is
-    read, its width (fields and values, counted by their separators) and its nesting
-    before it is parsed, it is decoded once (its id and reply_to come
-    from the same object), its reply topic checked before anything is published, its
-    deadline before it is validated, and its rows counted before they are.
+    One pass, in the order that keeps a hostile request cheap: its size is checked
+    before anything is read, its width (fields and values, counted by their separators)
+    and its nesting before it is parsed; it is decoded once (its id and reply_to come from
+    the same object), its reply topic checked before anything is published, its deadline
+    before it is validated, and its rows counted before they are (`PayloadParser`).
     """
 
     def __init__(self, cfg: ModelConfig, routes: ReplyRoutes, replier: Replier) -> None:
@@ -261,41 +208,40 @@ class Admission:
             waited = now - arrival.arrived  # MQTT too: one back from waiting for its version
             self._expire(arrival.topic, arrival.correlation, arrival.id, waited, arrival.answer)
             return None
-        policy = self.cfg.actor
-        topic, correlation, rid, client = None, None, None, None
+        topic, correlation, doc = None, arrival.correlation, {}
         try:
-            correlation = arrival.correlation
             request_topic = arrival.topic
             if request_topic is None:
                 raise PayloadError("request topic is not valid UTF-8")
             default = self.routes.default(request_topic)
-            topic = default.topic
-            client = self.routes.client_of(request_topic)
-            doc, problem = self._decode(arrival)
-            problem = problem or sender_problem(client)
-            rid = _request_id(doc.get("id"))
+            topic, client = default.topic, default.client
+            try:
+                doc = self.parser.requests.decode(arrival.payload, arrival.size)
+                problem = sender_problem(client)
+            except PayloadError as exc:
+                problem = str(exc)
             asked = arrival.response_topic
             if asked is None:
                 asked = doc.get("reply_to")
             route = self.routes.route(request_topic, asked, default)
             topic, problem = route.topic, route.refused or problem
-            if problem is None and arrival.expired(time.monotonic()):
-                self._expire(topic, correlation, rid, time.monotonic() - arrival.arrived)
-                return None
-            rows = _rows(doc.get("x"), len(self.cfg.sample_shape))
-            if problem is None and rows > policy.max_request_rows:
-                problem = f"x: {rows} rows, more than max_request_rows={policy.max_request_rows}"
-            request = self.parser.parse_request(doc, client) if problem is None else None
+            if problem is None:
+                now = time.monotonic()
+                if arrival.expired(now):
+                    self._expire(topic, correlation, _request_id(doc), now - arrival.arrived)
+                    return None
+                request = self.parser.parse_request(doc, client)
         except PayloadError as exc:
-            request, problem = None, str(exc)
+            problem = str(exc)
         except Exception as exc:  # a bug a request found: it must not stop the serving loop
             log.exception("reading a request failed")
             self.failed += 1
-            self.replier.error(topic, correlation, rid, f"internal error: {type(exc).__name__}")
+            reason = f"internal error: {type(exc).__name__}"
+            self.replier.error(topic, correlation, _request_id(doc), reason)
             return None
-        if request is None:
+        if problem is not None:
             self.refused += 1
-            self.replier.error(topic, correlation, rid, problem or "invalid request")
+            self.replier.error(topic, correlation, _request_id(doc), problem)
             return None
         return Pending(
             arrival.arrived,
@@ -326,17 +272,6 @@ class Admission:
             f"message expiry; not computed"
         )
         self.replier.error(topic, correlation, rid, reason, answer)
-
-    def _decode(self, arrival: Arrival) -> tuple[dict[str, Any], str | None]:
-        """The request's JSON object ({} when it has none) and what is wrong with it."""
-        limit = self.cfg.ingest.max_payload_bytes
-        if arrival.size > limit:  # the inbox kept only its size
-            return {}, f"payload of {arrival.size} bytes exceeds max_payload_bytes={limit}"
-        try:
-            opens = self.parser.check_request_width(arrival.payload)
-            return decode(arrival.payload, opens), None
-        except PayloadError as exc:
-            return {}, str(exc)
 
 
 def gather(
@@ -371,18 +306,10 @@ def gather(
     return batch
 
 
-def _request_id(value: object) -> str | int | None:
-    """A request's id, echoed in its reply even when the request is invalid; one out of
-    its bounds is not (the reply says why, `request_id`)."""
+def _request_id(doc: dict[str, Any]) -> str | int | None:
+    """The id an error reply echoes: the request's, unless it is out of its bounds (the
+    reply says why, `request_id`)."""
     try:
-        return request_id(value)
+        return request_id(doc.get("id"))
     except PayloadError:
         return None
-
-
-def _rows(x: object, sample_dims: int) -> int:
-    """Rows in a request's `x`, counted before it is validated: a batch nests deeper."""
-    depth, inner = 0, x
-    while isinstance(inner, list) and inner:
-        depth, inner = depth + 1, inner[0]
-    return len(x) if isinstance(x, list) and depth > sample_dims else 1

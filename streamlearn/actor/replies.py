@@ -73,6 +73,7 @@ class Route:
 
     topic: str | None  # None: nowhere valid (a request topic no broker would deliver)
     refused: str | None = None
+    client: str | None = None  # the request topic's client level (`ReplyRoutes.client_of`)
 
 
 class ReplyRoutes:
@@ -94,7 +95,7 @@ class ReplyRoutes:
         client = self.client_of(request_topic)
         topic = self.predictions if client is None else f"{self.replies}/{client}"
         problem = topic_problem(topic) if client is not None else None
-        return Route(None, problem) if problem else Route(topic)
+        return Route(None, problem, client) if problem else Route(topic, None, client)
 
     def route(
         self, request_topic: str, asked: object | None, default: Route | None = None
@@ -108,14 +109,15 @@ class ReplyRoutes:
         problem = topic_problem(asked)
         if problem is None:
             assert isinstance(asked, str)
-            client = self.client_of(request_topic)
+            client = default.client
             space = self.replies if client is None else f"{self.replies}/{client}"
             if not (asked.startswith(space + "/") or (client is not None and asked == space)):
                 problem = f"outside this request's reply space {space}/..."
         if problem is None:
             assert isinstance(asked, str)  # as above
-            return Route(asked)
-        return Route(default.topic, f"reply topic {_shown(asked)} refused: {problem}")
+            return Route(asked, None, default.client)
+        refused = f"reply topic {_shown(asked)} refused: {problem}"
+        return Route(default.topic, refused, default.client)
 
 
 def _shown(value: object) -> str:

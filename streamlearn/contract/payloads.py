@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from streamlearn.config.app import ModelConfig
+from streamlearn.contract.decoding import RequestDecoder
 from streamlearn.contract.fastparse import FastSamples
 from streamlearn.contract.named import NamedPayloads, StepKey
 from streamlearn.contract.records import (
@@ -52,7 +53,6 @@ from streamlearn.contract.schemas import (
     request_id,
     version_ref,
 )
-from streamlearn.contract.width import RequestWidth
 from streamlearn.errors import PayloadError
 
 
@@ -71,7 +71,7 @@ class PayloadParser:
         self._many = nested(len(self.shape) + 1)
         self._fast = FastSamples(model) if fast and model.fields is None else None
         self._named = None if model.fields is None else NamedPayloads(model, self.check_targets)
-        self._width = RequestWidth(model, None if self._named is None else self._named.fields)
+        self.requests = RequestDecoder(model, None if self._named is None else self._named.fields)
         # window keys from topic levels: each device's own (`parse_request`)
         self._keys_bound = any(
             s.key_level is not None and not s.key_from_payload for s in model.sources
@@ -316,28 +316,28 @@ class PayloadParser:
             raise PayloadError(
                 f"{want} must have shape {list(self.shape)}, got {list(got)}", "wrong_shape"
             )
-        if not np.all(np.isfinite(arr)):
+        if not np.isfinite(arr).all():
             raise PayloadError("x: value out of float32 range", "non_finite")
         return arr if batched else arr[None]
 
     # -- prediction requests -------------------------------------------------------------
 
-    def check_request_width(self, raw: bytes) -> int:
-        """`RequestWidth.check`: refuse, unread, a request wider than any valid one."""
-        return self._width.check(raw)
-
     def parse_request(self, raw: bytes | dict[str, Any], client: str | None = None) -> Request:
         """Validate a prediction request; one sample or a batch of rows. `raw` may be the
-        JSON object already decoded (the actor decodes once, to route its reply, having
-        checked its width with `check_request_width`).
+        JSON object already decoded (the actor decodes once, with `self.requests`, to
+        route its reply); its bytes are decoded by that same decoder.
 
+        Its rows are counted before they are validated: at most `max_request_rows`.
         `client` is the requester's level of `predict/{client}`: where the model takes its
         window keys from topic levels (a source's `key` without `key_from_payload`), a
         key-only request may name only that key, its own (`StepKey`).
         """
-        if not isinstance(raw, dict):
-            self.check_request_width(raw)
-        doc = raw if isinstance(raw, dict) else decode(raw, self.model.ingest.max_payload_bytes)
+        doc = raw if isinstance(raw, dict) else self.requests.decode(raw)
+        depth = _depth(doc.get("x"))  # a batch nests deeper than one sample
+        batched = depth > len(self.shape)
+        limit = self.model.actor.max_request_rows
+        if batched and len(doc["x"]) > limit:
+            raise PayloadError(f"x: {len(doc['x'])} rows, more than max_request_rows={limit}")
         own = StepKey(client if self._keys_bound else None)
         if self._named is not None and not _positional(doc):
             return self._named.request(doc, own)
@@ -347,7 +347,6 @@ class PayloadParser:
             req = RequestDoc.model_validate(doc)
         except ValidationError as exc:
             raise PayloadError(reason(exc)) from None
-        batched = _depth(req.x) > len(self.shape)
         try:
             x = (self._many if batched else self._one).validate_python(req.x)
         except ValidationError as exc:

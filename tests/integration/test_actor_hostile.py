@@ -20,10 +20,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from streamlearn import mqtt
-from streamlearn.actor.inbox import Inbox, too_deep
+from streamlearn.actor.inbox import Inbox
 from streamlearn.actor.replies import ReplyRoutes, topic_problem
 from streamlearn.config import Settings, parse_config
 from streamlearn.contract import codec
+from streamlearn.contract.decoding import too_deep
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
 from streamlearn.online import tensors
