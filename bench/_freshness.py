@@ -38,9 +38,6 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
         stack.start([f"streamlearn.{role}.worker", "--config", str(config)], prefix)
         for role in ("learner", "ingest", "actor")
     ]
-    # steady state: a new learner traces its larger steps in its first spare seconds
-    # (the start as a device sees it is bench.startup's)
-    procs[0].wait_for("every step traced")
     r = redis.Redis.from_url(stack.redis_url)
     store = WeightsStore(r, names)
     seen: dict[int, int] = {}  # version -> samples trained on

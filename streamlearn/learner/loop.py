@@ -84,6 +84,9 @@ class Learner:
         self.heartbeat: Callable[[], object] = lambda: (
             None
         )  # each turn (`streamlearn.observe.health`)
+        # called once every step is traced (`warm_up`: the larger ones in spare time,
+        # while the first samples are learned already): the worker's ready line
+        self.traced: Callable[[], object] | None = None
 
     # the parts tests and benches look at
     model = property(lambda self: self.trainer.model)
@@ -166,6 +169,9 @@ class Learner:
         steps = 0
         with self.reading():
             while not stop.is_set() and (max_steps is None or steps < max_steps):
+                if self.traced is not None and not self.trainer.cold:
+                    traced, self.traced = self.traced, None
+                    traced()
                 spare = not burst and self.trainer.spare() and self._caught_up()
                 batch = self.next_batch(spare or (not burst and bool(self.trainer.cold)))
                 if batch is not None:
@@ -175,14 +181,15 @@ class Learner:
                         # a batch that did not fill came from a stream caught up: time to
                         # spare for the heads set from the buffer, before `_tick` publishes
                         self.trainer.set_heads()
+                    elif self.trainer.cold and not burst and batch.n >= self.policy.max_batch:
+                        self.trainer.warm_next()  # a backlog: no spare time coming
                 elif burst and self._caught_up():
                     break
                 else:
                     if self._caught_up():  # publish what it learned now, then replay
                         self.durability.caught_up()
                     if not burst and self.trainer.warm_next():  # spare time: a trace first
-                        if not self.trainer.cold:
-                            log.info("learner %s: every step traced", self.cfg.name)
+                        pass
                     elif spare:
                         self.replay()
                 self._tick()

@@ -107,16 +107,23 @@ def main(argv: list[str] | None = None) -> int:
     port = metrics.expose("learner", model.name, snapshot, settings.metrics_port, health=health)
     if port is not None:
         log.info("metrics on port %d", port)
-    # else a full collection walks TensorFlow's objects: a ~0.2 s stall. Before the ready
-    # line: a client that starts sending on it had its first samples answered by the
-    # initial weights while this ran (the first ~5, one sample a message at 25/s).
-    runtime.settle()
-    log.info(
-        "learner for %s%s ready at version %d",
-        model.name,
-        "" if promoter is None else f" variant {variant} (champion: {promoter.champion})",
-        learner.state.version,
-    )
+
+    def ready() -> None:
+        """Every step traced: the learner at its pace from now on. It learns (and
+        publishes) before, from its first trace on: a new model's first samples do not
+        wait for the larger steps' traces."""
+        # else a full collection walks TensorFlow's objects: a ~0.2 s stall. Before the
+        # ready line: a client that starts sending on it had its first samples answered
+        # by the initial weights while this ran (the first ~5, one sample a message at 25/s).
+        runtime.settle()
+        log.info(
+            "learner for %s%s ready at version %d",
+            model.name,
+            "" if promoter is None else f" variant {variant} (champion: {promoter.champion})",
+            learner.state.version,
+        )
+
+    learner.traced = ready
     try:
         learner.run(stop)
         learner.report(compete=False)
