@@ -123,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             learner.state.version,
         )
 
-    learner.traced = ready
+    if learner.trainer.cold:  # said by the loop once the last is traced
+        learner.traced = ready
+    else:  # every step traced at start (several devices, a lockstep learner)
+        ready()
     try:
         learner.run(stop)
         learner.report(compete=False)

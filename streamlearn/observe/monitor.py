@@ -257,11 +257,12 @@ def age_s(status: dict[str, Any], now: float) -> float | None:
 def learner_state(row: dict[str, Any], stale_after: float) -> str:
     """`online`; `offline` (its presence marker is gone: stopped or dead); `stale` (still
     connected but its status is older than `stale_after` s: hung); `starting` (present,
-    no status yet); or `absent` (no learner ever reported)."""
+    no status yet, or steps still to trace: it learns, not yet at its pace); or `absent`
+    (no learner ever reported)."""
     age, online = row.get("status_age_s"), bool(row.get("learners_online"))
     if not online:
         return "offline" if age is not None else "absent"
-    if age is None:
+    if age is None or row.get("traces_pending"):
         return "starting"
     return "stale" if age > stale_after else "online"
 

@@ -79,7 +79,9 @@ def test_the_quick_start_runs_as_written(tmp_path: Path):
 
         def serving() -> bool:  # the user waits for up's live line: an actor, a version
             rows = json.loads(run([*second[-1], "--json"]).stdout)  # the block's `status`
-            return bool(rows) and any(a.get("version", 0) >= 1 for a in rows[0]["actors"])
+            if not rows or rows[0]["learner_state"] != "online":  # at its pace: traced
+                return False
+            return any(a.get("version", 0) >= 1 for a in rows[0]["actors"])
 
         eventually(serving, 120, "the model served, as up's live line shows")
         outputs = {argv[1]: run(argv) for argv in second}
