@@ -351,10 +351,7 @@ class Client:
         props = mqtt.request_properties(reply_to, correlation)
         try:
             topic = self._topic(model, f"predict/{self.client_id}")
-            # QoS 0, as the actors take requests and send replies: on a broker with Nagle's
-            # algorithm on (Mosquitto's default), a QoS 1 request's PUBACK held its reply
-            # back until this client's delayed ACK, ~44 ms a request (docs/guides/client.md).
-            # The reply is the request's acknowledgement; its timeout, the loss of either.
+            # QoS 0: a QoS 1 PUBACK held the reply ~44 ms on a Nagle broker (guides/client.md)
             self._mqtt.publish(topic, documents.encode(body), qos=0, properties=props)
         except BaseException:
             future.cancel()  # forgotten at once

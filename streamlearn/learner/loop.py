@@ -126,8 +126,8 @@ class Learner:
                 self.publish()  # actors answer from the start, as any online learner does
             pending = self.drainer.resume()
             self.warm_up()
-        if self.store.latest_version() == 0:
-            self.publish()
+        if collective is not None and self.store.latest_version() == 0:
+            self.publish()  # the workers trace in lockstep first
         log.info(
             "learner %s: %s, step %d, %d entries pending, devices %s, %d traces for buckets %s",
             self.cfg.name,
@@ -188,9 +188,8 @@ class Learner:
                 else:
                     if self._caught_up():  # publish what it learned now, then replay
                         self.durability.caught_up()
-                    if not burst and self.trainer.warm_next():  # spare time: a trace first
-                        pass
-                    elif spare:
+                    warmed = not burst and self.trainer.warm_next()  # spare time: traces first
+                    if spare and not warmed:
                         self.replay()
                 self._tick()
         self.durability.finish()

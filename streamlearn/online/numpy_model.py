@@ -229,8 +229,7 @@ def _spec(layout: Layout) -> Spec:
     if layout.standardize:
         shapes |= {"standardize/mean": (inputs,), "standardize/var": (inputs,)}
         shapes["standardize/count"] = ()
-    if layout.categories is not None:
-        inputs = sum(k or 1 for k in layout.categories)
+    inputs = _encoded(layout)
     tap_widths = [window * inputs]
     width = inputs
     if layout.architecture == "lstm":
@@ -283,11 +282,15 @@ def _hedged(layout: Layout) -> bool:
 
 def _stepped(layout: Layout) -> bool:
     solvable = layout.steps and layout.standardize and layout.task != "multiclass"
-    *steps_of, inputs = layout.sample_shape
-    width = (steps_of[0] if steps_of else 1) * (
-        sum(k or 1 for k in layout.categories) if layout.categories is not None else inputs
-    )
-    return solvable and width <= MAX_STEPS_INPUTS
+    *steps_of, _ = layout.sample_shape
+    return solvable and (steps_of[0] if steps_of else 1) * _encoded(layout) <= MAX_STEPS_INPUTS
+
+
+def _encoded(layout: Layout) -> int:
+    """Columns a step has after `Encode` (a categorical input: one a value)."""
+    if layout.categories is None:
+        return layout.sample_shape[-1]
+    return sum(k or 1 for k in layout.categories)
 
 
 def _prior(layout: Layout) -> float:

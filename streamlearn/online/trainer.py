@@ -137,8 +137,7 @@ class Trainer:
         first trained version then waits for one trace, not for all (seconds each)."""
         before = tensors.snapshot(self.variables)
         for size in self.buckets[:1] if later else self.buckets:
-            x = np.zeros((size, *self.params.sample_shape), np.float32)
-            y = np.zeros((size,) if self.params.task == "multiclass" else (size, 1), np.float32)
+            x, y = self._zeros(size)
             if self.replicas > 1 and size == self.buckets[0] and not self.collective:
                 # Keras builds the compiled loss and metrics from a plain (undivided) batch.
                 self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
@@ -170,11 +169,14 @@ class Trainer:
             if isinstance(size, str):  # STACKED
                 self._trace_stacked()
             else:
-                x = np.zeros((size, *self.params.sample_shape), np.float32)
-                shape = (size,) if self.params.task == "multiclass" else (size, 1)
-                self.fit(x, np.zeros(shape, np.float32), np.zeros(size, np.float32))
+                self.fit(*self._zeros(size), np.zeros(size, np.float32))
         tensors.restore(self.variables, before)  # (the Hedge weights kept: no `read`)
         return True
+
+    def _zeros(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """A batch of `size` zero rows and targets: what a step is traced on."""
+        y = (size,) if self.params.task == "multiclass" else (size, 1)
+        return np.zeros((size, *self.params.sample_shape), np.float32), np.zeros(y, np.float32)
 
     @contextlib.contextmanager
     def _tracing(self) -> Iterator[None]:
