@@ -64,6 +64,8 @@ def broker(workdir: Path, nagle: bool) -> embedded.ServerProcess:
     workdir.mkdir(parents=True, exist_ok=True)
     port = embedded.free_port()
     conf = embedded.MOSQUITTO_CONF.format(port=port, workdir=workdir, persistence="false")
-    (workdir / "mosquitto.conf").write_text(conf + ("" if nagle else "set_tcp_nodelay true\n"))
+    if nagle:  # the embedded broker's config sets it: mosquitto's default is without it
+        conf = conf.replace("set_tcp_nodelay true\n", "")
+    (workdir / "mosquitto.conf").write_text(conf)
     argv = ["mosquitto", "-c", str(workdir / "mosquitto.conf")]
     return embedded.ServerProcess("mosquitto", argv, port, workdir)

@@ -19,7 +19,11 @@ One run over real MQTT and Redis (its own mosquitto and redis-server, loopback o
 3. Freshness: ingest, learner and actor processes with default settings; the time from a
    sample's publish to the first reply served with a version trained on it, over every
    sample published after the warm-up.
-4. Reload cost in this process: staging a version (background) and the swap (serving
+4. Request-reply one at a time on two brokers of their own, one tuned (`set_tcp_nodelay
+   true`) and one at mosquitto's defaults (Nagle's algorithm), each with a numpy actor: a
+   device's requests at QoS 1 (plain paho) and streamlearn.Client's at QoS 0, and the
+   broker delay each actor reports (`bench._broker_delay`).
+5. Reload cost in this process: staging a version (background) and the swap (serving
    path); and the retraces of serving, counted as runs of the models' Python forward code
    (each trace or eager call runs it), for every batch size from 1 to 2 max_batch + 2.
 
@@ -27,7 +31,8 @@ One run over real MQTT and Redis (its own mosquitto and redis-server, loopback o
     .venv/bin/python -m bench.serve --quick  # the CI smoke: < 60 s, half of each goal
 
 `--quick` serves the numpy actors the checks compare (neither TensorFlow actor), at 200 and
-1,000 requests/s for 2 s each, two closed-loop rounds of 1.5 s, and freshness over 5 s.
+1,000 requests/s for 2 s each, two closed-loop rounds of 1.5 s, freshness over 5 s, and 20
+requests one at a time per broker and requester.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench import _freshness, _http, _serve_load
+from bench import _broker_delay, _freshness, _http, _serve_load
 from bench._report import exit_status, goal, report
 from bench._stack import Proc, Stack, broker
 from streamlearn.actor.loop import Actor
@@ -63,6 +68,7 @@ QUICK = {
     "rounds": 2,
     "fresh_seconds": 5.0,
     "fresh_warmup": 1.0,
+    "one_at_a_time": 20,
 }
 
 HTTP = "dynamic batching over HTTP (Open Inference Protocol)"
@@ -266,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh-warmup", type=float, default=2.0, help="seconds not counted")
     parser.add_argument("--mixed-rate", type=int, default=500, help="requests/s per door, at once")
     parser.add_argument("--nagle", action="store_true", help="broker without TCP_NODELAY")
+    parser.add_argument(
+        "--one-at-a-time", type=int, default=100, help="requests per broker and requester"
+    )
     parser.add_argument("--quick", action="store_true", help="CI smoke: < 60 s, half of each goal")
     parser.add_argument("--serve", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
@@ -291,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             stack = Stack(mqtt.port, store.port, work)
             print("serving: open loop and closed loop per actor", flush=True)
             rows, throughput = serve_benchmark(stack, args)
+            print("one at a time: a broker at its defaults beside a tuned one", flush=True)
+            rows += _broker_delay.measure(work / "delay", store.port, args.one_at_a_time)
             print("freshness: ingest + learner + actor, default settings", flush=True)
             fresh = _freshness.measure(stack, args)
             print("reload cost", flush=True)
@@ -377,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
             f"numpy actor max throughput >= 1.5x the TensorFlow actor's (got "
             f"{maxima['batching']:.0f} against {maxima['tensorflow']:.0f}: {tf_ratio:.2f}x)"
         ] = goal(tf_ratio, 1.5, q)
+    one_checks, one_figures = _broker_delay.checks(rows)
+    checks.update(one_checks)
     mixed = throughput["mixed"]
     checks[
         f"both doors at once: requests of HTTP and MQTT batched together "
@@ -396,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         "freshness_p50_ms": fresh["p50_ms"],
         "freshness_p99_ms": fresh["p99_ms"],
         "starts": starts,
+        **one_figures,
     }
     meta = {
         "max_throughput_per_s": throughput,

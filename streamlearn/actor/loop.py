@@ -120,6 +120,8 @@ class Actor:
         self.heartbeat: Callable[[], object] = lambda: (
             None
         )  # each turn (`streamlearn.observe.health`)
+        # The broker's delay of a QoS 1 request's reply, in ms (`streamlearn.observe.broker_delay`)
+        self.broker_delay_ms: Callable[[], float | None] = lambda: None
         self.inbox = inbox.Inbox(
             self.policy.max_queued_requests,
             self.policy.max_queued_bytes,
@@ -298,6 +300,7 @@ class Actor:
             "variant": self.variant,
             "runtime": self.runtime,  # numpy or tensorflow (`streamlearn.actor.runtimes`)
             "runtime_reason": self.runtime_reason,
+            "broker_delay_ms": self.broker_delay_ms(),  # None: not measured
             "latest_seen": self.reloader.latest_seen,
             "pinned": self.reloader.pinned,  # `streamlearn pin`: served instead of the latest
             "loaded_at": self.loaded_at,
@@ -322,6 +325,7 @@ class Actor:
 
     def metrics(self) -> dict[str, float | int | None]:
         """For `streamlearn.observe.metrics` (Prometheus): names ending in `_total` are counters."""
+        delay_ms = self.broker_delay_ms()
         return {
             "replies_total": self.replier.sent,
             "error_replies_total": self.errors,
@@ -342,6 +346,7 @@ class Actor:
             "latest_version_seen": self.reloader.latest_seen,
             "weights_age_seconds": None if self.loaded_at is None else time.time() - self.loaded_at,
             "queued_requests": self.inbox.qsize(),
+            "broker_delay_seconds": None if delay_ms is None else delay_ms / 1000,
         }
 
     def publish_status(self) -> None:

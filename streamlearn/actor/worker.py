@@ -13,6 +13,7 @@ from streamlearn import mqtt, runtime
 from streamlearn.actor.http import HttpDoor
 from streamlearn.actor.loop import Actor
 from streamlearn.observe import metrics
+from streamlearn.observe.broker_delay import BrokerProbe
 from streamlearn.store.weights import WeightsStore
 
 log = logging.getLogger("streamlearn.actor")
@@ -37,6 +38,12 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     # Requests on `predict` and on `predict/{client}` (the ACL lets a device publish only on
     # its own client id's), both shared by the actors (`streamlearn.actor.replies`).
     requests = [names.shared(leaf, settings.share_group) for leaf in ("predict", "predict/+")]
+    subscriptions = [(topic, 0) for topic in requests]
+    probe = None
+    if model.actor.broker_probe_every_s > 0:  # its pings come on the actor's own connection
+        every_s = model.actor.broker_probe_every_s
+        probe = BrokerProbe(settings.mqtt, names, client_id, every_s, ca_file=settings.mqtt_ca_file)
+        subscriptions.append((probe.ping_topic, 0))
     # QoS 0 from the broker: paho acknowledges a QoS 1 message on receipt, not when it is
     # answered, and an actor's clean session loses its in-flight messages when it dies; so
     # QoS 1 would buy no delivery guarantee, only a PUBACK per request (~15% of the CPU).
@@ -44,12 +51,15 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         settings.mqtt,
         client_id,
         ca_file=settings.mqtt_ca_file,
-        subscriptions=[(topic, 0) for topic in requests],
+        subscriptions=subscriptions,
         on_message=actor.on_message,
         on_connack=actor.on_connack,
         will=(actor.status_topic, b""),  # a dead actor's retained status disappears
         no_delay=True,
     )
+    if probe is not None:
+        client.message_callback_add(probe.ping_topic, probe.echo)  # not a request
+        actor.broker_delay_ms = probe.latest
     health = runtime.connected_health("actor", client, None)
     health.add(  # ready: answers with weights (a built-in model's initial ones at first)
         "weights",
@@ -85,6 +95,8 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         actor.observe_latency = latency.labels(model.name).observe
         actor.observe_batch = rows.labels(model.name).observe
     runtime.settle()  # TensorFlow's ~400,000 objects, where it serves: a full collection ~0.2 s
+    if probe is not None:  # after the collection, which would hold an echo up
+        probe.start()
     log.info("actor for %s ready on %s", model.name, names.predict_topic)
     try:
         actor.run(stop)
@@ -96,6 +108,8 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     finally:
         if door is not None:
             door.stop()
+        if probe is not None:
+            probe.stop()
         actor.clear_status()
         mqtt.close(client)
     log.info("actor stopped after %d replies in %d batches", actor.served, actor.batches)

@@ -299,6 +299,13 @@ class ActorConfig(Frozen):
     status_every_ms: float = Field(
         2000, gt=0, description="retained per-actor status (version, weights age) refresh"
     )
+    broker_probe_every_s: float = Field(
+        60,
+        ge=0,
+        description="how often the actor measures how long the broker holds the reply to a "
+        "QoS 1 request (Nagle's algorithm: `set_tcp_nodelay`), with a second small "
+        "connection; at start, then this often; 0: never",
+    )
     max_request_rows: int = Field(
         1024, ge=1, description="rows in one request, at most; more get an error reply"
     )

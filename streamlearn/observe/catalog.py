@@ -140,6 +140,12 @@ _ACTOR = [
         ("weights_age_seconds", "seconds since the served weights were loaded"),
         ("queued_requests", "requests received and not yet served"),
         (
+            "broker_delay_seconds",
+            "how long the broker holds the reply to a QoS 1 request, median of the last "
+            "probe (over 0.01: Nagle's algorithm, set `set_tcp_nodelay true`); absent "
+            "until measured",
+        ),
+        (
             "http_responses_total",
             "answers of the HTTP door by status, refusals included (401, 408, 413, and 503 "
             "for a connection past the cap)",

@@ -27,6 +27,7 @@ from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
 from streamlearn.contract.names import Names
 from streamlearn.observe import presence
+from streamlearn.observe.broker_delay import advice
 from streamlearn.store import redis_client
 from streamlearn.store.standings import read_standings
 from streamlearn.store.stream import GROUP
@@ -335,21 +336,33 @@ def served_line(row: dict[str, Any]) -> list[str]:
 
 
 def actor_line(a: dict[str, Any]) -> str:
-    """One actor of `streamlearn status`: version, weights age, rate, status age."""
+    """One actor of `streamlearn status`: version, weights age, rate, the broker's delay
+    of a QoS 1 request's reply (`streamlearn.observe.broker_delay`), status age."""
     age, rps = fmt_number(a.get("weights_age_s"), 1), fmt_number(a.get("requests_per_s"), 1)
+    delay = fmt_number(a.get("broker_delay_ms"), 1)
     seen = f"status {fmt_number(a.get('age_s'), 1)} s old" + (" STALE" if a.get("stale") else "")
     return (
         f"  actor {a['id']:<20} version {a.get('version', '-'):>6}  "
-        f"weights age {age} s  {rps} requests/s  {seen}"
+        f"weights age {age} s  {rps} requests/s  broker delay {delay} ms  {seen}"
     )
 
 
 def broker_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The broker's line of `streamlearn status`, a warning first when it dropped messages."""
+    """The broker's line of `streamlearn status`, a warning first when it dropped messages
+    and when an actor measured it holding replies (Nagle's algorithm).
+
+    >>> broker_lines([{"actors": [{"broker_delay_ms": 43.0}], "broker": {}}])[0][:34]
+    'WARNING: the broker delays a reply'
+    """
+    delays = [a.get("broker_delay_ms") for r in rows for a in r.get("actors", [])]
+    slow = max((d for d in delays if isinstance(d, int | float)), default=None)
+    nagle = advice(slow)
+    lines = [] if nagle is None else [f"WARNING: {nagle}"]
     broker = rows[0].get("broker", {}) if rows else {}
     if "dropped_messages" not in broker:
-        return ["broker: counters not readable by this account ($SYS/broker/...)"]
-    lines = [f"WARNING: {broker['warning']}"] if "warning" in broker else []
+        return [*lines, "broker: counters not readable by this account ($SYS/broker/...)"]
+    if "warning" in broker:
+        lines.append(f"WARNING: {broker['warning']}")
     lines.append(
         f"broker: {broker['dropped_messages']} messages dropped "
         f"({fmt_number(broker.get('dropped_per_min_5min'), 1)}/min over 5 min), "

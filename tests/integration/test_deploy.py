@@ -151,6 +151,27 @@ def test_devices_connect_over_tls_only(broker):
         peer.close()
 
 
+def test_only_the_actor_account_pings_and_echoes_on_the_probe_topics(broker):
+    """The broker-delay probe (streamlearn/observe/broker_delay.py): an actor's second
+    connection pings `probe/{id}` and the actor echoes on `probe/{id}/echo`, both as the
+    actor account; a device can neither answer a ping nor read one."""
+    names = Names("m")
+    actor = Peer(mqtt_url(broker, "actor"), [names.topic("probe/#")])
+    alice = device(broker, "alice", [names.topic("probe/#")], client_id="alice")
+    learner = Peer(mqtt_url(broker, "learner"))
+    try:
+        for peer in (alice, learner):
+            assert peer.publish(names.topic("probe/a1/echo")) == NOT_AUTHORIZED
+        assert actor.publish(names.topic("probe/a1")) == 0
+        assert actor.publish(names.topic("probe/a1/echo")) == 0
+        actor.wait_for(names.topic("probe/a1/echo"))  # after the ping, and nothing refused
+        assert actor.topics() == [names.topic("probe/a1"), names.topic("probe/a1/echo")]
+        assert alice.topics() == []
+    finally:
+        for peer in (actor, alice, learner):
+            peer.close()
+
+
 def test_each_device_is_confined_to_its_own_requests_and_replies(broker):
     names = Names("m")
     actor = Peer(
