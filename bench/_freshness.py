@@ -41,6 +41,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
     r = redis.Redis.from_url(stack.redis_url)
     store = WeightsStore(r, names)
     seen: dict[int, int] = {}  # version -> samples trained on
+    announced: dict[int, float] = {}  # version -> when its notification came (monotonic)
     stop = threading.Event()
 
     def listen() -> None:
@@ -50,6 +51,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
             msg = pubsub.get_message(timeout=0.2)
             if msg is not None:
                 version = int(msg["data"])
+                announced[version] = time.monotonic()
                 found, meta = store.metadata(version)
                 if found:
                     seen[version] = int(meta["samples_seen"])
@@ -100,6 +102,9 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
     # (not in any version, or no reply by one) is inf, so it weighs on the percentiles.
     eligible = [i for i, t in enumerate(sent_at) if t >= sent_at[0] + args.fresh_warmup]
     fresh_ms = np.full(len(eligible), np.inf)
+    # the two halves: until the version trained on it is announced (ingest and learner),
+    # and from then until a reply comes from it (the actor's reload, the probes' spacing)
+    learned_ms, served_ms = [], []
     not_trained = 0
     for slot, i in enumerate(eligible):
         k = bisect.bisect_left(trained, i + 1)  # first version trained on sample i
@@ -109,6 +114,9 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
         j = bisect.bisect_left(running, versions[k][0])
         if j < len(times):
             fresh_ms[slot] = (times[j] - sent_at[i]) * 1000
+            if versions[k][0] in announced:
+                learned_ms.append((announced[versions[k][0]] - sent_at[i]) * 1000)
+                served_ms.append((times[j] - announced[versions[k][0]]) * 1000)
     measured = int(np.isfinite(fresh_ms).sum())
     return {
         "samples": n,
@@ -121,6 +129,8 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict:
         "trained_on": trained[-1] if trained else 0,
         **{f"p{q}_ms": _pct(fresh_ms, q) for q in (50, 90, 99)},
         "max_ms": _pct(fresh_ms, 100),
+        "learned_p50_ms": _pct(np.array(learned_ms), 50),  # sample -> its version announced
+        "served_p50_ms": _pct(np.array(served_ms), 50),  # announced -> a reply by it
     }
 
 

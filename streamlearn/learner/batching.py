@@ -113,6 +113,9 @@ class Drainer:
         self._more = False  # the last read was full: the stream holds more (a backlog)
         self._ahead: Callable[[], int] | None = None  # a read sent, its reply not taken
         self._next_claim = time.monotonic() + stale_after_ms / 2000
+        # the most samples a batch takes: `max_batch`, less while the larger steps are not
+        # traced yet (`Learner.warm_up`), so that a first batch never waits on a trace
+        self.limit = policy.max_batch
 
     def resume(self) -> int:
         """Take back this consumer's pending entries and stale ones of dead consumers."""
@@ -122,9 +125,9 @@ class Drainer:
         return len(entries)
 
     def drain(self, idle_block_ms: int | None = 100) -> Batch | None:
-        """Up to `max_batch` samples: block up to `idle_block_ms` for the first (None: not
-        at all), then wait `max_wait_ms` for more."""
-        limit = self.policy.max_batch
+        """Up to `limit` samples: block up to `idle_block_ms` for the first (None: not at
+        all), then wait `max_wait_ms` for more."""
+        limit = self.limit
         self.land()
         if time.monotonic() >= self._next_claim:
             self._next_claim = time.monotonic() + self.stale_after_ms / 2000

@@ -98,6 +98,13 @@ class Durability:
             self.trainer.set_heads()
             self.publish()
 
+    def pausing(self) -> None:
+        """The learner stops for a while (a trace: a second or more): what it learned is
+        published now, whatever `publish_min_ms` says (the heads set first, as above)."""
+        if self.steps_since_publish and self.writes.publishing.due():
+            self.trainer.set_heads()
+            self.publish()
+
     def publish_wait_s(self) -> float | None:
         """Seconds until `caught_up` may publish; None with nothing to publish, or while
         Redis refuses publishes (their backoff rules then)."""

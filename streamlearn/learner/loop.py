@@ -153,6 +153,24 @@ class Learner:
                 "compiles no metric; compare on 'loss' or give the model a metric"
             )
 
+    def warm_next(self) -> bool:
+        """Trace the next step `warm_up` left (`Trainer.warm_next`), what was learned
+        published first: actors do not wait a trace for it. Batches grow to the new
+        step's size. False when none is left."""
+        if not self.trainer.cold:
+            return False
+        self.durability.pausing()
+        self.trainer.warm_next()
+        self._limit()
+        return True
+
+    def _limit(self, burst: bool = False) -> None:
+        """Batches up to the largest traced step while the larger ones wait for spare
+        time: a new model's first samples are learned at once, not after a trace. A
+        `burst` has no spare time: its batches trace their steps as they come."""
+        traced = self.policy.max_batch if burst else self.trainer.traced_size
+        self.drainer.limit = min(self.policy.max_batch, traced)
+
     def run(
         self, stop: threading.Event | None = None, max_steps: int | None = None, *, burst=False
     ) -> int:
@@ -167,6 +185,7 @@ class Learner:
         """
         stop = stop or threading.Event()
         steps = 0
+        self._limit(burst)
         with self.reading():
             while not stop.is_set() and (max_steps is None or steps < max_steps):
                 if self.traced is not None and not self.trainer.cold:
@@ -177,18 +196,18 @@ class Learner:
                 if batch is not None:
                     self.train_step(batch)
                     steps += 1
-                    if batch.n < self.policy.max_batch and self.durability.publish_due():
+                    if batch.n < self.drainer.limit and self.durability.publish_due():
                         # a batch that did not fill came from a stream caught up: time to
                         # spare for the heads set from the buffer, before `_tick` publishes
                         self.trainer.set_heads()
-                    elif self.trainer.cold and not burst and batch.n >= self.policy.max_batch:
-                        self.trainer.warm_next()  # a backlog: no spare time coming
+                    elif self.trainer.cold and not burst and batch.n >= self.drainer.limit:
+                        self.warm_next()  # a backlog: no spare time coming
                 elif burst and self._caught_up():
                     break
                 else:
                     if self._caught_up():  # publish what it learned now, then replay
                         self.durability.caught_up()
-                    warmed = not burst and self.trainer.warm_next()  # spare time: traces first
+                    warmed = not burst and self.warm_next()  # spare time: traces first
                     if spare and not warmed:
                         self.replay()
                 self._tick()

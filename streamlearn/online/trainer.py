@@ -141,6 +141,10 @@ class Trainer:
             if self.replicas > 1 and size == self.buckets[0] and not self.collective:
                 # Keras builds the compiled loss and metrics from a plain (undivided) batch.
                 self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
+            elif size == self.buckets[0] and not self.collective:
+                # built before the first trace, so that one trace makes the step (built
+                # inside it, `probe.complete` must trace it again: a second, at start)
+                self.model._symbolic_build(data_batch=(x, y, np.zeros(size, np.float32)))
             logs = self.fit(x, y, np.zeros(size, np.float32))
             if size == self.buckets[0] and not self.collective:
                 self.probe.complete()  # the metrics, built by that step, zeroed by the next
@@ -172,6 +176,11 @@ class Trainer:
                 self.fit(*self._zeros(size), np.zeros(size, np.float32))
         tensors.restore(self.variables, before)  # (the Hedge weights kept: no `read`)
         return True
+
+    @property
+    def traced_size(self) -> int:
+        """The largest batch a traced step takes (the larger ones wait in `cold`)."""
+        return max(size for size in self.buckets if size not in self.cold)
 
     def _zeros(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """A batch of `size` zero rows and targets: what a step is traced on."""
