@@ -95,15 +95,13 @@ class Durability:
         and its spare time would serve them as they were before its samples (at a stream's
         start, the prior), until the next publish."""
         if self.publish_wait_s() == 0:
-            self.trainer.set_heads()
-            self.publish()
+            self.publish(heads=True)
 
     def pausing(self) -> None:
         """The learner stops for a while (a trace: a second or more): what it learned is
         published now, whatever `publish_min_ms` says (the heads set first, as above)."""
         if self.steps_since_publish and self.writes.publishing.due():
-            self.trainer.set_heads()
-            self.publish()
+            self.publish(heads=True)
 
     def publish_wait_s(self) -> float | None:
         """Seconds until `caught_up` may publish; None with nothing to publish, or while
@@ -151,11 +149,16 @@ class Durability:
             self.writes.made_durable()  # dead letters only
         self.writes.acknowledged()
 
-    def publish(self) -> None:
+    def publish(self, heads: bool = False) -> None:
         """Publish the current weights as a new version; non-finite weights never leave.
-        When Redis refuses, training goes on and `tick` tries again after the backoff."""
+        When Redis refuses, training goes on and `tick` tries again after the backoff.
+        With `heads` (time to spare), the heads are set from the buffer first
+        (`Trainer.set_heads`), over the statistics just flushed: then the linear head
+        needs no second solve (`settle`)."""
         t = self.trainer
         t.flush_statistics()  # the actors get the statistics of every sample trained on
+        if heads:
+            t.set_heads()
         t.settle()  # and the linear head solved, not as the replay left it
         arrays = tensors.get_arrays(t.model)
         try:

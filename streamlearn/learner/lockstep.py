@@ -66,6 +66,9 @@ class LockstepLearner(Learner):
         super().__init__(cfg, queue, store, **kwargs)
         self.workers = workers
         self.collective = self.trainer.collective
+        # every worker sets the heads in its replay, as they all replay: the chief alone
+        # publishes, so heads set as it publishes would be its own
+        self.trainer.heads_in_replay = True
         if self.collective is None:
             raise ConfigError("learner.distribute: a lockstep learner needs 'multi_worker'")
         self.share = -(-self.policy.max_batch // workers.count)  # rows read a turn, at most

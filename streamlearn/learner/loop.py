@@ -68,6 +68,7 @@ class Learner:
         self.clock = clock
         self.writes = LearnerWrites(sample_queue, store, policy)
         self.trainer = build_trainer(cfg, self.writes.deadletter)
+        self.trainer.heads_in_replay = False  # set as it publishes (`Durability.publish`)
         self.durability = Durability(cfg, variant, self.trainer, store, self.writes, clock)
         self.reporter = Reporter(
             cfg,
@@ -198,8 +199,8 @@ class Learner:
                     steps += 1
                     if batch.n < self.drainer.limit and self.durability.publish_due():
                         # a batch that did not fill came from a stream caught up: time to
-                        # spare for the heads set from the buffer, before `_tick` publishes
-                        self.trainer.set_heads()
+                        # spare for the heads set from the buffer as it publishes
+                        self.durability.publish(heads=True)
                     elif self.trainer.cold and not burst and batch.n >= self.drainer.limit:
                         self.warm_next()  # a backlog: no spare time coming
                 elif burst and self._caught_up():

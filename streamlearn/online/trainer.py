@@ -127,6 +127,10 @@ class Trainer:
         self.hedge = None if mix is None else Hedge(mix, relative=relative, favoured=favoured)
         self._resolve = False  # replayed steps moved the solved linear head since its solve
         self._forward: Forward | None = None  # the served prediction (`_newer_part`)
+        # the heads set (and the linear one settled) by the replay, after each message's
+        # samples; the learner sets them as it publishes instead, once a version: at 100
+        # samples/s a solve per sample took most of a core (bench.serve's freshness run)
+        self.heads_in_replay = True
 
     def warm_up(self, later: bool = False) -> None:
         """Trace the step once per bucket with zero sample weights, then undo its effects.
@@ -289,10 +293,9 @@ class Trainer:
 
     def spare(self) -> bool:
         """Whether there is work for spare time (`replay_step`)."""
-        return (
-            self.replay.due()
-            or self._resolve
-            or any(head.due(self.replay) for head in self._solved())
+        return self.replay.due() or (
+            self.heads_in_replay
+            and (self._resolve or any(head.due(self.replay) for head in self._solved()))
         )
 
     def _solved(self) -> list[LinearHead | MemoryWriter]:
@@ -305,6 +308,8 @@ class Trainer:
         fresh = [head for head in self._solved() if head.due(self.replay)]
         for head in fresh:
             head.update(self.replay)
+        if self.linear in fresh:
+            self._resolve = False  # solved after every replayed step so far: `settle` has none
         return bool(fresh)
 
     def replay_step(self) -> bool:
@@ -312,11 +317,12 @@ class Trainer:
         the buffer (`set_heads`), so that the next publish has them; then a step on a
         batch from the buffer while the replay budget allows, not scored; then the linear
         head solved again, as the replayed steps moved it. False when there is none. A
-        non-finite step is undone (its samples were learned fine once already)."""
-        if self.set_heads():
+        non-finite step is undone (its samples were learned fine once already). Without
+        `heads_in_replay`, the steps only: the caller sets the heads as it publishes."""
+        if self.heads_in_replay and self.set_heads():
             return True
         if not self.replay.due():
-            return self.settle()
+            return self.heads_in_replay and self.settle()
         steps = STEPS if self.multistep is not None and self.replay.due(STEPS) else 1
         batch = self.replay.sample(steps)
         rates = self.step_size.replayed(self.replay.batch, self.replay.size, steps)

@@ -133,6 +133,34 @@ def test_no_retrace_after_warm_up_whatever_the_drained_size(redis, settings):
     assert scraped["streamlearn_learner_samples"] == sum(sizes)  # a counter: *_total
 
 
+def test_a_new_learners_first_samples_wait_for_no_trace_and_are_published_before_one(
+    redis, settings
+):
+    """A backlog at start (a device's samples sent while the learner imported TensorFlow):
+    the first step takes what the traced step holds, at once; the version with it is out
+    before the next bucket is traced (seconds), and then the batches grow."""
+    learner = make_learner(redis, settings, regression(max_batch=64, publish_every_steps=1000))
+    fill(learner, 50)
+    learner.start()
+    assert learner.store.latest_version() == 1  # the initial weights, before any trace
+    assert learner.status()["traces_pending"] == 2  # bucket 64, the stacked replay steps
+    traces_at_publish = []
+    publish = learner.durability.publish
+    learner.durability.publish = lambda **kw: (
+        traces_at_publish.append(learner.probe.traces),
+        publish(**kw),
+    )
+    traced = learner.probe.traces
+
+    assert learner.run(max_steps=1) == 1  # 16 of the 50: the traced step's size
+    assert learner.state.samples_seen == 16
+    assert learner.store.metadata(2)[1]["samples_seen"] == "16"
+    assert traces_at_publish[0] == traced  # published before bucket 64 was traced
+    assert learner.status()["traces_pending"] == 1 and learner.probe.traces == traced + 1
+    assert learner.run(max_steps=1) == 1
+    assert learner.state.samples_seen == 50  # the other 34 at once, in the new bucket
+
+
 def test_bad_samples_are_dead_lettered_and_never_published(redis, settings):
     # keep_versions: every version stays readable; publish after every step.
     cfg = regression(max_batch=8, publish_every_steps=1, keep_versions=1000)
