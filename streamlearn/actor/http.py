@@ -19,6 +19,13 @@ its Content-Length passes the model's largest valid request (`streamlearn.actor.
 token set (`STREAMLEARN_HTTP_TOKEN[_FILE]`) every route but the two health probes asks
 for it (401). Every error is the protocol's `{"error": ...}`, counted by status.
 
+With a token, the door asks before it counts: a connection counts against
+`http_max_connections` once a request on it showed the token. Until then it is one of at
+most `UNPROVEN_MAX` others, closed after `UNPROVEN_IDLE_S` idle; when they are all taken,
+the oldest goes, not the newcomer; a health probe or a 401 on one closes it. So clients
+without the token, however many connections they open and keep, cannot take the cap from
+one that has it.
+
 aiohttp, chosen by measurement (`bench.serve`'s HTTP case, against uvicorn and the
 standard library's threading server: docs/learning-log.md, "Serving"). It runs its own
 event loop in one thread, so it adds one thread to the actor whatever the connections.
@@ -51,6 +58,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0  # an idle keep-alive connection is closed after this
+UNPROVEN_MAX = 32  # with a token: connections that have not shown it yet, at most
+UNPROVEN_IDLE_S = 2.0  # ...each closed when idle this long
 OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})  # kubelet probes: no token
 _JSON = "application/json"
 _SHED = "the actor's queue is full: request shed, retry later"
@@ -69,6 +78,10 @@ class HttpDoor:
         self.token = None if token is None else token.encode()
         self.responses: dict[str, int] = {}  # by status code
         self.connections = 0  # open, of at most `actor.http_max_connections`
+        self.evicted = 0  # connections without the token closed for a newer one, or idle
+        # with a token: the connections no request has shown it on yet, oldest first
+        self._unproven: dict[_Counted, None] = {}
+        self._by_handler: dict[object, _Counted] = {}  # aiohttp's protocol -> its connection
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -119,13 +132,57 @@ class HttpDoor:
 
     def _accept(self) -> asyncio.Protocol:
         """The protocol of a new connection (the loop's thread): aiohttp's, counted until the
-        connection is lost; past the cap, one that answers 503 and closes, reading nothing."""
+        connection is lost; past the cap, one that answers 503 and closes, reading nothing.
+        With a token, counted once a request shows it (`_prove`); till then unproven."""
         server = None if self._runner is None else self._runner.server
-        if server is None or self.connections >= self.cfg.actor.http_max_connections:
+        if server is None or (
+            self.token is None and self.connections >= self.cfg.actor.http_max_connections
+        ):
             self._counted(503)
             return _Refused(self._busy)
+        if self.token is None:
+            self.connections += 1
+            return _Counted(server(), self, proven=True)
+        return _Counted(server(), self, proven=False)
+
+    def _opened(self, conn: _Counted) -> None:
+        """An unproven connection in: the oldest unproven out when they are all taken."""
+        if len(self._unproven) >= UNPROVEN_MAX:
+            self._evict(next(iter(self._unproven)))
+        self._unproven[conn] = None
+        self._watch(conn)
+
+    def _watch(self, conn: _Counted) -> None:
+        """Closes `conn` once it is idle `UNPROVEN_IDLE_S` and still unproven."""
+        assert self._loop is not None
+        idle = self._loop.time() - conn.active
+        if conn not in self._unproven:
+            return
+        if idle >= UNPROVEN_IDLE_S:
+            self._evict(conn)
+        else:
+            self._loop.call_later(UNPROVEN_IDLE_S - idle, self._watch, conn)
+
+    def _evict(self, conn: _Counted) -> None:
+        del self._unproven[conn]
+        self.evicted += 1
+        conn.close()
+
+    def _prove(self, request: web.Request) -> web.Response | None:
+        """The token shown on `request`'s connection: counted from now on; a 503 that
+        closes it when the counted ones are at the cap."""
+        conn = self._by_handler.get(request.protocol)
+        if conn is None or conn.proven:
+            return None
+        self._unproven.pop(conn, None)
+        if self.connections >= self.cfg.actor.http_max_connections:
+            cap = self.cfg.actor.http_max_connections
+            response = self._error(503, f"too many connections (http_max_connections={cap})")
+            response.force_close()
+            return response
+        conn.proven = True
         self.connections += 1
-        return _Counted(server(), self)
+        return None
 
     def _counted(self, status: int) -> None:
         key = str(status)
@@ -166,13 +223,22 @@ class HttpDoor:
     async def _authorize(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """With a token set, `Authorization: Bearer <token>` (compared in constant time) on
         every route but the health probes; before any body is read."""
-        if self.token is None or request.path in OPEN_PATHS:
+        if self.token is None:
             return await handler(request)
+        conn = self._by_handler.get(request.protocol)
+        unproven = conn is not None and not conn.proven
+        if request.path in OPEN_PATHS:
+            response = await handler(request)
+            if unproven:  # a probe costs a connection of its own, not one kept
+                response.force_close()
+            return response
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
-            return await handler(request)
+            return self._prove(request) or await handler(request)
         response = self._error(401, "a bearer token is required: Authorization: Bearer <token>")
         response.headers["WWW-Authenticate"] = "Bearer"
+        if unproven:
+            response.force_close()
         return response
 
     async def _live(self, _request: web.Request) -> web.Response:
@@ -284,17 +350,32 @@ class HttpDoor:
 
 class _Counted(asyncio.Protocol):
     """aiohttp's protocol for one connection, counted in its door while the connection is
-    open (aiohttp accepts every connection; the cap is the door's)."""
+    open (aiohttp accepts every connection; the cap is the door's); with a token, counted
+    from its first request that shows it (`proven`)."""
 
-    def __init__(self, inner: asyncio.Protocol, door: HttpDoor) -> None:
+    def __init__(self, inner: asyncio.Protocol, door: HttpDoor, proven: bool) -> None:
         self.inner = inner
         self.door = door
+        self.proven = proven
+        self.active = 0.0  # the loop's time of its last bytes in
+        self.transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.active = asyncio.get_running_loop().time()
+        self.door._by_handler[self.inner] = self
+        if not self.proven:
+            self.door._opened(self)
         self.inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if not self.proven:
+            self.active = asyncio.get_running_loop().time()
         self.inner.data_received(data)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()
@@ -306,7 +387,11 @@ class _Counted(asyncio.Protocol):
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.door.connections -= 1
+        if self.proven:
+            self.door.connections -= 1
+        else:
+            self.door._unproven.pop(self, None)
+        self.door._by_handler.pop(self.inner, None)
         self.inner.connection_lost(exc)
 
 

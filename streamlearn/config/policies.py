@@ -344,7 +344,8 @@ class ActorConfig(Frozen):
         ge=1,
         le=65536,
         description="open HTTP connections, at most; one more is answered 503 and closed "
-        "unread. Each holds at most one request body (the door's body bound)",
+        "unread. Each holds at most one request body (the door's body bound). With a "
+        "token, those that showed it; up to 32 others wait for their first request",
     )
     http_body_timeout_ms: float = Field(
         10_000,

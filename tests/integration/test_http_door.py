@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 import tomllib
 import urllib.error
 import urllib.request
@@ -374,6 +375,26 @@ def test_the_token_is_required_but_by_the_health_probes(door):
             assert "bearer token" in doc["error"]
     status, _headers, doc = door.send(INFER, body)
     assert status == 200 and doc["model_name"] == GUARDED
+
+
+def test_connections_without_the_token_cannot_take_the_cap_from_one_with_it(door):
+    """The cap (4 here) counts connections that showed the token: 40 connections kept open
+    without it, and health probes, leave a client with the token served; the oldest of
+    those without it are closed, not the newcomers."""
+    kept = [socket.create_connection(("127.0.0.1", door.port), timeout=10) for _ in range(40)]
+    try:
+        for _ in range(3):  # a probe's connection is closed after its answer
+            status, headers, _doc = door.send(
+                "/v2/health/live", method="GET", headers={"Authorization": ""}
+            )
+            assert status == 200 and headers.get("Connection") == "close"
+        for _ in range(12):
+            status, _headers, doc = door.send(INFER, json.dumps(GOOD).encode())
+            assert status == 200, doc
+        assert kept[0].recv(1) == b"", "the oldest connection without the token was closed"
+    finally:
+        for sock in kept:
+            sock.close()
 
 
 def test_every_refusal_is_counted_by_status_in_the_actors_metrics(door):
