@@ -146,6 +146,11 @@ _ACTOR = [
             "until measured",
         ),
         (
+            "http_unproven_closed_total",
+            "HTTP connections without the token closed before they showed it: idle 2 s, or "
+            "the oldest of 32 when another came",
+        ),
+        (
             "http_responses_total",
             "answers of the HTTP door by status, refusals included (401, 408, 413, and 503 "
             "for a connection past the cap)",

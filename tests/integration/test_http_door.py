@@ -392,6 +392,10 @@ def test_connections_without_the_token_cannot_take_the_cap_from_one_with_it(door
             status, _headers, doc = door.send(INFER, json.dumps(GOOD).encode())
             assert status == 200, doc
         assert kept[0].recv(1) == b"", "the oldest connection without the token was closed"
+        closed = re.search(
+            r"streamlearn_actor_http_unproven_closed_total\{.*\} ([\d.]+)", door.metrics()
+        )
+        assert closed is not None and float(closed.group(1)) >= 8  # 40 + the probes', 32 kept
     finally:
         for sock in kept:
             sock.close()
