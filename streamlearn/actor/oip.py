@@ -218,15 +218,24 @@ def _json_data(where: str, datatype: Any, data: Any, shape: list[int], count: in
 
 def _binary(where: str, datatype: Any, raw: bytes, shape: list[int], count: int) -> Any:
     if datatype == "BYTES":
+        # `count` values at most, read no further: a body of a million empty strings costs
+        # what its shape allows (bounded by `max_request_rows`), not a walk over the million
+        if len(raw) < 4 * count:
+            raise PayloadError(
+                f"{where}: {len(raw)} bytes cannot hold the {count} strings of shape {shape}"
+            )
         values, at = [], 0
-        while at < len(raw):  # each value: its length (uint32, little-endian), then it
+        for _ in range(count):  # each value: its length (uint32, little-endian), then it
             n = int.from_bytes(raw[at : at + 4], "little") if len(raw) - at >= 4 else -1
             if n < 0 or at + 4 + n > len(raw):  # Python ints: no uint32 wrap
                 raise PayloadError(f"{where}: malformed BYTES tensor")
             values.append(raw[at + 4 : at + 4 + n].decode("utf-8", "replace"))
             at += 4 + n
-        if len(values) != count:
-            raise PayloadError(f"{where}: {count} strings expected for shape {shape}")
+        if at != len(raw):
+            raise PayloadError(
+                f"{where}: {count} strings expected for shape {shape}, and {len(raw) - at} "
+                "bytes follow them"
+            )
         return values
     if datatype not in NUMERIC:
         raise PayloadError(f"{where}: datatype {datatype!r} is not one of {sorted(NUMERIC)}")

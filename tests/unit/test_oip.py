@@ -7,6 +7,7 @@ here wrote, is `tests/integration/test_http_door.py`.
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
@@ -192,6 +193,31 @@ def test_a_bytes_length_past_the_body_is_refused_without_wrapping():
     }
     with pytest.raises(PayloadError, match="malformed BYTES"):
         read(NAMED, doc, wrapped)
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        (struct.pack("<I", 0) * 1_000_000, "1 strings expected for shape [1], and 3999996 bytes"),
+        (b"\x00\x00", "2 bytes cannot hold the 1 strings"),
+    ],
+)
+def test_a_bytes_tensor_is_read_as_far_as_its_shape_and_leftovers_refused(raw, error):
+    """A million empty strings for a shape of one: the read stops at the one (the rest is
+    an error, not walked value by value on the door's only thread)."""
+    doc = {
+        "inputs": [
+            {"name": "t", "shape": [1], "datatype": "FP32", "data": [1]},
+            {
+                "name": "kind",
+                "shape": [1],
+                "datatype": "BYTES",
+                "parameters": {"binary_data_size": len(raw)},
+            },
+        ]
+    }
+    with pytest.raises(PayloadError, match=re.escape(error)):
+        read(NAMED, doc, raw)
 
 
 def test_a_shape_larger_than_any_request_is_refused_before_its_data_is_read():
