@@ -19,18 +19,13 @@ its Content-Length passes the model's largest valid request (`streamlearn.actor.
 token set (`STREAMLEARN_HTTP_TOKEN[_FILE]`) every route but the two health probes asks
 for it (401). Every error is the protocol's `{"error": ...}`, counted by status.
 
-With a token, the door asks before it counts: a connection counts against
-`http_max_connections` once a request on it showed the token. Until then it is one of at
-most `UNPROVEN_MAX` others, closed after `UNPROVEN_IDLE_S` idle; when they are all taken,
-the oldest goes, not the newcomer; a health probe or a 401 on one closes it. So clients
-without the token, however many connections they open and keep, cannot take the cap from
-one that has it.
+With a token, the door asks before it counts (`streamlearn.actor.connections`).
 
 aiohttp, chosen by measurement (`bench.serve`'s HTTP case, against uvicorn and the
 standard library's threading server: docs/learning-log.md, "Serving"). It runs its own
 event loop in one thread, so it adds one thread to the actor whatever the connections.
-aiohttp accepts every connection: the cap is this door's protocol factory. An idle
-keep-alive connection, or one whose headers do not arrive, is closed after `KEEPALIVE_S`.
+aiohttp accepts every connection: the cap is `Connections`, the door's protocol factory.
+An idle keep-alive connection, or one whose headers do not arrive, is closed after `KEEPALIVE_S`.
 """
 
 from __future__ import annotations
@@ -47,6 +42,7 @@ from aiohttp import web
 
 from streamlearn.actor import oip
 from streamlearn.actor.bodies import BodyBounds
+from streamlearn.actor.connections import Connections, Refused
 from streamlearn.actor.inbox import Pending
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import version_ref
@@ -58,8 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEEPALIVE_S = 15.0  # an idle keep-alive connection is closed after this
-UNPROVEN_MAX = 32  # with a token: connections that have not shown it yet, at most
-UNPROVEN_IDLE_S = 2.0  # ...each closed when idle this long
 OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})  # kubelet probes: no token
 _JSON = "application/json"
 _SHED = "the actor's queue is full: request shed, retry later"
@@ -77,17 +71,11 @@ class HttpDoor:
         self.bounds = BodyBounds(actor.cfg)
         self.token = None if token is None else token.encode()
         self.responses: dict[str, int] = {}  # by status code
-        self.connections = 0  # open, of at most `actor.http_max_connections`
-        self.evicted = 0  # connections without the token closed for a newer one, or idle
-        # with a token: the connections no request has shown it on yet, oldest first
-        self._unproven: dict[_Counted, None] = {}
-        self._by_handler: dict[object, _Counted] = {}  # aiohttp's protocol -> its connection
+        self.conns = Connections(self.cfg.actor.http_max_connections, token is not None)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
-        cap = self.cfg.actor.http_max_connections
-        self._busy = _unavailable(f"too many connections (http_max_connections={cap})")
 
     def start(self) -> int:
         """Listen; returns the port (the one bound, for port 0). Raises OSError if taken."""
@@ -131,58 +119,12 @@ class HttpDoor:
         self._loop = None
 
     def _accept(self) -> asyncio.Protocol:
-        """The protocol of a new connection (the loop's thread): aiohttp's, counted until the
-        connection is lost; past the cap, one that answers 503 and closes, reading nothing.
-        With a token, counted once a request shows it (`_prove`); till then unproven."""
+        """The protocol of a new connection (the loop's thread): `Connections.accept`."""
         server = None if self._runner is None else self._runner.server
-        if server is None or (
-            self.token is None and self.connections >= self.cfg.actor.http_max_connections
-        ):
+        protocol = self.conns.accept(server)
+        if isinstance(protocol, Refused):
             self._counted(503)
-            return _Refused(self._busy)
-        if self.token is None:
-            self.connections += 1
-            return _Counted(server(), self, proven=True)
-        return _Counted(server(), self, proven=False)
-
-    def _opened(self, conn: _Counted) -> None:
-        """An unproven connection in: the oldest unproven out when they are all taken."""
-        if len(self._unproven) >= UNPROVEN_MAX:
-            self._evict(next(iter(self._unproven)))
-        self._unproven[conn] = None
-        self._watch(conn)
-
-    def _watch(self, conn: _Counted) -> None:
-        """Closes `conn` once it is idle `UNPROVEN_IDLE_S` and still unproven."""
-        assert self._loop is not None
-        idle = self._loop.time() - conn.active
-        if conn not in self._unproven:
-            return
-        if idle >= UNPROVEN_IDLE_S:
-            self._evict(conn)
-        else:
-            self._loop.call_later(UNPROVEN_IDLE_S - idle, self._watch, conn)
-
-    def _evict(self, conn: _Counted) -> None:
-        del self._unproven[conn]
-        self.evicted += 1
-        conn.close()
-
-    def _prove(self, request: web.Request) -> web.Response | None:
-        """The token shown on `request`'s connection: counted from now on; a 503 that
-        closes it when the counted ones are at the cap."""
-        conn = self._by_handler.get(request.protocol)
-        if conn is None or conn.proven:
-            return None
-        self._unproven.pop(conn, None)
-        if self.connections >= self.cfg.actor.http_max_connections:
-            cap = self.cfg.actor.http_max_connections
-            response = self._error(503, f"too many connections (http_max_connections={cap})")
-            response.force_close()
-            return response
-        conn.proven = True
-        self.connections += 1
-        return None
+        return protocol
 
     def _counted(self, status: int) -> None:
         key = str(status)
@@ -225,8 +167,7 @@ class HttpDoor:
         every route but the health probes; before any body is read."""
         if self.token is None:
             return await handler(request)
-        conn = self._by_handler.get(request.protocol)
-        unproven = conn is not None and not conn.proven
+        unproven = self.conns.unproven(request.protocol)
         if request.path in OPEN_PATHS:
             response = await handler(request)
             if unproven:  # a probe costs a connection of its own, not one kept
@@ -234,7 +175,11 @@ class HttpDoor:
             return response
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
-            return self._prove(request) or await handler(request)
+            if self.conns.prove(request.protocol):
+                return await handler(request)
+            response = self._error(503, self.conns.busy_reason)
+            response.force_close()
+            return response
         response = self._error(401, "a bearer token is required: Authorization: Bearer <token>")
         response.headers["WWW-Authenticate"] = "Bearer"
         if unproven:
@@ -346,75 +291,6 @@ class HttpDoor:
 
     def _error(self, status: int, reason: str) -> web.Response:
         return _json({"error": reason}, status)
-
-
-class _Counted(asyncio.Protocol):
-    """aiohttp's protocol for one connection, counted in its door while the connection is
-    open (aiohttp accepts every connection; the cap is the door's); with a token, counted
-    from its first request that shows it (`proven`)."""
-
-    def __init__(self, inner: asyncio.Protocol, door: HttpDoor, proven: bool) -> None:
-        self.inner = inner
-        self.door = door
-        self.proven = proven
-        self.active = 0.0  # the loop's time of its last bytes in
-        self.transport: asyncio.BaseTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport
-        self.active = asyncio.get_running_loop().time()
-        self.door._by_handler[self.inner] = self
-        if not self.proven:
-            self.door._opened(self)
-        self.inner.connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.proven:
-            self.active = asyncio.get_running_loop().time()
-        self.inner.data_received(data)
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
-
-    def pause_writing(self) -> None:
-        self.inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.proven:
-            self.door.connections -= 1
-        else:
-            self.door._unproven.pop(self, None)
-        self.door._by_handler.pop(self.inner, None)
-        self.inner.connection_lost(exc)
-
-
-class _Refused(asyncio.Protocol):
-    """A connection past the cap: its 503 written, then closed, nothing read."""
-
-    def __init__(self, response: bytes) -> None:
-        self.response = response
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.WriteTransport)
-        transport.write(self.response)
-        transport.close()
-
-
-def _unavailable(reason: str) -> bytes:
-    """A whole HTTP/1.1 503 response, `{"error": reason}`, that closes its connection."""
-    body = json.dumps({"error": reason}).encode()
-    head = (
-        f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {_JSON}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 def _json(doc: dict[str, Any], status: int = 200) -> web.Response:

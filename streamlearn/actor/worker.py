@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         figures["pending_evicted_total"] = actor.keeper.evicted  # kept ones dropped early
         if door is not None:
             figures["http_responses_total"] = dict(door.responses)
-            figures["http_unproven_closed_total"] = door.evicted
+            figures["http_unproven_closed_total"] = door.conns.evicted
         return figures
 
     labels = {"http_responses_total": "code"}

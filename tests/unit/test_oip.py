@@ -177,22 +177,18 @@ def test_a_named_request_with_an_unknown_or_short_field_is_refused():
         read(NAMED, uneven)
 
 
+def one_binary_string(raw: bytes) -> dict:
+    """A named request whose categorical `kind` is one binary BYTES tensor of `raw`."""
+    kind = {"name": "kind", "shape": [1], "datatype": "BYTES"}
+    kind["parameters"] = {"binary_data_size": len(raw)}
+    return {"inputs": [{"name": "t", "shape": [1], "datatype": "FP32", "data": [1]}, kind]}
+
+
 def test_a_bytes_length_past_the_body_is_refused_without_wrapping():
     # 0xFFFFFFFC + 4 wraps to 0 in uint32 arithmetic (NumPy 2): the length must not.
     wrapped = struct.pack("<I", 0xFFFFFFFC) + b"press"
-    doc = {
-        "inputs": [
-            {"name": "t", "shape": [1], "datatype": "FP32", "data": [1]},
-            {
-                "name": "kind",
-                "shape": [1],
-                "datatype": "BYTES",
-                "parameters": {"binary_data_size": len(wrapped)},
-            },
-        ]
-    }
     with pytest.raises(PayloadError, match="malformed BYTES"):
-        read(NAMED, doc, wrapped)
+        read(NAMED, one_binary_string(wrapped), wrapped)
 
 
 @pytest.mark.parametrize(
@@ -205,19 +201,8 @@ def test_a_bytes_length_past_the_body_is_refused_without_wrapping():
 def test_a_bytes_tensor_is_read_as_far_as_its_shape_and_leftovers_refused(raw, error):
     """A million empty strings for a shape of one: the read stops at the one (the rest is
     an error, not walked value by value on the door's only thread)."""
-    doc = {
-        "inputs": [
-            {"name": "t", "shape": [1], "datatype": "FP32", "data": [1]},
-            {
-                "name": "kind",
-                "shape": [1],
-                "datatype": "BYTES",
-                "parameters": {"binary_data_size": len(raw)},
-            },
-        ]
-    }
     with pytest.raises(PayloadError, match=re.escape(error)):
-        read(NAMED, doc, raw)
+        read(NAMED, one_binary_string(raw), raw)
 
 
 def test_a_shape_larger_than_any_request_is_refused_before_its_data_is_read():
