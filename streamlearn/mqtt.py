@@ -54,6 +54,10 @@ _paho_properties.readUTF = _read_utf
 
 _READ_BYTES = 1 << 16  # a read from the socket: ~600 single-sample messages
 _PUBACK = 0x40
+_PUBLISH_QOS0 = 0x30
+# What `publish_many` tells paho its joined write is: not a PUBLISH, so paho looks for no
+# MQTTMessageInfo and calls no on_publish per write (as for `ack_many`'s PUBACKs).
+_JOINED = 0x00
 
 
 class BufferedClient(mqtt.Client):
@@ -111,6 +115,16 @@ class BufferedClient(mqtt.Client):
             packet = b"".join(_puback(mid) for generation, mid in acks if generation == now)
             if packet:
                 self._packet_queue(_PUBACK, packet, 0, 0)
+
+    def publish_many(self, packets: Sequence[bytes]) -> bool:
+        """Queue packets built by `publish_packet` as one write: one wake-up of the network
+        thread and one `send` for a batch's replies, where paho's `publish` costs both per
+        message. False (nothing queued) while not connected, as paho drops a QoS 0 PUBLISH."""
+        if self._sock is None:
+            return False
+        if packets:
+            self._packet_queue(_JOINED, b"".join(packets), 0, 0)
+        return True
 
 
 def _puback(mid: int) -> bytes:
@@ -177,7 +191,7 @@ def connect(
     no_delay: bool = False,
     on_connack: Callable[[Properties | None], None] | None = None,
     timeout_s: float = 10.0,
-) -> mqtt.Client:
+) -> BufferedClient:
     """A connected (and subscribed) MQTT v5 client running its network loop in a thread.
 
     `persistent` keeps the broker session (clean start off, one hour expiry) so that
@@ -297,18 +311,33 @@ class PackedProperties(Properties):
     def __init__(self, response_topic: str | None, correlation: bytes | None) -> None:
         set_ = object.__setattr__
         set_(self, "packetType", PacketTypes.PUBLISH)
-        packed = b""
         if response_topic is not None:
-            topic = response_topic.encode()
-            packed += b"\x08" + len(topic).to_bytes(2, "big") + topic
             set_(self, "ResponseTopic", response_topic)
         if correlation is not None:
-            packed += b"\x09" + len(correlation).to_bytes(2, "big") + correlation
             set_(self, "CorrelationData", correlation)
-        set_(self, "_packed", VariableByteIntegers.encode(len(packed)) + packed)
+        set_(self, "_packed", _packed_properties(response_topic, correlation))
 
     def pack(self) -> bytes:
         return self._packed
+
+
+def _packed_properties(response_topic: str | None, correlation: bytes | None) -> bytes:
+    """A PUBLISH's properties as MQTT v5 packs them: Response Topic, Correlation Data."""
+    packed = b""
+    if response_topic is not None:
+        topic = response_topic.encode()
+        packed += b"\x08" + len(topic).to_bytes(2, "big") + topic
+    if correlation is not None:
+        packed += b"\x09" + len(correlation).to_bytes(2, "big") + correlation
+    return VariableByteIntegers.encode(len(packed)) + packed
+
+
+def publish_packet(topic: str, payload: bytes, correlation: bytes | None) -> bytes:
+    """A QoS 0 MQTT v5 PUBLISH of `payload` echoing `correlation`, byte for byte as paho's
+    `publish` builds it (for `BufferedClient.publish_many`)."""
+    name = topic.encode()
+    rest = len(name).to_bytes(2, "big") + name + _packed_properties(None, correlation) + payload
+    return bytes((_PUBLISH_QOS0,)) + VariableByteIntegers.encode(len(rest)) + rest
 
 
 def reply_properties(correlation: bytes | None) -> Properties | None:

@@ -47,7 +47,7 @@ from streamlearn.actor.kept import Keeper
 from streamlearn.actor.keyed import complete_windows
 from streamlearn.actor.loader import VersionLoader
 from streamlearn.actor.reloader import WeightsReloader
-from streamlearn.actor.replies import Publish, Replier, ReplyRoutes
+from streamlearn.actor.replies import Publish, PublishMany, Replier, ReplyRoutes
 from streamlearn.actor.runtimes import Servable
 from streamlearn.actor.versions import Group, KeptVersions
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
@@ -75,12 +75,13 @@ class Actor:
         publish: Publish,
         actor_id: str = "actor",
         windows: WindowStore | None = None,
+        publish_many: PublishMany | None = None,
     ) -> None:
         self.cfg = cfg
         self.policy = cfg.actor
         self.names = names
         self.publish = publish
-        self.replier = Replier(publish, cfg.name, self.policy.max_reply_bytes)
+        self.replier = Replier(publish, cfg.name, self.policy.max_reply_bytes, publish_many)
         self.admission = inbox.Admission(cfg, ReplyRoutes(names), self.replier)
         self.id = actor_id
         self.status_topic = names.topic(f"actors/{actor_id}")
@@ -266,13 +267,15 @@ class Actor:
         version, name, variant, row = group.version, self.cfg.name, group.variant, 0
         # Kept before the replies go: a label sent the moment its reply arrives finds it.
         self.keeper.keep(batch, y, version)  # no Redis call unless a request has an id
-        for p in batch:
-            n = len(p.x)
-            out = rows[row : row + n] if p.batched else rows[row]
-            row += n
-            body = {"id": p.id, "y": out, "version": version, "model": name, "variant": variant}
-            p.done = True
-            self.replier.send(p.topic, p.correlation, body, p.answer)
+        with self.replier.joined():  # the batch's MQTT replies in one write
+            for p in batch:
+                n = len(p.x)
+                out = rows[row : row + n] if p.batched else rows[row]
+                row += n
+                body = {"id": p.id, "y": out, "version": version, "model": name}
+                body["variant"] = variant
+                p.done = True
+                self.replier.send(p.topic, p.correlation, body, p.answer)
         if self.observe_latency is not None:
             done = time.monotonic()
             for p in batch:

@@ -18,18 +18,21 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from paho.mqtt.properties import Properties
 
 from streamlearn.contract.names import Names
-from streamlearn.mqtt import reply_properties
+from streamlearn.mqtt import publish_packet, reply_properties
 
 log = logging.getLogger(__name__)
 
 # paho's `Client.publish(topic, payload, qos, retain, properties)`.
 Publish = Callable[[str, bytes, int, bool, Properties | None], object]
+# `BufferedClient.publish_many`: packets of `publish_packet` as one write; False unconnected.
+PublishMany = Callable[[Sequence[bytes]], bool]
 # A reply's body handed to the HTTP door's waiting request (`streamlearn.actor.http`).
 Answer = Callable[[dict], object]
 
@@ -130,11 +133,16 @@ class Replier:
 
     A reply whose JSON is over `max_bytes`, or over what the broker's maximum packet size
     leaves for it (a broker disconnects a client that sends a larger packet), is replaced
-    by an error reply saying so. `publish` is paho's `Client.publish`.
+    by an error reply saying so. `publish` is paho's `Client.publish`; with `publish_many`,
+    the replies sent inside `joined()` (a batch's) go out as one write.
     """
 
-    def __init__(self, publish: Publish, model: str, max_bytes: int) -> None:
+    def __init__(
+        self, publish: Publish, model: str, max_bytes: int, publish_many: PublishMany | None = None
+    ) -> None:
         self.publish = publish
+        self.publish_many = publish_many
+        self._held: list[bytes] | None = None  # inside `joined()`: the packets to write
         self.model = model
         self.max_bytes = max_bytes
         self.max_packet: int | None = None  # the broker's, from its CONNACK (MQTT v5)
@@ -191,12 +199,32 @@ class Replier:
                 self.unsent += 1
                 return
         try:
+            if self._held is not None:
+                self._held.append(publish_packet(topic, payload, correlation))
+                return  # counted when written
             self.publish(topic, payload, 0, False, reply_properties(correlation))
-        except (ValueError, TypeError) as exc:  # paho refuses it; the broker never sees it
+        except (ValueError, TypeError, OverflowError) as exc:  # the broker never sees it
             log.warning("reply to %r not sent: %s", topic, exc)
             self.unsent += 1
             return
         self.sent += 1
+
+    @contextmanager
+    def joined(self) -> Iterator[None]:
+        """The MQTT replies sent inside go out together at the end, in one write (one
+        wake-up of paho's network thread and one `send`, not one of each per reply)."""
+        if self.publish_many is None or self._held is not None:
+            yield
+            return
+        self._held = []
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            if held and self.publish_many(held):
+                self.sent += len(held)
+            else:
+                self.unsent += len(held)  # not connected: dropped, as paho drops QoS 0
 
     def limit(self, topic: str, correlation: bytes | None) -> int:
         """The largest reply payload for this topic and correlation data."""

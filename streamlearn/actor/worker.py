@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
-import paho.mqtt.client as paho
 from paho.mqtt.properties import Properties
 
 from streamlearn import mqtt, runtime
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     model, settings, names, client_id = runtime.load("actor", args)
     client_id = f"{client_id}-{os.getpid()}"  # actors keep no session: ids only need be unique
     store = WeightsStore(runtime.redis_client(settings), names)
-    client: paho.Client | None = None
+    client: mqtt.BufferedClient | None = None
 
     def publish(
         topic: str, payload: bytes, qos: int, retain: bool, properties: Properties | None
@@ -33,7 +33,11 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         assert client is not None
         return client.publish(topic, payload, qos, retain, properties)
 
-    actor = actor_class(model, store, names, publish, actor_id=client_id)
+    def publish_many(packets: Sequence[bytes]) -> bool:
+        assert client is not None
+        return client.publish_many(packets)
+
+    actor = actor_class(model, store, names, publish, client_id, publish_many=publish_many)
     stop = runtime.stop_on_signals()
     # Requests on `predict` and on `predict/{client}` (the ACL lets a device publish only on
     # its own client id's), both shared by the actors (`streamlearn.actor.replies`).

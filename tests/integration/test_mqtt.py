@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 
+import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from streamlearn import mqtt
@@ -98,3 +99,39 @@ def test_acks_of_an_earlier_connection_are_not_sent():
 
 def test_puback_packet():
     assert mqtt._puback(0x1234) == b"\x40\x02\x12\x34"
+
+
+def test_publish_many_delivers_each_reply_as_pahos_publish_would(settings):
+    """A batch's replies in one write: a plain paho v5 subscriber gets each one whole, in
+    order, on its topic, with its correlation data (or none), as from paho's `publish`."""
+    topic = f"{settings.topic_prefix}/replies"
+    got: list = []
+    subscriber = plain_paho(settings, paho.MQTTv5)
+    subscriber.on_message = lambda _c, _u, m: got.append(
+        (m.topic, m.payload, getattr(m.properties, "CorrelationData", None))
+    )
+    subscriber.subscribe(f"{topic}/#")
+    replies = [
+        (f"{topic}/a", b'{"y": 1}', b"\x00\x01"),
+        (f"{topic}/b/c", _payload(1, 70_000), None),  # over one 64 KiB read
+        (f"{topic}/a", b"", b"c" * 300),  # correlation data longer than one length byte
+    ]
+    client = mqtt.connect(settings.mqtt, f"t-{uuid.uuid4().hex[:8]}")
+    try:
+        # subscribed once its own message comes back
+        eventually(lambda: subscriber.publish(f"{topic}/x", b"-") and got, 10, "the subscription")
+        client.publish(*replies[0][:2], properties=mqtt.reply_properties(replies[0][2]))
+        assert client.publish_many([mqtt.publish_packet(*r) for r in replies])
+        ours = lambda: [g for g in got if g[0] != f"{topic}/x"]  # noqa: E731
+        eventually(lambda: len(ours()) >= 4, 10, "every reply")
+        assert ours() == [replies[0], *replies]
+    finally:
+        mqtt.close(client)
+        subscriber.disconnect()
+        subscriber.loop_stop()
+
+
+def test_publish_many_queues_nothing_while_not_connected():
+    client = mqtt.BufferedClient(CallbackAPIVersion.VERSION2)  # never connected
+    assert not client.publish_many([mqtt.publish_packet("a/b", b"1", None)])
+    assert not client.want_write()
