@@ -72,6 +72,9 @@ QUICK = {
 }
 
 HTTP = "dynamic batching over HTTP (Open Inference Protocol)"
+# p99 goals (ms) by open-loop rate, checked where a run measures that rate (issue 61: 4,000/s)
+P99_MQTT = {500: 20.0, 4000: 5.0}
+P99_HTTP = {500: 10.0, 4000: 10.0}
 
 # label, actor table overrides
 VARIANTS = {
@@ -88,6 +91,13 @@ class PredictEachActor(Actor):
 
     def predict(self, x: np.ndarray, model: Servable | None = None) -> np.ndarray:
         return (model or self.model).model.predict(x, verbose=0)  # type: ignore[attr-defined]
+
+
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system), in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(pid: int) -> float:
@@ -221,11 +231,18 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
             )
         rounds: dict[str, list[float]] = {a.variant: [] for a in actors}
         rounds["http"] = []
+        cpus: dict[str, list[float]] = {a.variant: [] for a in actors}
         for r in range(args.rounds):
             for a in _turns(actors, r):
+                cpu = cpu_s(a.proc.proc.pid)
                 row = _serve_load.measure_max(
                     stack, a.names, payloads, args.window, args.max_seconds
                 )
+                # the actor's own cost, apart from the broker and load generator it shares
+                # the machine with: what its throughput would be on cores of its own
+                cpu = cpu_s(a.proc.proc.pid) - cpu
+                row["actor_cpu_us_per_reply"] = round(1e6 * cpu / max(row["replies"], 1), 1)
+                cpus[a.variant].append(row["actor_cpu_us_per_reply"])
                 rounds[a.variant].append(row["replies_per_s"])
                 loaded_rss[a.variant] = max(loaded_rss[a.variant], a.rss())
                 rows.append({"actor": a.label, **row, "round": r + 1})
@@ -247,11 +264,18 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
         for a in actors:
             a.proc.stop(kill=True)
     maxima = {v: float(np.median(values)) for v, values in rounds.items()}
+    cpu_per_reply = {v: float(np.median(values)) for v, values in cpus.items()}
     starts = {a.variant: {**a.start, "loaded_rss_mb": loaded_rss[a.variant]} for a in actors}
     for a in actors:
         rows.append({"actor": a.label, "load": "start, memory", **starts[a.variant]})
         print(f"  {a.label}: {starts[a.variant]}", flush=True)
-    return rows, {"median": maxima, "rounds": rounds, "mixed": mixed, "starts": starts}
+    return rows, {
+        "median": maxima,
+        "rounds": rounds,
+        "cpu_us_per_reply": cpu_per_reply,
+        "mixed": mixed,
+        "starts": starts,
+    }
 
 
 def _turns(actors: list[_Served], r: int) -> list[_Served]:
@@ -325,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     by = {(r["actor"], r["load"]): r for r in rows}
     batching, per_request = VARIANTS["batching"][0], VARIANTS["per_request"][0]
     p99_500 = by.get((batching, "500/s"), {}).get("p99_ms")
+    http_500 = by.get((HTTP, "500/s"), {}).get("p99_ms")
     low = f"{args.rates[0]}/s"  # the lowest rate: 200/s unless --rates says otherwise
     p50_low = by.get((batching, low), {}).get("p50_ms") or float("inf")
     p50_low_each = by.get((per_request, low), {}).get("p50_ms") or float("inf")
@@ -356,13 +381,14 @@ def main(argv: list[str] | None = None) -> int:
         f"no retrace while serving after warm-up, batch sizes 1..{reload['batch_sizes_checked']} "
         f"(got {reload['retraces_after_warmup']})": (reload["retraces_after_warmup"] == 0),
     }
-    if p99_500 is not None or not q:  # --quick measures no 500/s
-        label = f"batching p99 at 500 req/s <= 20 ms (got {p99_500 or float('inf'):.1f} ms)"
-        checks[label] = p99_500 is not None and p99_500 <= 20
-    http_500 = by.get((HTTP, "500/s"), {}).get("p99_ms")
-    if http_500 is not None or not q:
-        label = f"HTTP p99 at 500 req/s <= 10 ms (got {http_500 or float('inf'):.1f} ms)"
-        checks[label] = http_500 is not None and http_500 <= 10
+    for rate in args.rates:  # the tail goals at the rates this run measured
+        for actor, door, limits in ((batching, "MQTT", P99_MQTT), (HTTP, "HTTP", P99_HTTP)):
+            if rate not in limits:
+                continue
+            p99 = by.get((actor, f"{rate}/s"), {}).get("p99_ms")
+            label = f"{door} p99 at {rate} req/s <= {limits[rate]:g} ms (got "
+            label += "none)" if p99 is None else f"{p99:.1f} ms)"
+            checks[label] = p99 is not None and p99 <= limits[rate]
     http_max = maxima["http"]
     checks[
         f"HTTP max throughput from one actor >= 2,000 requests/s (got {http_max:.0f}; "
@@ -382,11 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     checks[f"numpy actor: launch to ready line <= 2 s (got {numpy_start['ready_s']:.2f} s)"] = (
         numpy_start["ready_s"] <= 2 * (2 if q else 1)
     )
+    cpu = throughput["cpu_us_per_reply"]
     if "tensorflow" in maxima:
         tf_ratio = maxima["batching"] / max(maxima["tensorflow"], 1e-9)
         checks[
             f"numpy actor max throughput >= 1.5x the TensorFlow actor's (got "
-            f"{maxima['batching']:.0f} against {maxima['tensorflow']:.0f}: {tf_ratio:.2f}x)"
+            f"{maxima['batching']:.0f} against {maxima['tensorflow']:.0f}: {tf_ratio:.2f}x; "
+            f"actor CPU per reply {cpu['batching']:.0f} against {cpu['tensorflow']:.0f} us)"
         ] = goal(tf_ratio, 1.5, q)
     one_checks, one_figures = _broker_delay.checks(rows)
     checks.update(one_checks)
@@ -405,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "p99_500_ms": p99_500,
         "http_max_per_s": maxima["http"],
         "http_p99_500_ms": http_500,
+        "actor_cpu_us_per_reply": cpu,
         "shared_batches": mixed["shared_batches"],
         "freshness_p50_ms": fresh["p50_ms"],
         "freshness_p99_ms": fresh["p99_ms"],

@@ -59,6 +59,9 @@ learning_rate = 0.01
 
 [models.soak.ingest]
 max_backlog_samples = 5000   # a 10,000-sample message turns back-pressure on
+
+[models.soak.gateways]
+soak-v = ["soak-dev"]   # the valid requester asks for the device's window (key-only)
 """
 ROLES = ("learner", "ingest", "actor")
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import paho.mqtt.client as paho
 import pytest
@@ -187,11 +187,11 @@ class Client:
 
 
 @pytest.fixture
-def client_for(settings: Settings) -> Iterator[Callable[[str], Client]]:
+def client_for(settings: Settings) -> Iterator[Callable[..., Client]]:
     clients: list[Client] = []
 
-    def make(model: str) -> Client:
-        clients.append(Client(settings, model))
+    def make(model: str, **kw: Any) -> Client:
+        clients.append(Client(settings, model, **kw))
         return clients[-1]
 
     yield make

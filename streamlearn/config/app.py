@@ -22,6 +22,7 @@ from streamlearn.config.inputs import (
     MAX_FIELDS,
     Category,
     FieldName,
+    Gateways,
     LabelsConfig,
     SourceConfig,
     check_fields,
@@ -87,6 +88,12 @@ class ModelConfig(Frozen):
     )
     sources: tuple[SourceConfig, ...] = Field(
         (), description="the devices' own topics ingest subscribes to ([[models.NAME.sources]])"
+    )
+    gateways: Gateways = Field(
+        {},
+        description="a window model's gateways ([models.NAME.gateways]): client id = [keys] "
+        "that client may name besides its own id, in steps on samples/{client} and key-only "
+        'requests on predict/{client} ("*": any key); every other client names only its own',
     )
     labels: LabelsConfig = Field(
         LabelsConfig(), description="predictions kept for labels that come later"
@@ -186,6 +193,8 @@ class ModelConfig(Frozen):
             raise ValueError(f"classes is only for task 'multiclass', got task {self.task!r}")
         if self.architecture in SEQUENCE_ARCHITECTURES and self.window is None:
             raise ValueError(f"architecture {self.architecture!r} needs window = W")
+        if self.gateways and self.window is None:
+            raise ValueError("gateways: only for a model with a window (keys name windows)")
         if self.factory and self.actor.runtime == "numpy":
             raise ValueError(
                 "actor.runtime: 'numpy' serves built-in architectures only, and this model "

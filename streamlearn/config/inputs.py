@@ -125,6 +125,16 @@ class SourceConfig(Frozen):
         return self
 
 
+# A window key as a step names it (`streamlearn.contract.named`): 1 to 128 characters, no
+# whitespace or control characters; "*" in a gateway's list grants every key.
+WindowKey = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
+# `[models.NAME.gateways]`: a client id -> the window keys it may name besides its own
+Gateways = dict[
+    Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^/+#\x00-\x1f\x7f]+$")],
+    tuple[WindowKey, ...],
+]
+
+
 class LabelsConfig(Frozen):
     """`[models.NAME.labels]`: predictions kept for their labels (`streamlearn.store.pending`).
 

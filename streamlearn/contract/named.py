@@ -313,30 +313,35 @@ def _sample_id(value: Any) -> str:
 class StepKey:
     """Whose window a keyed step extends, or a key-only request reads. `topic`: the key
     the message's topic level names (None: none), the sender's own under a per-device
-    topic ACL. A step's or request's own `"key"` comes first only with `from_payload`: else
-    a step naming another device's key would train in that device's window, a request
-    read its history."""
+    topic ACL (a source's level, or `{client}` of `samples/{client}` and
+    `predict/{client}`). A step's or request's own `"key"` may name another only with
+    `from_payload`, or one of `granted` (a gateway's keys, `[models.NAME.gateways]`; "*":
+    any): else a step naming another device's key would train in that device's window, a
+    request read its history."""
 
     topic: str | None = None
     from_payload: bool = False
+    granted: frozenset[str] = frozenset()
 
     def of(self, given: Any) -> str:
         """The step's key, given its own `"key"` field (None when it has none).
 
         >>> StepKey("dev-1").of(None), StepKey("dev-1", from_payload=True).of("dev-2")
         ('dev-1', 'dev-2')
+        >>> StepKey("gw", granted=frozenset({"dev-2"})).of("dev-2")
+        'dev-2'
         >>> StepKey("dev-1").of("dev-2")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         streamlearn.errors.PayloadError: key: 'dev-2' is not the sender's own, 'dev-1' ...
         """
-        if self.topic is None or given is None or self.from_payload:
+        if self.topic is None or given is None or self.from_payload or "*" in self.granted:
             return _key(self.topic if given is None else given)
-        if given != self.topic:
+        if given != self.topic and given not in self.granted:
             raise PayloadError(
-                f"key: {_shown(given)} is not the sender's own, {self.topic!r} (the model takes "
-                "window keys from topic levels; a source's key_from_payload = true lets a "
-                "payload name another)",
+                f"key: {_shown(given)} is not the sender's own, {self.topic!r} (a window's "
+                "key is its sender's topic level; a source's key_from_payload = true, or a "
+                "client's [models.NAME.gateways] entry, lets a payload name others)",
                 "wrong_key",
             )
         return _key(given)

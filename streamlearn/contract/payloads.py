@@ -15,7 +15,7 @@ that device's windows itself (`streamlearn.store.windows`); and key-only predict
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import numpy as np
@@ -72,10 +72,6 @@ class PayloadParser:
         self._fast = FastSamples(model) if fast and model.fields is None else None
         self._named = None if model.fields is None else NamedPayloads(model, self.check_targets)
         self.requests = RequestDecoder(model, None if self._named is None else self._named.fields)
-        # window keys from topic levels: each device's own (`parse_request`)
-        self._keys_bound = any(
-            s.key_level is not None and not s.key_from_payload for s in model.sources
-        )
 
     # -- samples -------------------------------------------------------------------------
 
@@ -85,6 +81,7 @@ class PayloadParser:
         key: str | None = None,
         at: float | None = None,
         key_from_payload: bool = False,
+        granted: Collection[str] = (),
     ) -> Parsed:
         """Split a samples message into what is accepted and what is rejected.
 
@@ -92,7 +89,8 @@ class PayloadParser:
         hold back the good ones beside it; a single or columnar payload is judged whole.
         `key` is the device key of the source topic the message came on: a window model's
         step is that key's, and one naming another key is refused (`wrong_key`), unless
-        `key_from_payload` (then a step's own `key` comes first). For named payloads
+        `key_from_payload` (then a step's own `key` comes first) or it is one of `granted`
+        (a gateway's keys; "*": any). For named payloads
         (`streamlearn.contract.named`), `at` is the arrival (unix s): a step without its own
         `key` and `seq` fields takes the topic's key and `at`.
         """
@@ -101,7 +99,7 @@ class PayloadParser:
             if samples is not None:
                 return Parsed(samples, None, [])
         counts = FieldCounts() if self._named is not None else None
-        step = StepKey(key, key_from_payload)
+        step = StepKey(key, key_from_payload, frozenset(granted))
         try:
             doc = self._decode_named(raw) if self._named is not None else None
             doc = doc or decode(raw, self.model.ingest.max_payload_bytes)
@@ -320,6 +318,10 @@ class PayloadParser:
             raise PayloadError("x: value out of float32 range", "non_finite")
         return arr if batched else arr[None]
 
+    def owned_by(self, client: str) -> StepKey:
+        """The keys `client` (the level of `samples/{client}`, `predict/{client}`) may name."""
+        return StepKey(client, granted=frozenset(self.model.gateways.get(client, ())))
+
     # -- prediction requests -------------------------------------------------------------
 
     def parse_request(self, raw: bytes | dict[str, Any], client: str | None = None) -> Request:
@@ -328,9 +330,9 @@ class PayloadParser:
         route its reply); its bytes are decoded by that same decoder.
 
         Its rows are counted before they are validated: at most `max_request_rows`.
-        `client` is the requester's level of `predict/{client}`: where the model takes its
-        window keys from topic levels (a source's `key` without `key_from_payload`), a
-        key-only request may name only that key, its own (`StepKey`).
+        `client` is the requester's level of `predict/{client}`: a key-only request from it
+        may name only that key, its own, or one its `[models.NAME.gateways]` entry grants
+        (`StepKey`); a request on bare `predict` (`client` None) any.
         """
         doc = raw if isinstance(raw, dict) else self.requests.decode(raw)
         depth = _depth(doc.get("x"))  # a batch nests deeper than one sample
@@ -338,7 +340,7 @@ class PayloadParser:
         limit = self.model.actor.max_request_rows
         if batched and len(doc["x"]) > limit:
             raise PayloadError(f"x: {len(doc['x'])} rows, more than max_request_rows={limit}")
-        own = StepKey(client if self._keys_bound else None)
+        own = StepKey() if client is None else self.owned_by(client)
         if self._named is not None and not _positional(doc):
             return self._named.request(doc, own)
         if "key" in doc:

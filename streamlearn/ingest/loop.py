@@ -293,7 +293,7 @@ class Ingest:
                 parsed.append(None)
                 labels.append((i, self.labels.parse(d.payload, sent[1])))
             else:
-                parsed.append(_scoped(parse(d.payload), sent[1]))
+                parsed.append(_scoped(self._parse_sent(d, sent[1]), sent[1]))
         if labels:
             raws = [batch[i].payload for i, _ in labels]
             joined = self.writer.retry(lambda: self.labels.join([m for _, m in labels], raws), stop)
@@ -302,6 +302,17 @@ class Ingest:
             for (i, _), p in zip(labels, joined, strict=True):
                 parsed[i] = p
         return [RunMessage(d, p) for d, p in zip(batch, parsed, strict=True)], labels  # type: ignore[arg-type]
+
+    def _parse_sent(self, d: Delivery, sender: str | None) -> Parsed:
+        """A message on `samples/{sender}` (or bare `samples`: None). A window model's step
+        there is its sender's: it may name only the key `{sender}` (a step without one
+        takes it, and the arrival as its seq) or one of the sender's
+        `[models.NAME.gateways]` keys, as a source's topic level binds its steps."""
+        parser = self.parser
+        if sender is None or parser.model.window is None:
+            return parser.parse_message(d.payload)
+        granted = parser.model.gateways.get(sender, ())
+        return parser.parse_message(d.payload, key=sender, at=time.time(), granted=granted)
 
     def _parse_source(self, d: Delivery) -> Parsed:
         """A message on a source topic: parsed with its device key, the topic's level

@@ -38,6 +38,9 @@ window = 3
 architecture = "conv1d"
 hidden = [8]
 task = "regression"
+
+[models.w.gateways]
+hub = ["*"]
 """
 WINDOW = [[0.1, 0.2], [0.3, 0.4], [0.5, 0.6]]
 
@@ -114,19 +117,26 @@ def test_predict_returns_the_prediction_and_raises_what_the_service_says(stack):
 
 
 def test_key_only_requests_are_completed_from_the_devices_observations(stack):
+    """A device (its client id its key) extends its own window and asks with its key; a
+    gateway (`[models.w.gateways]`) may ask for any key, the device for no other."""
     settings, _ = stack
-    with connect(settings) as client:
+    with connect(settings, client_id="dev-1") as device, connect(settings, client_id="hub") as hub:
         for seq, step in enumerate(WINDOW[:2]):
-            client.publish("w", x=step, key="dev-1", seq=seq)  # no y: only extends the window
-        prediction = answered(lambda: client.predict("w", WINDOW[2], key="dev-1"))
+            device.publish("w", x=step, key="dev-1", seq=seq)  # no y: only extends the window
+        prediction = answered(lambda: device.predict("w", WINDOW[2], key="dev-1"))
+        asked_by_hub = hub.predict("w", WINDOW[2], key="dev-1")
         with pytest.raises(streamlearn.PredictionError) as unknown:
-            client.predict("w", [0.5, 0.5], key="dev-9")
+            hub.predict("w", [0.5, 0.5], key="dev-9")
+        with pytest.raises(streamlearn.PredictionError) as another:
+            device.predict("w", [0.5, 0.5], key="dev-9")
         with pytest.raises(streamlearn.PredictionError) as early:
-            client.predict("w", WINDOW[2], key="dev-1", seq=1)
+            device.predict("w", WINDOW[2], key="dev-1", seq=1)
     assert prediction.model == "w" and isinstance(prediction.y, float)
+    assert isinstance(asked_by_hub.y, float)
     assert str(unknown.value) == (
         "key 'dev-9': 0 of the 2 earlier observations a window needs are known"
     )
+    assert str(another.value).startswith("key: 'dev-9' is not the sender's own, 'dev-1'")
     assert str(early.value) == (
         "key 'dev-1': 1 of the 2 earlier observations a window needs are known before seq 1"
     )

@@ -54,6 +54,9 @@ max_batch = 32
 
 [models.{windowed}.actor]
 reload_check_ms = 50
+
+[models.{windowed}.gateways]
+hub = ["*"]  # the test's one client sends and asks for every device
 """
 DEVICES = ("dev-0", "dev-1")
 PARTITIONED = """
@@ -130,7 +133,7 @@ def test_two_models_learn_and_serve_on_different_shards_of_a_cluster(
     messages = linear_messages(1200, seed=3)
     device.publish_samples(messages + messages[:1])  # the first message sent twice
     device.publish_samples([b'{"x": [1, 2], "y": 1}'])  # two inputs of three: dead-lettered
-    sensor = client_for(windowed.model)
+    sensor = client_for(windowed.model, client_id="hub")
     sensor.publish_samples(sine_observations(DEVICES, 300))
 
     eventually(lambda: samples_seen(redis, plain) == 1200, 120, "each sample learned once")

@@ -43,6 +43,9 @@ partitions = 2
 
 [models.w.learner]
 max_batch = 32
+
+[models.w.gateways]
+hub = ["*"]  # the test's one client sends and asks for every device
 """
 
 
@@ -93,7 +96,7 @@ def test_a_partitioned_model_learns_every_sample_once_and_serves_windows(
     assert "error" not in reply and reply["version"] > 0, reply
 
     devices = [f"dev-{d}" for d in range(6)]
-    sensor = client_for("w")
+    sensor = client_for("w", client_id="hub")
     sensor.publish_samples(sine_observations(devices, 100))
     windows = len(devices) * (100 - 2)  # each device's first two have no full window
     eventually(lambda: samples_seen(redis, windowed) == windows, 120, "every window learned")

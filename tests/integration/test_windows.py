@@ -184,6 +184,10 @@ learning_rate = 0.02
 [models.seq.learner]
 max_batch = 16
 
+[models.seq.gateways]
+hub = ["*"]  # the test's one client sends and asks for every device
+ops = ["*"]  # and the command line, as an operator's account
+
 [models.flat]
 inputs = 1
 task = "regression"
@@ -235,7 +239,7 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
             plain_x.append([x[d][t]])
             plain_y.append(x[d][t - LAG])
         keyed.append(obs)
-    device = client_for("seq")
+    device = client_for("seq", client_id="hub")
     device.publish_samples([{"samples": keyed[i : i + 30]} for i in range(0, len(keyed), 30)])
     flat_device = client_for("flat")
     flat_device.publish_samples(
@@ -256,7 +260,7 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
     for names in (seq_names, flat_names):
         eventually(lambda n=names: trained_on_all(n, want[n.model]), 120, f"{names.model} trained")
         latest = int(redis.get(names.latest_key))
-        probe = client_for(names.model)
+        probe = device if names.model == "seq" else client_for(names.model)
         body = {"key": "dev-0", "x": [0.0]} if names.model == "seq" else {"x": [0.0]}
         served(probe, body, latest)
 
@@ -297,9 +301,10 @@ def test_an_lstm_learns_a_per_device_lag_from_interleaved_keyed_observations(
     config = tmp_path / "streamlearn.toml"
     config.write_text(TOML)
     cli = [sys.executable, "-m", "streamlearn", "predict", "--config", str(config)]
+    operator = settings.mqtt.replace("mqtt://", "mqtt://ops@")  # client id: the username
     out = subprocess.run(
         [*cli, "--model", "seq", "--key", "dev-1", "[0.25]"],
-        env=role_env(settings),
+        env={**role_env(settings), "STREAMLEARN_MQTT_URL": operator},
         capture_output=True,
         text=True,
         timeout=60,
@@ -396,6 +401,9 @@ key = "topic:1"
 topic = "gateway/+/SENSOR"
 key = "topic:1"
 key_from_payload = true
+
+[models.dev.gateways]
+gw-9 = ["granted-1"]
 """
 
 
@@ -458,6 +466,33 @@ def test_a_payload_key_reaches_another_devices_window_only_where_the_source_allo
     assert "'alice'" in letter["reason"] and "'mallory'" in letter["reason"], letter
     assert steps(store, "alice") == [2.0]
     assert steps(store, "mallory") == []
+
+
+def test_on_samples_client_a_step_reaches_only_its_senders_window_or_a_granted_one(bound):
+    """`samples/{client}` binds its steps as a source's topic level does (issue 62): trudy's
+    steps naming carol's key, alone or in a list, are dead letters and carol's window stays
+    hers; a step without a key is its sender's; gw-9 names the key its gateways entry
+    grants, and no other."""
+    _, client, store, device = bound
+    topic = lambda c: store.names.topic(f"samples/{c}")  # noqa: E731
+    send(device, topic("carol"), {"seq": 10, "t": 1.0})  # no key: the sender's own
+    eventually(lambda: steps(store, "carol")[-1:] == [1.0], 30, "carol's step")
+    before = steps(store, "carol")
+    send(
+        device,
+        topic("trudy"),
+        {"key": "carol", "seq": 11, "t": 666.0},
+        {"samples": [{"key": "carol", "seq": 12, "t": 666.0}, {"seq": 1, "t": 3.0}]},
+    )
+    send(device, topic("gw-9"), {"key": "granted-1", "seq": 1, "t": 7.0})
+    send(device, topic("gw-9"), {"key": "carol", "seq": 13, "t": 666.0})
+    eventually(lambda: steps(store, "granted-1") == [7.0], 30, "the gateway's granted key")
+    eventually(lambda: steps(store, "trudy") == [3.0], 30, "trudy's own step")
+    letters = letters_from(client, store, topic("trudy"), 2)
+    letters += letters_from(client, store, topic("gw-9"), 1)
+    assert [d["kind"] for d in letters] == ["wrong_key"] * 3, letters
+    assert all("'carol' is not the sender's own" in d["reason"] for d in letters), letters
+    assert steps(store, "carol") == before  # nothing of 666 in carol's window
 
 
 def test_a_seq_far_ahead_of_a_window_is_a_dead_letter_and_the_window_keeps_training(bound):

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig
-from streamlearn.config.inputs import SourceConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import PayloadError
 
@@ -179,6 +178,8 @@ def test_a_step_names_another_key_than_its_topics_only_where_the_source_allows()
     assert rejection.reason.startswith("samples.1: key: 'victim' is not")
     _, observations, [], _ = parse(items[1], positional, key="dev-1", key_from_payload=True)
     assert observations.keys == ("victim",)
+    _, observations, [], _ = parse(items[1], positional, key="gw", granted=("victim",))
+    assert observations.keys == ("victim",)
 
 
 def test_the_model_imputes_a_missing_input_with_its_running_mean_and_one_hot_encodes():
@@ -225,17 +226,24 @@ def test_a_wide_named_request_is_refused_unread_and_the_largest_valid_one_is_not
         PARSER.parse_request(deep)
 
 
-def test_a_key_only_request_names_only_its_senders_own_key_where_keys_come_from_topics():
+def test_a_key_only_request_on_predict_client_names_only_keys_its_requester_owns():
+    """Its own key, or one its gateways entry grants; whatever the model's sources are
+    (none: keys from bare `samples`), a device cannot read another's history."""
     source = {"topic": "tele/+/SENSOR", "key": "topic:1"}
     model = ModelConfig(name="w", inputs=["a"], window=3, architecture="lstm", sources=[source])
-    parser = PayloadParser(model)
-    assert parser.parse_request({"key": "dev-1", "a": 1}, "dev-1").key == "dev-1"
-    with pytest.raises(PayloadError, match="'dev-2' is not the sender's own, 'dev-1'"):
-        parser.parse_request({"key": "dev-2", "a": 1}, "dev-1")
-    positional = PayloadParser(model.model_copy(update={"inputs": 1}))
-    with pytest.raises(PayloadError, match="is not the sender's own"):
-        positional.parse_request({"key": "dev-2", "x": [1.0]}, "dev-1")
-    # bare predict and the HTTP door (no client level); a gateway's source: any key
-    assert parser.parse_request({"key": "dev-2", "a": 1}).key == "dev-2"
-    gateway = model.model_copy(update={"sources": (SourceConfig(**source, key_from_payload=True),)})
-    assert PayloadParser(gateway).parse_request({"key": "dev-2", "a": 1}, "gw").key == "dev-2"
+    for m in (model, model.model_copy(update={"sources": ()})):
+        parser = PayloadParser(m)
+        assert parser.parse_request({"key": "dev-1", "a": 1}, "dev-1").key == "dev-1"
+        with pytest.raises(PayloadError, match="'dev-2' is not the sender's own, 'dev-1'"):
+            parser.parse_request({"key": "dev-2", "a": 1}, "dev-1")
+        positional = PayloadParser(m.model_copy(update={"inputs": 1}))
+        with pytest.raises(PayloadError, match="is not the sender's own"):
+            positional.parse_request({"key": "dev-2", "x": [1.0]}, "dev-1")
+        # bare predict and the HTTP door (no client level): any key
+        assert parser.parse_request({"key": "dev-2", "a": 1}).key == "dev-2"
+    gateways = {"gw": ("dev-2",), "ops": ("*",)}
+    parser = PayloadParser(model.model_copy(update={"gateways": gateways}))
+    assert parser.parse_request({"key": "dev-2", "a": 1}, "gw").key == "dev-2"
+    with pytest.raises(PayloadError, match="'dev-3' is not the sender's own, 'gw'"):
+        parser.parse_request({"key": "dev-3", "a": 1}, "gw")
+    assert parser.parse_request({"key": "dev-3", "a": 1}, "ops").key == "dev-3"
