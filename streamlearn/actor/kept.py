@@ -34,6 +34,7 @@ class Keeper:
         self.store = store
         self.kept = 0
         self.evicted = 0  # dropped before their TTL to keep `max_pending`, `max_pending_bytes`
+        self.evicted_own = 0  # a client's own, dropped to keep its `sender_share`
         self.failures = 0  # batches whose predictions could not be kept
         self._logged_at = -float("inf")
 
@@ -52,7 +53,7 @@ class Keeper:
         if not ids:
             return
         try:
-            self.evicted += self.store.keep(ids, values, now)
+            pool, own = self.store.keep(ids, values, now)
         except redis.RedisError as exc:
             self.failures += 1
             if now - self._logged_at >= _LOG_EVERY_S:
@@ -64,3 +65,5 @@ class Keeper:
                 )
             return
         self.kept += len(ids)
+        self.evicted += pool
+        self.evicted_own += own

@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     def snapshot() -> metrics.Snapshot:
         figures: dict[str, float | int | None | dict[str, int]] = dict(actor.metrics())
         figures["pending_evicted_total"] = actor.keeper.evicted  # kept ones dropped early
+        figures["pending_share_evicted_total"] = actor.keeper.evicted_own  # by their own sender
         if door is not None:
             figures["http_responses_total"] = dict(door.responses)
             figures["http_unproven_closed_total"] = door.conns.evicted

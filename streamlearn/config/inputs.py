@@ -143,7 +143,8 @@ class LabelsConfig(Frozen):
     a sample. At most `max_pending` are kept, of at most `max_pending_bytes` of Redis memory
     together (each counted as `streamlearn.store.pending` says, ~380 B with 4 inputs and
     12-character ids): beyond either, the soonest to expire go first. The default byte
-    bound fits the deployed 2 GB Redis beside the streams and weights.
+    bound fits the deployed 2 GB Redis beside the streams and weights. One client keeps at
+    most its `sender_share` of them, so that no device's flood evicts another's.
     """
 
     ttl_s: int = Field(3600, ge=1, le=30 * 86_400, description="how long a prediction waits")
@@ -153,4 +154,13 @@ class LabelsConfig(Frozen):
         ge=2**16,
         le=2**40,
         description="Redis memory the kept predictions may take together, in bytes",
+    )
+    sender_share: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="the part of max_pending and of max_pending_bytes one client "
+        "(predict/{client}) may keep: past either, its own soonest to expire go, never "
+        "another's. Bare predict and the HTTP door (no device reaches them under the deploy "
+        "ACL) share the whole pool",
     )

@@ -133,6 +133,11 @@ _ACTOR = [
             "kept predictions dropped before their TTL to keep labels.max_pending and "
             "max_pending_bytes",
         ),
+        (
+            "pending_share_evicted_total",
+            "kept predictions of a client past its labels.sender_share: its own soonest to "
+            "expire, dropped before their TTL",
+        ),
         ("reloads_total", "weights versions loaded by hot reload"),
         ("refused_versions_total", "versions refused as unusable (the previous one is served)"),
         ("version", "the weights version served"),

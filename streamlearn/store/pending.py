@@ -127,15 +127,31 @@ class PendingStore:
         """String: the bytes of the index's entries (`entry_bytes`), kept by each keep."""
         return self.names.key("pending_bytes")
 
-    def keep(self, ids: list[str], values: list[bytes], now: float | None = None) -> int:
-        """Keep `values` (`encode`) under `ids`, in one call; returns how many older ones
-        the bounds evicted."""
+    def keep(
+        self, ids: list[str], values: list[bytes], now: float | None = None
+    ) -> tuple[int, int]:
+        """Keep `values` (`encode`) under `ids` (`Names.owned`), in one call; returns how
+        many older ones went to keep the pool's bounds, and to keep their senders' shares."""
         keys = [self.names.pending_key(i) for i in ids]
         now = time.time() if now is None else now
         cfg, fixed = self.cfg, ENTRY_BYTES + max(map(len, values), default=0)
         args: list[EncodableT] = [now, cfg.ttl_s, cfg.max_pending, cfg.max_pending_bytes, fixed]
+        args += [*self.share(), self.names.pending_key("")]
         index = [self.names.pending_index_key, self.bytes_key]
-        return int(self._keep(keys=[*index, *keys], args=[*args, *values]))
+        pool, own = self._keep(keys=[*index, *keys], args=[*args, *values])
+        return int(pool), int(own)
+
+    def share(self) -> tuple[int, int]:
+        """What one sender may keep (`labels.sender_share`): entries of `max_pending`, and
+        bytes of `max_pending_bytes`, counted as the pool counts them.
+
+        >>> PendingStore(None, Names("m"), LabelsConfig()).share()  # the defaults
+        (50000, 13421772)
+        """
+        cfg = self.cfg
+        return max(1, int(cfg.sender_share * cfg.max_pending)), int(
+            cfg.sender_share * cfg.max_pending_bytes
+        )
 
     def size(self) -> tuple[int, int]:
         """(predictions kept, their bytes as counted against `labels.max_pending_bytes`)."""

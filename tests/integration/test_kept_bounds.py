@@ -42,6 +42,7 @@ architecture = "linear"
 
 [models.k.labels]
 max_pending_bytes = 65536
+sender_share = 1  # one client may take the whole pool: its bound is what is tested here
 
 [models.k.actor]
 http_port = {port}
@@ -170,3 +171,72 @@ def test_kept_predictions_stay_within_max_pending_bytes_and_evictions_are_counte
     assert letter[b"kind"] == b"unknown_id"
     joined = lambda: int(served.redis.get(served.names.ingest_count_key) or 0) == 1  # noqa: E731
     eventually(joined, 30, "the newest joined")
+
+
+SHARED = """
+[models.s]
+inputs = 2
+task = "regression"
+architecture = "linear"
+
+[models.s.labels]
+max_pending = 1000
+sender_share = 0.1
+"""
+
+
+def test_one_clients_flood_of_ids_evicts_only_its_own_kept_predictions(
+    redis_server: embedded.ServerProcess,
+    mosquitto_server: embedded.ServerProcess,
+    tmp_path,
+):
+    """Issue 62, finding 2: a client asking with 1,100 unique ids (more than the pool's
+    1,000) keeps at most its share (100), its own oldest evicted and counted; a control
+    client's 5 predictions stay kept and their labels join, as without the flood."""
+    settings = own_settings(redis_server, mosquitto_server)
+    names = Names("s", settings.topic_prefix, settings.key_prefix)
+    redis = redis_lib.Redis.from_url(settings.redis)
+    cfg = parse_config(tomllib.loads(SHARED)).model("s")
+    WeightsStore(redis, names).publish(codec.encode(tensors.get_arrays(networks.build_model(cfg))))
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(SHARED)
+    metrics_port = free_port()
+    roles = [
+        launch_role(settings, "actor", config, env={"STREAMLEARN_METRICS_PORT": str(metrics_port)}),
+        launch_role(settings, "ingest", config),
+    ]
+    mine, flood = (
+        streamlearn.Client(settings.mqtt, topic_prefix=settings.topic_prefix, client_id=c)
+        for c in ("control", "flood")
+    )
+    served = Served(settings, names, redis, mine, "", f"http://127.0.0.1:{metrics_port}/metrics")
+    try:
+        for role in roles:
+            role.wait_for(" ready")
+        for i in range(5):
+            assert "error" not in mine.request("s", {"x": [0.5, 1.0], "id": f"c-{i}"}, timeout=30)
+        for start in range(0, 1100, 100):
+            futures = [
+                flood.request_async("s", {"x": [0.5, float(i)], "id": f"f-{i:04d}"}, 30)
+                for i in range(start, start + 100)
+            ]
+            assert all("error" not in f.result() for f in futures)
+        assert served.metric("pending_share_evicted_total") == 1000
+        assert served.metric("pending_evicted_total") == 0
+        kept = {k.decode().rsplit(":", 1)[1] for k in redis.zrange(names.pending_index_key, 0, -1)}
+        assert kept == {f"c-{i}" for i in range(5)} | {f"f-{i:04d}" for i in range(1000, 1100)}
+        for i in range(5):
+            mine.label("s", f"c-{i}", 1.0)
+        flood.label("s", "f-0000", 1.0)  # its own evicted: a dead letter it can see
+        joined = lambda: int(redis.get(names.ingest_count_key) or 0) == 5  # noqa: E731
+        eventually(joined, 30, "the control client's 5 labels joined")
+        eventually(lambda: redis.xlen(names.deadletter_key) == 1, 30, "the flood's dead letter")
+        assert redis.xrange(names.deadletter_key)[0][1][b"kind"] == b"unknown_id"
+    finally:
+        for c in (mine, flood):
+            c.close()
+        for role in roles:
+            role.stop()
+        for key in redis.scan_iter(f"{settings.key_prefix}:*"):
+            redis.delete(key)
+        redis.close()
