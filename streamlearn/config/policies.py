@@ -100,8 +100,8 @@ class IngestConfig(Frozen):
     max_devices: int = Field(
         10_000,
         ge=1,
-        description="devices (keys) whose windows are kept; a new one evicts the window of "
-        "the device idle the longest",
+        description="devices (keys) whose windows are kept; past it a sender's new one "
+        "evicts its own idlest while it holds others, its first the idlest of all",
     )
     max_keys_per_sender: int = Field(
         1000,

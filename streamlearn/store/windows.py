@@ -27,12 +27,14 @@ stream's own `lua/entry.lua`, keeping its running count consistent.
 The script reads and checks every key before it writes any, so a call that fails (a key
 of the wrong type) has written nothing. Devices are bounded: the sorted set
 `sl:{model}:ingest:devices` holds each window's key by the time of its newest observation
-(the ingest hosts' clocks); past `max_devices` windows, those of the devices idle the
-longest are deleted (counted as evicted), and entries older than the expiry are dropped.
-Senders are bounded too: the hash `sl:{model}:ingest:owners` names the sender that made
-each window (a digest of its topic, `sender_id`) and `sl:{model}:ingest:senders` counts
-the windows each sender holds, so a flood of new keys from one sender is refused past
-its own bound instead of evicting everyone's windows.
+(the ingest hosts' clocks), and entries older than the expiry are dropped. Senders are
+bounded too: the hash `sl:{model}:ingest:owners` names the sender that made each window
+(a digest of its topic, `sender_id`), `sl:{model}:ingest:senders` counts the windows each
+sender holds, and `sl:{model}:ingest:by:{sender}` orders them as the device index does. A
+flood of new keys from one sender is refused past its own bound (`max_keys_per_sender`),
+and past `max_devices` windows a sender's new one replaces its own idlest while it holds
+others (counted as evicted); only a sender's first window (a new device's) takes the
+idlest of all. So no sender's flood evicts other senders' windows.
 
 Actors read the newest observations of the keys in a batch in one read-only script call
 (`WindowStore.recent`, `lua/window_recent.lua`) to complete key-only prediction requests.
@@ -129,6 +131,7 @@ class WindowStore:
         self.index = names.stream_key("ingest:devices")
         self.owners = names.stream_key("ingest:owners")
         self.senders = names.stream_key("ingest:senders")
+        self.by_sender = names.stream_key("ingest:by:")  # then a sender: its windows by time
         self.clock = clock
         self._append = lua.load(client, "window_append")
         self._recent = lua.load(client, "window_recent")
@@ -261,6 +264,7 @@ class WindowStore:
             per_sender,
             jump,
             sender,
+            self.by_sender,
         ]
         all_keys = [
             self.stream,

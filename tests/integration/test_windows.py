@@ -152,9 +152,11 @@ def test_a_sender_past_its_keys_is_refused_and_evictions_free_its_count(store):
     )
     now[0] += 1  # another sender is not held back; a key another made is not counted
     assert append("s2", "c", "a").refused == ()
-    now[0] += 1  # b and a, idle the longest, are evicted: s1 holds none now
+    now[0] += 1  # over max_devices by 2: s3 replaces its own idlest (d), then its only
+    # window takes the idlest of all (a, s1's)
     assert append("s3", "d", "e", max_devices=3).evicted == 2
-    assert [r.row for r in append("s1", "f", "g", "h").refused] == [2]
+    assert [k for k in "abcde" if store.recent([(k, None)], 1)[0].size] == ["b", "c", "e"]
+    assert [r.row for r in append("s1", "f", "g", "h").refused] == [1, 2]  # s1 holds b
 
 
 def test_a_seq_further_ahead_than_the_jump_is_refused(store):
@@ -508,6 +510,58 @@ def test_a_seq_far_ahead_of_a_window_is_a_dead_letter_and_the_window_keeps_train
     assert "window_max_seq_jump" in letter["reason"], letter
     assert steps(store, "jumpy") == [1.0, 2.0, 3.0, 4.0]
     assert int(client.get(count)) == before + 2  # the windows ending at seq 3 and 4
+
+
+FULL_TOML = (  # on topics of its own: a source filter is not under the topic prefix
+    BOUND_TOML.replace("[models.dev", "[models.full")
+    .replace("max_devices = 40", "max_devices = 20")
+    .replace("tele/+/SENSOR", "full/tele/+/SENSOR")
+    .replace("gateway/+/SENSOR", "full/gateway/+/SENSOR")
+    .replace('key = "topic:1"', 'key = "topic:2"')
+)
+
+
+def test_at_max_devices_a_flood_of_new_keys_replaces_its_senders_own_windows(
+    redis_server, mosquitto_server, tmp_path
+):
+    """Issue 62, finding 4: the pool (max_devices = 20) full of 3 idle devices' windows and
+    17 quiet ones; three gateways flood 10 messages of 5 new keys each (their bound, 5, caps
+    each message after the first at 4). A gateway's new window replaces its own idlest
+    while it holds others; its first (as a new device's) takes the idlest of all. So the 3
+    idle windows go, one per gateway, and all 17 quiet ones stay: before, the 150 new keys
+    evicted every one of them."""
+    settings = own_settings(redis_server, mosquitto_server)
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(FULL_TOML)
+    ingest = launch_role(settings, "ingest", config)
+    client = redis_lib.Redis.from_url(settings.redis)
+    device = plain_paho(settings)
+    store = WindowStore(client, Names("full", settings.topic_prefix, settings.key_prefix), 3, 1)
+    gateways = ("gw-a", "gw-b", "gw-c")
+    try:
+        ingest.wait_for(" ready")
+        idle, quiet = [f"idle-{i}" for i in range(3)], [f"q{i}" for i in range(17)]
+        for d in idle + quiet:  # the idle ones first: the idlest
+            send(device, f"full/tele/{d}/SENSOR", {"seq": 1, "t": 1.0})
+            eventually(lambda d=d: steps(store, d) == [1.0], 30, f"{d}'s window")
+        for gw in gateways:
+            for m in range(10):
+                items = [{"key": f"{gw}-{m}-{i}", "seq": 1, "t": 9.0} for i in range(5)]
+                send(device, f"full/gateway/{gw}/SENSOR", {"samples": items})
+        for gw in gateways:  # one key refused in each message after the first: all judged
+            letters = letters_from(client, store, f"full/gateway/{gw}/SENSOR", 9)
+            assert {d["kind"] for d in letters} == {"too_many_keys"}, letters
+        assert [q for q in quiet if steps(store, q) != [1.0]] == []
+        assert [d for d in idle if steps(store, d)] == []
+        assert client.zcard(store.index) == 20
+        held = {gw: len(list(client.scan_iter(store.key(f"{gw}-*")))) for gw in gateways}
+        assert held == {gw: 1 for gw in gateways}
+    finally:
+        device.disconnect()
+        ingest.stop()
+        for key in client.scan_iter(f"{settings.key_prefix}:*"):
+            client.delete(key)
+        client.close()
 
 
 def test_a_flood_of_new_keys_from_one_sender_leaves_other_senders_windows_intact(bound):

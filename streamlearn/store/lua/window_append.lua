@@ -9,7 +9,9 @@
 -- the KEYS index of each observation's set (comma-separated), their seqs (exact decimal
 -- text, one a line), members back to back, y (float32) back to back, one flag a
 -- character: '1' when the observation has a target; now (s), max devices, max keys per
--- sender, max seq jump, the sender of these observations (`windows.sender_id`).
+-- sender, max seq jump, the sender of these observations (`windows.sender_id`), the prefix
+-- of a sender's index of its windows (`...:ingest:by:`; then the sender: window key -> its
+-- newest observation's time, as the device index).
 -- Returns {samples added, duplicates, late, short, evicted, refused}; refused: for each
 -- observation refused, "<index, 1 first> <seq_jump|too_many_keys> <newest seq|keys held>".
 local stream, counter, index, owners, senders = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -18,6 +20,7 @@ local mlen = tonumber(ARGV[4])
 local members, ys, flags = ARGV[7], ARGV[8], ARGV[9]
 local now, devices = tonumber(ARGV[10]), tonumber(ARGV[11])
 local per_sender, jump, sender = tonumber(ARGV[12]), tonumber(ARGV[13]), ARGV[14]
+local by = ARGV[15]
 -- reads and checks first: a call that fails has written nothing
 local count, err = check_count(stream, counter)
 if err then return err end
@@ -90,25 +93,50 @@ if added > 0 then
   add_entry(stream, added, table.concat(xs), table.concat(ty), nil, total)
   redis.call('SET', counter, total)
 end
+-- A window deleted: out of the device index, its owner's count and its owner's index.
+local function forget(key)
+  redis.call('UNLINK', key)
+  redis.call('ZREM', index, key)
+  local owner = redis.call('HGET', owners, key)
+  if owner then
+    redis.call('HDEL', owners, key)
+    redis.call('ZREM', by .. owner, key)
+    if redis.call('HINCRBY', senders, owner, -1) <= 0 then
+      redis.call('HDEL', senders, owner)
+    end
+  end
+end
+
 if next(touched) then
-  for key in pairs(touched) do redis.call('ZADD', index, now, key) end
-  -- windows expired since (no need to wait for their TTL), then the idlest past the bound;
-  -- each leaves its sender's count
-  local drop = redis.call('ZCOUNT', index, '-inf', '(' .. (now - ttl))
-  local over = redis.call('ZCARD', index) - drop - devices
-  if over > 0 then evicted = over else over = 0 end
-  if drop + over > 0 then
-    for _, key in ipairs(redis.call('ZRANGE', index, 0, drop + over - 1)) do
-      redis.call('UNLINK', key)
-      local sender = redis.call('HGET', owners, key)
-      if sender then
-        redis.call('HDEL', owners, key)
-        if redis.call('HINCRBY', senders, sender, -1) <= 0 then
-          redis.call('HDEL', senders, sender)
-        end
+  for key in pairs(touched) do
+    redis.call('ZADD', index, now, key)
+    local owner = redis.call('HGET', owners, key)
+    if owner then
+      redis.call('ZADD', by .. owner, now, key)
+      redis.call('EXPIRE', by .. owner, ttl)
+    end
+  end
+  -- windows expired since (no need to wait for their TTL)
+  for _, key in ipairs(redis.call('ZRANGE', index, '-inf', '(' .. (now - ttl), 'BYSCORE')) do
+    forget(key)
+  end
+  -- past the bound, this call's sender replaces its own idlest window while it holds more
+  -- than one: a flood of new keys never evicts another sender's; a sender's first window
+  -- (a new device) takes the idlest of all
+  local over = redis.call('ZCARD', index) - devices
+  while over > 0 do
+    local victim
+    if tonumber(redis.call('HGET', senders, sender) or '0') > 1 then
+      victim = redis.call('ZRANGE', by .. sender, 0, 0)[1]
+      if victim then  -- (gone from its sender's index either way: none is read twice)
+        redis.call('ZREM', by .. sender, victim)
       end
     end
-    redis.call('ZREMRANGEBYRANK', index, 0, drop + over - 1)
+    victim = victim or redis.call('ZRANGE', index, 0, 0)[1]
+    if redis.call('ZSCORE', index, victim) then
+      over, evicted = over - 1, evicted + 1
+    end
+    forget(victim)
   end
   redis.call('EXPIRE', index, ttl)
   redis.call('EXPIRE', owners, ttl)
