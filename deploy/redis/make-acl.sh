@@ -24,7 +24,8 @@
 #            and the appended-samples counter under sl:*:ingest:*, and the backlog it reads
 #            (XINFO, XPENDING, XRANGE) for back-pressure; the per-device windows of keyed
 #            observations under sl:*:window:* (sorted sets, through its Lua script), and
-#            which sender made each window (hashes sl:*:ingest:owners, sl:*:ingest:senders).
+#            which sender made each window (hashes sl:*:ingest:owners, sl:*:ingest:senders;
+#            each sender's windows by time, sorted sets sl:*:ingest:by:*: ZREM, ZSCORE).
 #            Labels that come later: MGET of the kept predictions sl:*:pending:*, and the
 #            join's Lua script (tombstones, the served score: HINCRBY/HINCRBYFLOAT of
 #            sl:*:served, LPUSH/LTRIM of sl:*:served:delays); the named payloads' field
@@ -47,8 +48,9 @@
 #            ZREVRANGEBYSCORE of sl:*:window:* (the stored steps of key-only requests), through
 #            its read-only Lua script (EVALSHA_RO, SCRIPT LOAD; it runs with the actor's rights).
 #            Read-write only sl:*:pending* (each served prediction of a request with an id,
-#            kept for its label, and the index that bounds them; a Lua script: SET EX,
-#            ZADD, ZREMRANGEBYSCORE/ZREMRANGEBYRANK, UNLINK).
+#            kept for its label, the index that bounds them and each client's index and
+#            bytes for its share; a Lua script: SET EX, ZADD, ZREM, ZREMRANGEBYSCORE/
+#            ZREMRANGEBYRANK, INCRBY/DECRBY, UNLINK).
 # Selectors (Redis 7): ingest's and the learner's rights on their other keys (UNLINK, DEL,
 # SET, EXPIRE, ...) are each in a `(...)` selector limited to those keys, so a leaked
 # ingest or learner password cannot delete or overwrite the sample stream or the dead
@@ -100,9 +102,9 @@ trap 'rm -f "$tmp"' EXIT
     # all match one rule set: every pattern is in the root set). Selectors, in (...): what
     # may touch the other keys, and nothing else. So UNLINK, DEL and SET never reach the
     # sample stream or the dead letters, directly or from a script.
-    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hset +hdel)"
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrem +zscore +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hset +hdel)"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hkeys +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zremrangebyscore +zremrangebyrank"
+    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hkeys +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

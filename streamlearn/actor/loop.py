@@ -264,7 +264,8 @@ class Actor:
         http = sum(p.answer is not None for p in batch)
         self.shared_batches += 0 < http < len(batch)  # both doors' requests in one pass
         rows = (y if self.cfg.task == "multiclass" else y[:, 0]).tolist()
-        version, name, variant, row = group.version, self.cfg.name, group.variant, 0
+        version, row = group.version, 0
+        of = {"model": self.cfg.name, "variant": group.variant}
         # Kept before the replies go: a label sent the moment its reply arrives finds it.
         self.keeper.keep(batch, y, version)  # no Redis call unless a request has an id
         with self.replier.joined():  # the batch's MQTT replies in one write
@@ -272,8 +273,7 @@ class Actor:
                 n = len(p.x)
                 out = rows[row : row + n] if p.batched else rows[row]
                 row += n
-                body = {"id": p.id, "y": out, "version": version, "model": name}
-                body["variant"] = variant
+                body = {"id": p.id, "y": out, "version": version, **of}
                 p.done = True
                 self.replier.send(p.topic, p.correlation, body, p.answer)
         if self.observe_latency is not None:
