@@ -93,29 +93,35 @@ if added > 0 then
   add_entry(stream, added, table.concat(xs), table.concat(ty), nil, total)
   redis.call('SET', counter, total)
 end
--- A window deleted: out of the device index, its owner's count and its owner's index.
-local function forget(key)
+-- A window deleted: out of the device index, its owner's count and its owner's index
+-- (unless `unindexed`: the owner whose index it has left already). 1 if it was indexed.
+local function forget(key, unindexed)
   redis.call('UNLINK', key)
-  redis.call('ZREM', index, key)
+  local was = redis.call('ZREM', index, key)
   local owner = redis.call('HGET', owners, key)
   if owner then
     redis.call('HDEL', owners, key)
-    redis.call('ZREM', by .. owner, key)
+    if owner ~= unindexed then
+      redis.call('ZREM', by .. owner, key)
+    end
     if redis.call('HINCRBY', senders, owner, -1) <= 0 then
       redis.call('HDEL', senders, owner)
     end
   end
+  return was
 end
 
 if next(touched) then
+  local touching = {}
   for key in pairs(touched) do
     redis.call('ZADD', index, now, key)
     local owner = redis.call('HGET', owners, key)
     if owner then
       redis.call('ZADD', by .. owner, now, key)
-      redis.call('EXPIRE', by .. owner, ttl)
+      touching[owner] = true
     end
   end
+  for owner in pairs(touching) do redis.call('EXPIRE', by .. owner, ttl) end
   -- windows expired since (no need to wait for their TTL)
   for _, key in ipairs(redis.call('ZRANGE', index, '-inf', '(' .. (now - ttl), 'BYSCORE')) do
     forget(key)
@@ -125,18 +131,23 @@ if next(touched) then
   -- (a new device) takes the idlest of all
   local over = redis.call('ZCARD', index) - devices
   while over > 0 do
-    local victim
-    if tonumber(redis.call('HGET', senders, sender) or '0') > 1 then
-      victim = redis.call('ZRANGE', by .. sender, 0, 0)[1]
-      if victim then  -- (gone from its sender's index either way: none is read twice)
-        redis.call('ZREM', by .. sender, victim)
+    local victims, unindexed = {}, nil
+    local held = tonumber(redis.call('HGET', senders, sender) or '0')
+    if held > 1 then  -- (its idlest leave its index either way: none is read twice)
+      victims = redis.call('ZRANGE', by .. sender, 0, math.min(over, held - 1) - 1)
+      if #victims > 0 then
+        redis.call('ZREMRANGEBYRANK', by .. sender, 0, #victims - 1)
+        unindexed = sender
       end
     end
-    victim = victim or redis.call('ZRANGE', index, 0, 0)[1]
-    if redis.call('ZSCORE', index, victim) then
-      over, evicted = over - 1, evicted + 1
+    if #victims == 0 then
+      victims = redis.call('ZRANGE', index, 0, 0)
     end
-    forget(victim)
+    for _, victim in ipairs(victims) do
+      if forget(victim, unindexed) == 1 then
+        over, evicted = over - 1, evicted + 1
+      end
+    end
   end
   redis.call('EXPIRE', index, ttl)
   redis.call('EXPIRE', owners, ttl)
