@@ -142,6 +142,16 @@ def _wait_serving(stack: Stack, names: Names, timeout_s: float = 60) -> None:
         client.close()
 
 
+def _drained(stack: Stack, names: Names, timeout_s: float = 2.0) -> bool:
+    """Whether an actor answers a probe within `timeout_s`: it has worked off the requests
+    a closed loop left in flight (a probe queues behind them)."""
+    try:
+        _wait_serving(stack, names, timeout_s)
+    except RuntimeError:
+        return False
+    return True
+
+
 class _Served:
     """One actor variant: its process, topics and how to restart it."""
 
@@ -249,8 +259,8 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 print(
                     f"  {a.label} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True
                 )
-                if row["replies"] < row["sent"] - args.window:
-                    a.restart()  # replies still due would land in the next one's turn
+                if not _drained(stack, a.names):  # what it still owes would load the next
+                    a.restart()  # one's turn (model.predict's 256 in flight: ~10 s of CPU)
             row = _http.measure_max(
                 door.http_port, _serve_load.INFER, http_bodies, args.max_seconds
             )
