@@ -3,11 +3,13 @@ model that learns a per-device pattern from interleaved keyed observations."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -409,26 +411,36 @@ gw-9 = ["granted-1"]
 """
 
 
-@pytest.fixture(scope="module")
-def bound(redis_server, mosquitto_server, tmp_path_factory):
-    """One ingest of a named window model for the module's tests (each uses keys of its
-    own): its settings, a Redis client, the model's window store and a publishing client."""
-    settings = own_settings(redis_server, mosquitto_server)
-    config = tmp_path_factory.mktemp("bound") / "streamlearn.toml"
-    config.write_text(BOUND_TOML)
+@contextlib.contextmanager
+def ingesting(
+    settings, toml: str, model: str, workdir
+) -> Iterator[tuple[redis_lib.Redis, WindowStore, object]]:
+    """An ingest of a named window model (`toml`) running: a Redis client, the model's
+    window store and a publishing client; everything of its key prefix deleted after."""
+    config = workdir / "streamlearn.toml"
+    config.write_text(toml)
     ingest = launch_role(settings, "ingest", config)
     client = redis_lib.Redis.from_url(settings.redis)
     device = plain_paho(settings)
     try:
         ingest.wait_for(" ready")
-        names = Names("dev", settings.topic_prefix, settings.key_prefix)
-        yield settings, client, WindowStore(client, names, 3, 1), device
+        names = Names(model, settings.topic_prefix, settings.key_prefix)
+        yield client, WindowStore(client, names, 3, 1), device
     finally:
         device.disconnect()
         ingest.stop()
         for key in client.scan_iter(f"{settings.key_prefix}:*"):
             client.delete(key)
         client.close()
+
+
+@pytest.fixture(scope="module")
+def bound(redis_server, mosquitto_server, tmp_path_factory):
+    """One ingest of a named window model for the module's tests (each uses keys of its
+    own): its settings, a Redis client, the model's window store and a publishing client."""
+    settings = own_settings(redis_server, mosquitto_server)
+    with ingesting(settings, BOUND_TOML, "dev", tmp_path_factory.mktemp("bound")) as running:
+        yield (settings, *running)
 
 
 def send(device, topic: str, *bodies: dict) -> None:
@@ -531,15 +543,8 @@ def test_at_max_devices_a_flood_of_new_keys_replaces_its_senders_own_windows(
     idle windows go, one per gateway, and all 17 quiet ones stay: before, the 150 new keys
     evicted every one of them."""
     settings = own_settings(redis_server, mosquitto_server)
-    config = tmp_path / "streamlearn.toml"
-    config.write_text(FULL_TOML)
-    ingest = launch_role(settings, "ingest", config)
-    client = redis_lib.Redis.from_url(settings.redis)
-    device = plain_paho(settings)
-    store = WindowStore(client, Names("full", settings.topic_prefix, settings.key_prefix), 3, 1)
     gateways = ("gw-a", "gw-b", "gw-c")
-    try:
-        ingest.wait_for(" ready")
+    with ingesting(settings, FULL_TOML, "full", tmp_path) as (client, store, device):
         idle, quiet = [f"idle-{i}" for i in range(3)], [f"q{i}" for i in range(17)]
         for d in idle + quiet:  # the idle ones first: the idlest
             send(device, f"full/tele/{d}/SENSOR", {"seq": 1, "t": 1.0})
@@ -556,12 +561,6 @@ def test_at_max_devices_a_flood_of_new_keys_replaces_its_senders_own_windows(
         assert client.zcard(store.index) == 20
         held = {gw: len(list(client.scan_iter(store.key(f"{gw}-*")))) for gw in gateways}
         assert held == {gw: 1 for gw in gateways}
-    finally:
-        device.disconnect()
-        ingest.stop()
-        for key in client.scan_iter(f"{settings.key_prefix}:*"):
-            client.delete(key)
-        client.close()
 
 
 def test_a_flood_of_new_keys_from_one_sender_leaves_other_senders_windows_intact(bound):
