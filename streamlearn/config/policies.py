@@ -161,10 +161,11 @@ class LearnerConfig(Frozen):
         250, gt=0, description="or after this many ms, whichever comes first"
     )
     publish_min_ms: float = Field(
-        25,
+        10,
         ge=0,
         description="caught up with the stream, the learner publishes what it learned at "
-        "once, at most once per this many ms (under a backlog, publish_every_* rule)",
+        "once, at most once per this many ms (under a backlog, publish_every_* rule); raise it "
+        "for a large model, whose every version is a blob written to Redis",
     )
     keep_versions: int = Field(5, ge=1, description="newest weights versions kept in Redis")
     history_versions: int = Field(
