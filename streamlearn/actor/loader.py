@@ -9,7 +9,10 @@ everyone else's requests meanwhile.
 
 Bounds: `MAX_WANTED` versions and labels queued, and parked requests at most the inbox's
 own bounds (`max_queued_requests`, `max_queued_bytes` of their rows); a request past one
-gets an error reply at once. A parked request waits at most its deadline
+gets an error reply at once. A client (`predict/{client}`) has `1 / CLIENT_SHARE` of each:
+past it, its own request is refused, so one client cycling versions or labels leaves
+room for everyone else's (bare `predict` and the HTTP door, which devices cannot reach
+under the deploy ACL, have the whole). A parked request waits at most its deadline
 (`request_deadline_ms`): the serving loop answers it then with the usual deadline error
 (`expired`). Rejoining a full inbox, a request is shed as a new one would be.
 """
@@ -30,6 +33,7 @@ from streamlearn.errors import WeightsError
 log = logging.getLogger(__name__)
 
 MAX_WANTED = 64  # versions and labels waiting for the loader thread
+CLIENT_SHARE = 8  # a client queues at most 1/8 of them, and parks 1/8 of the requests
 
 
 class VersionLoader:
@@ -53,6 +57,8 @@ class VersionLoader:
         self.deadline_s = deadline_ms / 1000
         self._parked: dict[Ref, list[Pending]] = {}
         self._count = self._bytes = 0
+        self._by: dict[str, list[int]] = {}  # client -> [refs it queued, parked, their bytes]
+        self._asked: dict[Ref, str] = {}  # a queued ref -> the client that queued it
         self._soonest = math.inf  # no parked request's deadline is sooner
         self._wanted: queue.Queue[Ref] = queue.Queue(MAX_WANTED)
         self._lock = threading.Lock()
@@ -93,16 +99,38 @@ class VersionLoader:
                     f"{self._count} requests ({self._bytes} bytes) wait for versions to "
                     "load already: retry later"
                 )
+            client = p.client  # None: bare `predict` or HTTP, no share of its own
+            mine = [0, 0, 0] if client is None else self._by.get(client, [0, 0, 0])
+            if client is not None and (
+                mine[1] >= max(1, self.max_requests // CLIENT_SHARE)
+                or mine[2] + size > max(size, self.max_bytes // CLIENT_SHARE)
+            ):
+                return (
+                    f"{mine[1]} of this client's requests ({mine[2]} bytes) wait for versions "
+                    f"to load already, its share (1/{CLIENT_SHARE}): retry later"
+                )
             waiting = self._parked.get(ref)
             if waiting is None:
+                if client is not None and mine[0] >= MAX_WANTED // CLIENT_SHARE:
+                    return (
+                        f"{mine[0]} versions or labels this client asked for are loading "
+                        f"already, its share (1/{CLIENT_SHARE}): retry later"
+                    )
                 try:
                     self._wanted.put_nowait(ref)
                 except queue.Full:
                     return f"{MAX_WANTED} versions or labels are loading already: retry later"
                 waiting = self._parked[ref] = []
+                if client is not None:
+                    mine[0] += 1
+                    self._asked[ref] = client
             waiting.append(p)
             self._count += 1
             self._bytes += size
+            if client is not None:
+                mine[1] += 1
+                mine[2] += size
+                self._by[client] = mine
             self._soonest = min(self._soonest, p.deadline)
         return None
 
@@ -157,6 +185,10 @@ class VersionLoader:
         with self._lock:
             waiting = self._parked.pop(ref, [])
             self._forget(waiting)
+            asker = self._asked.pop(ref, None)
+            if asker is not None:
+                self._by[asker][0] -= 1
+                self._drop_if_idle(asker)
         if version is not None and waiting:
             self.versions.keep_for(version, max(p.deadline for p in waiting))
             for p in waiting:
@@ -172,3 +204,15 @@ class VersionLoader:
     def _forget(self, gone: list[Pending]) -> None:
         self._count -= len(gone)
         self._bytes -= sum(p.x.nbytes for p in gone)
+        for p in gone:
+            if p.client is not None:
+                mine = self._by[p.client]
+                mine[1] -= 1
+                mine[2] -= p.x.nbytes
+                self._drop_if_idle(p.client)
+
+    def _drop_if_idle(self, client: str) -> None:
+        """A client with nothing queued or parked leaves the table (it holds one per client
+        with requests waiting, at most `max_requests`)."""
+        if self._by[client] == [0, 0, 0]:
+            del self._by[client]

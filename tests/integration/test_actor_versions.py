@@ -194,3 +194,30 @@ def test_a_request_whose_label_loads_past_its_deadline_gets_the_deadline_error(s
     late = asker.send({"x": X, "version": "late"}, expiry_s=1)
     reply = asker.replies([late])[0][1]
     assert reply.get("error", "").startswith("deadline exceeded"), reply
+
+
+def test_one_clients_flood_of_versions_to_load_leaves_room_for_anothers(served, asker):
+    """Issue 62, finding 8: while Redis holds up the loads (paused 2 s), one client asks for
+    80 labels never set: past its share of the loader's queue (8 of 64) each is refused at
+    once; another client's request for a label just set still waits its turn, and is
+    served by that label's version. Before, the flood took all 64 places."""
+    settings, store, client = served
+    store.label("ctl", 2)
+    flooder = Asker(settings, "v")
+
+    def refused() -> int:
+        with flooder._cond:
+            return sum(b"retry later" in m.payload for m in flooder.received)
+
+    try:
+        client.client_pause(2000, all=True)
+        flood = [flooder.send({"x": X, "version": f"bogus-{i}"}) for i in range(80)]
+        eventually(lambda: refused() >= 10, 10, "the flood's requests past the queue refused")
+        mine = asker.send({"x": X, "version": "ctl"})
+        [(_, reply)] = asker.replies([mine])
+        assert (reply.get("version"), reply.get("y")) == (2, pytest.approx(answer(2))), reply
+        flooded = [r for _, r in flooder.replies(flood)]
+    finally:
+        flooder.close()
+    assert sum("its share (1/8)" in r.get("error", "") for r in flooded) >= 70, flooded[-3:]
+    assert sum("no version is labelled" in r.get("error", "") for r in flooded) <= 9
