@@ -3,9 +3,11 @@ deadlines; and their admission, which reads each into a pending request or an er
 
 paho calls `put` on its network thread, which must never block: when the inbox holds
 `max_requests` requests or `max_bytes` of payload, a new request is shed, counted and
-not answered. An overloaded actor answering every excess request would spend on replies
-the capacity it lacks, and a client that gets no reply times out and retries, as it does
-for a lost QoS 0 reply. A payload over the size limit is kept as its size only.
+not answered. Past half of either bound, a client (`predict/{client}`) that holds more
+than `1 / CLIENT_SHARE` of it has its new requests shed too: one client's flood leaves
+the other half to everyone else. An overloaded actor answering every excess request would
+spend on replies the capacity it lacks, and a client that gets no reply times out and
+retries, as it does for a lost QoS 0 reply. A payload over the size limit is kept as its size only.
 
 Each request carries a deadline: `deadline_ms` after it arrived, or its MQTT v5 Message
 Expiry Interval when that is sooner. The serving loop answers an expired request with a
@@ -36,6 +38,7 @@ from streamlearn.errors import PayloadError
 log = logging.getLogger(__name__)
 
 _SHED_LOG_EVERY_S = 10.0
+CLIENT_SHARE = 8  # past half the inbox, a client holds at most 1/8 of each bound
 
 
 class Arrival(NamedTuple):
@@ -61,18 +64,29 @@ class Inbox:
     """A bounded FIFO of arrivals; `shed` counts the requests refused when it was full.
 
     paho's thread and the HTTP door's append (under a lock: the byte count in), the serving
-    loop pops (the byte count out): the bounds need no lock on the serving path.
+    loop pops (the byte count out): the bounds need no lock on the serving path (a
+    request of a client, `predict/{client}`, takes it to count the client's share down).
     """
 
     def __init__(
-        self, max_requests: int, max_bytes: int, deadline_ms: float, max_payload_bytes: int
+        self,
+        max_requests: int,
+        max_bytes: int,
+        deadline_ms: float,
+        max_payload_bytes: int,
+        predict_topic: str | None = None,
     ) -> None:
+        """`predict_topic`: the bare request topic, whose next level names a request's
+        client (None: no client shares)."""
         self.max_requests = max_requests
         self.max_bytes = max_bytes
+        self._clients = None if predict_topic is None else predict_topic + "/"
+        self._held: dict[str, list[int]] = {}  # a client -> [requests, bytes] queued
         self.deadline_s = deadline_ms / 1000
         self.max_payload_bytes = max_payload_bytes
         self.shed = 0
-        self._arrivals: deque[tuple[Arrival | Pending, int]] = deque()  # with its bytes
+        # each with its bytes and its client (None: bare `predict`, HTTP, or no shares)
+        self._arrivals: deque[tuple[Arrival | Pending, int, str | None]] = deque()
         self._adding = threading.Lock()  # paho's thread and the HTTP door's both append
         self._bytes_in = self._bytes_out = 0
         self._arrived = threading.Event()  # set when the inbox stops being empty
@@ -85,20 +99,22 @@ class Inbox:
         size = len(payload)
         if size > self.max_payload_bytes:
             payload = b""  # refused unread: keep only its size
-        if self._full(len(payload)):
+        try:
+            topic: str | None = msg.topic
+        except UnicodeDecodeError:
+            topic = None
+        client = self._client_of(topic)
+        if self._full(len(payload)) or self._over_share(client, len(payload)):
             return self._shed(now)
         props = msg.properties
         deadline = now + self.deadline_s
         expiry = getattr(props, "MessageExpiryInterval", None)
         if isinstance(expiry, int) and expiry > 0:  # 0 is taken as none
             deadline = min(deadline, now + expiry)
-        try:
-            topic: str | None = msg.topic
-        except UnicodeDecodeError:
-            topic = None
         correlation = getattr(props, "CorrelationData", None)
         asked = getattr(props, "ResponseTopic", None)
-        self._append(Arrival(topic, payload, correlation, asked, now, deadline, size), len(payload))
+        arrival = Arrival(topic, payload, correlation, asked, now, deadline, size)
+        self._append(arrival, len(payload), client)
         return True
 
     def offer(self, request: Pending, size: int) -> bool:
@@ -107,7 +123,7 @@ class Inbox:
         if self._full(size):
             return self._shed(request.arrived)
         request.deadline = min(request.deadline, request.arrived + self.deadline_s)
-        self._append(request, size)
+        self._append(request, size, None)  # (a parked one rejoins: its share was taken)
         return True
 
     def admits(self, size: int) -> bool:
@@ -122,10 +138,17 @@ class Inbox:
             if not self._arrivals:
                 self._arrived.wait(timeout_s)
         try:
-            arrival, size = self._arrivals.popleft()
+            arrival, size, client = self._arrivals.popleft()
         except IndexError:
             return None
         self._bytes_out += size
+        if client is not None:
+            with self._adding:  # (paho's thread adds to the same counts)
+                held = self._held[client]
+                held[0] -= 1
+                held[1] -= size
+                if not held[0]:
+                    del self._held[client]
         return arrival
 
     def qsize(self) -> int:
@@ -137,10 +160,32 @@ class Inbox:
         queued = self._bytes_in - self._bytes_out
         return len(self._arrivals) >= self.max_requests or queued + size > self.max_bytes
 
-    def _append(self, arrival: Arrival | Pending, size: int) -> None:
+    def _client_of(self, topic: str | None) -> str | None:
+        """The client level of a `predict/{client}` request topic, when shares apply."""
+        prefix = self._clients
+        if prefix is None or topic is None or not topic.startswith(prefix):
+            return None
+        return topic[len(prefix) :]
+
+    def _over_share(self, client: str | None, size: int) -> bool:
+        """Past half of a bound, whether `client` already holds its share of it."""
+        if client is None or client not in self._held:
+            return False
+        held = self._held[client]
+        queued = self._bytes_in - self._bytes_out
+        share, bytes_share = self.max_requests // CLIENT_SHARE, self.max_bytes // CLIENT_SHARE
+        crowded = 2 * len(self._arrivals) >= self.max_requests and held[0] >= share
+        heavy = 2 * (queued + size) > self.max_bytes and held[1] + size > bytes_share
+        return crowded or heavy
+
+    def _append(self, arrival: Arrival | Pending, size: int, client: str | None) -> None:
         with self._adding:
             self._bytes_in += size
-            self._arrivals.append((arrival, size))
+            self._arrivals.append((arrival, size, client))
+            if client is not None:
+                held = self._held.setdefault(client, [0, 0])
+                held[0] += 1
+                held[1] += size
         if len(self._arrivals) == 1:
             self._arrived.set()
 

@@ -128,6 +128,7 @@ class Actor:
             self.policy.max_queued_bytes,
             self.policy.request_deadline_ms,
             cfg.ingest.max_payload_bytes,
+            names.predict_topic,  # a share per client of `predict/{client}`
         )
         self.loader = VersionLoader(  # requests for a version not held wait for it there
             self.versions,

@@ -409,6 +409,31 @@ def test_a_flood_beyond_the_inbox_bound_is_shed_and_counted(serve, devices, stat
     still_serving(actor, pid, me)
 
 
+def test_past_half_the_inbox_one_clients_flood_leaves_room_for_another(
+    serve, devices, status, redis
+):
+    """Issue 62, finding 8: while the actor waits on Redis (paused 3 s; it keeps the
+    predictions of requests with an id there), one client sends 200 requests to an inbox of
+    40: past half of it, that client is held to its share (5) and the rest are shed. Another
+    client's 5 requests, sent after, are queued and answered once Redis is back; before,
+    the flood filled the inbox and they were shed."""
+    actor, pid, flood = flood_target(serve, devices, status, "max_queued_requests = 40")
+    other = devices()
+    redis.client_pause(3000, all=True)
+    topic = flood.names.topic(f"predict/{flood.cid}")
+    infos = [
+        flood.client.publish(topic, json.dumps({"x": [0.25, 0.5], "id": f"f{i}"}), qos=1)
+        for i in range(200)
+    ]
+    infos[-1].wait_for_publish(10)  # (in order: the broker has had every one of them)
+    mine = [other.send({"x": [0.5, 1.25], "id": f"o{i}"}) for i in range(5)]
+    for correlation in mine:
+        _, body = other.reply(correlation, 30)
+        assert body["y"] == pytest.approx(y_of(0.5, 1.25)), body
+    eventually(lambda: status()["requests_shed"] >= 150, 15, "the flood shed past its share")
+    still_serving(actor, pid, other)
+
+
 @pytest.mark.serial  # 10 ms deadlines: under pytest -n 4 on 2 cores every request expired
 def test_requests_past_their_deadline_are_not_computed(serve, devices, status):
     actor, pid, me = flood_target(serve, devices, status, "request_deadline_ms = 10")
