@@ -87,7 +87,7 @@ class IngestCounters:
     duplicate_observations: int = 0
     late_observations: int = 0  # older than everything their key keeps
     short_windows: int = 0  # had a target, but fewer than `window` observations known
-    evicted_windows: int = 0  # windows of idle devices deleted to keep max_devices
+    evicted_windows: int = 0  # windows deleted to keep max_devices
     fields: FieldCounts = field(default_factory=FieldCounts)  # of named payloads
 
     def count_rejections(self, rejections: list[Rejection]) -> None:

@@ -59,7 +59,11 @@ _INGEST = _role(
         "short_window_observations_total",
         "labelled observations with fewer than `window` steps known (no sample made)",
     ),
-    ("evicted_windows_total", "windows of idle devices deleted to keep ingest.max_devices"),
+    (
+        "evicted_windows_total",
+        "windows deleted to keep ingest.max_devices: a sender's own idlest, or the idlest of "
+        "all for a new device's first",
+    ),
     ("extra_fields_total", "fields of named samples the model does not use (ignored)"),
     ("missing_inputs_total", "inputs missing from named samples, by field", "field"),
     ("unseen_categories_total", "categorical values not configured, by field", "field"),
