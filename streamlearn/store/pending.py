@@ -9,10 +9,10 @@ bounds them to `labels.max_pending`, and `pending_bytes` (the index's entries' b
 `entry_bytes`) to `labels.max_pending_bytes`: a keep trims the expired entries and,
 beyond either bound, the soonest to expire. A client (`predict/{client}`) keeps at most
 its `labels.sender_share` of both (its own index `pending:by:{n}:{client}` and bytes):
-past it, its own soonest to expire go first, never another's. Ingest reads them back when a label arrives
-(`streamlearn.ingest.labels`), and once a label has joined one into a sample it is
-overwritten by a one-byte tombstone that keeps its TTL, so a label repeated after the
-de-duplication window still finds it joined and adds nothing.
+past it, its own soonest to expire go first, never another's. Ingest reads them back when
+a label arrives (`streamlearn.ingest.labels`), and once a label has joined one into a
+sample it is overwritten by a one-byte tombstone that keeps its TTL, so a label repeated
+after the de-duplication window still finds it joined and adds nothing.
 
 The first join of each prediction adds to the served score, the hash `served`: `labels`
 (count), `loss_sum`, `metric_sum`, `unknown` (labels whose id was never kept or expired),
