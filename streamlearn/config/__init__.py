@@ -22,14 +22,9 @@ if TYPE_CHECKING:
         parse_config,
     )
     from streamlearn.config.defaults import DEFAULT_CONFIG, DEMO_TOML
+    from streamlearn.config.ingest import IngestConfig
     from streamlearn.config.inputs import LabelsConfig, SourceConfig
-    from streamlearn.config.policies import (
-        ActorConfig,
-        Frozen,
-        IngestConfig,
-        LearnerConfig,
-        PromotionConfig,
-    )
+    from streamlearn.config.policies import ActorConfig, Frozen, LearnerConfig, PromotionConfig
     from streamlearn.config.settings import Settings, load_settings
     from streamlearn.config.variants import STREAM_FIELDS, VARIANT_FIELDS, VariantConfig
 
@@ -76,7 +71,7 @@ __getattr__ = exports(
         "DEMO_TOML": "defaults",
         "ActorConfig": "policies",
         "Frozen": "policies",
-        "IngestConfig": "policies",
+        "IngestConfig": "ingest",
         "LearnerConfig": "policies",
         "PromotionConfig": "policies",
     },

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from streamlearn.config.defaults import DEMO_TOML, NO_CONFIG, config_path
+from streamlearn.config.ingest import IngestConfig
 from streamlearn.config.inputs import (
     MAX_CATEGORIES,
     MAX_FIELDS,
@@ -30,7 +31,6 @@ from streamlearn.config.inputs import (
 from streamlearn.config.policies import (
     ActorConfig,
     Frozen,
-    IngestConfig,
     LearnerConfig,
     PromotionConfig,
     describe_error,

@@ -31,7 +31,7 @@ from typing import NamedTuple, cast
 
 import paho.mqtt.client as paho
 
-from streamlearn.config.policies import IngestConfig
+from streamlearn.config.ingest import IngestConfig
 from streamlearn.mqtt import BufferedClient
 
 log = logging.getLogger("streamlearn.ingest")  # its warnings are the ingest worker's

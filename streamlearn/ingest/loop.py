@@ -40,7 +40,7 @@ from collections.abc import Callable
 import redis
 from paho.mqtt.client import topic_matches_sub
 
-from streamlearn.config.policies import IngestConfig
+from streamlearn.config.ingest import IngestConfig
 from streamlearn.contract.names import sample_id, sender_problem
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection

@@ -33,7 +33,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from streamlearn.config.policies import IngestConfig
+from streamlearn.config.ingest import IngestConfig
 from streamlearn.contract.payloads import Parsed, Rejection
 from streamlearn.contract.records import FieldCounts, Observations
 from streamlearn.contract.schemas import LISTED_REASONS

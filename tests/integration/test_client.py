@@ -24,7 +24,7 @@ import streamlearn
 from streamlearn.client import ConnectionClosedError
 from streamlearn.client import client as client_module
 from streamlearn.config import Settings
-from streamlearn.config.policies import IngestConfig
+from streamlearn.config.ingest import IngestConfig
 from streamlearn.contract.names import Names
 from streamlearn.errors import StreamlearnError
 from streamlearn.stack import embedded
