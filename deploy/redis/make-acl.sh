@@ -25,7 +25,8 @@
 #            (XINFO, XPENDING, XRANGE) for back-pressure; the per-device windows of keyed
 #            observations under sl:*:window:* (sorted sets, through its Lua script), and
 #            which sender made each window (hashes sl:*:ingest:owners, sl:*:ingest:senders;
-#            each sender's windows by time, sorted sets sl:*:ingest:by:*: ZREM).
+#            each sender's windows by time, sorted sets sl:*:ingest:by:*: ZREM; each
+#            sender's de-duplication ids this generation, hash sl:*:ingest:seen:by: HMGET).
 #            Labels that come later: MGET of the kept predictions sl:*:pending:*, and the
 #            join's Lua script (tombstones, the served score: HINCRBY/HINCRBYFLOAT of
 #            sl:*:served, LPUSH/LTRIM of sl:*:served:delays); the named payloads' field
@@ -102,7 +103,7 @@ trap 'rm -f "$tmp"' EXIT
     # all match one rule set: every pattern is in the root set). Selectors, in (...): what
     # may touch the other keys, and nothing else. So UNLINK, DEL and SET never reach the
     # sample stream or the dead letters, directly or from a script.
-    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrem +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hset +hdel)"
+    echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrem +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hmget +hset +hdel)"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
     echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hkeys +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then

@@ -54,6 +54,15 @@ class IngestConfig(Frozen):
         description="sample ids remembered for de-duplication, at most (~100 bytes of Redis "
         "each): beyond it the oldest are forgotten before dedup_window_s",
     )
+    dedup_sender_share: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="the part of max_dedup_ids one client's ids (samples/{client}, "
+        "labels/{client}) may take: past it, its further ids are appended and not "
+        "remembered (its own redeliveries may then repeat), never another's forgotten. "
+        "Bare samples share the whole",
+    )
     max_keys_per_message: int = Field(
         1000,
         ge=1,

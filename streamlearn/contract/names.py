@@ -48,6 +48,19 @@ def sample_id(sender: str | None, sid: str) -> str:
     return sid if sender is None else f"{SCOPED}s{len(sender)}:{sender}:{sid}"
 
 
+def id_sender(did: str) -> str | None:
+    """The sender in whose namespace a de-duplication id is (`sample_id`, `label_id`):
+    None for a bare sample's id and a label of a prediction asked anonymously.
+
+    >>> id_sender(sample_id("d:1", "x")), id_sender(label_id(owned("dev", 4))), id_sender("s")
+    ('d:1', 'dev', None)
+    """
+    if not did.startswith(SCOPED) or did[2:3] == "-":
+        return None
+    size, _, rest = did[2:].partition(":")
+    return rest[: int(size)]
+
+
 def label_id(request: str) -> str:
     """The de-duplication id of the sample a label joins to the prediction kept as
     `request` (`owned`): in a space no device's sample id can take, so none can burn it.

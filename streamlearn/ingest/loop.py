@@ -131,6 +131,7 @@ class Ingest:
             "source_messages_total": dict(self.source_messages),
             "samples_total": c.samples,
             "duplicate_samples_total": c.duplicates,
+            "dedup_share_exceeded_total": c.unremembered_ids,
             "deadletters_total": dict(c.rejected_by_reason),
             "redis_errors_total": c.redis_errors,
             "back_pressure_pauses_total": c.pauses,

@@ -79,6 +79,7 @@ class IngestCounters:
     messages: int = 0
     samples: int = 0
     duplicates: int = 0
+    unremembered_ids: int = 0  # appended past their sender's dedup share: not remembered
     rejected: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     redis_errors: int = 0
@@ -272,6 +273,7 @@ class RunWriter:
             self.cfg.dedup_window_s,
             self.cfg.max_dedup_ids,
             backlog=measure,
+            dedup_share=self.cfg.dedup_sender_share,
         )
         try:
             replies = pipe.execute(raise_on_error=False)
@@ -297,6 +299,7 @@ class RunWriter:
                     m.appended = True
                 self.counters.samples += int(call[0])
                 self.counters.duplicates += int(call[1])
+                self.counters.unremembered_ids += int(call[2])
             at += n
         refused = [(m, r) for m, r in letters if isinstance(next(replies), redis.RedisError)]
         for m in {id(m): m for m, _ in letters}.values():

@@ -49,6 +49,11 @@ _INGEST = _role(
     ("source_messages_total", "messages received per `[[sources]]` filter", "source"),
     ("samples_total", "samples appended to the stream"),
     ("duplicate_samples_total", "samples dropped as seen before (id within dedup_window_s)"),
+    (
+        "dedup_share_exceeded_total",
+        "sample ids appended but not remembered for de-duplication: their sender "
+        "(samples/{client}, labels/{client}) past its dedup_sender_share of a generation",
+    ),
     ("deadletters_total", "messages or samples dead-lettered, by reason", "reason"),
     ("redis_errors_total", "Redis calls that failed (retried)"),
     ("back_pressure_pauses_total", "times ingest held back acknowledgements under a backlog"),

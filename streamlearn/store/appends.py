@@ -18,6 +18,12 @@ once the current one is `window` seconds old (the ingest hosts' clocks) or holds
 `max_ids / 2` new ids to arrive when that is sooner, and Redis holds at most about
 `max_ids` of them (plus one run) whatever the rate.
 
+A sender (`samples/{client}`, `labels/{client}`: the namespace of its ids,
+`names.id_sender`) remembers at most its `share` of a generation's `max_ids / 2`; its
+further ids of that generation are appended and not remembered (counted), so one device's
+flood of new ids turns no generation over and forgets nobody else's. Bare `samples`, and
+labels of predictions asked anonymously, share the whole of it.
+
 Each entry also records `c`, the running total of samples appended (kept in
 `sl:{model}:ingest:count`), so the unprocessed samples are `count - c + n` of the oldest
 entry the learners' group has not acknowledged: one cheap script call, whatever the backlog
@@ -26,6 +32,7 @@ entry the learners' group has not acknowledged: one cheap script call, whatever 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -35,7 +42,7 @@ from typing import overload
 import numpy as np
 import redis
 
-from streamlearn.contract.names import Names
+from streamlearn.contract.names import Names, id_sender
 from streamlearn.contract.records import Samples
 from streamlearn.store import lua
 from streamlearn.store.redis_client import evalsha
@@ -80,6 +87,7 @@ class Appended:
     added: int = 0
     duplicates: int = 0
     backlog: int | None = None
+    unremembered: int = 0  # ids appended past their sender's share: not de-duplicated
 
 
 class Appender:
@@ -110,6 +118,7 @@ class Appender:
         window_s: int,
         max_ids: int = 1_000_000,
         entry_each: bool = False,
+        share: float = 1.0,
     ) -> list[int]:
         """Queue the appends of `accepted`; returns how many messages each script call
         queued takes (`per_call`). A call's samples make one stream entry: a learner's cost
@@ -118,16 +127,19 @@ class Appender:
 
         Samples whose id was appended within the last `window_s` seconds (up to twice
         that) are dropped, of the last `max_ids` ids at least; 0 turns de-duplication off.
+        A sender remembers at most `share` of a generation's ids.
         """
         keys = [self.stream, self.counter]
         if window_s:
-            keys += [self.names.stream_key(f"ingest:seen:{leaf}") for leaf in ("0", "1", "gen")]
+            leaves = ("0", "1", "gen", "by")
+            keys += [self.names.stream_key(f"ingest:seen:{leaf}") for leaf in leaves]
         head = [window_s, repr(float(self.clock())), max_ids, self.row_bytes]
+        room = max(1, int(share * max_ids / 2))
         accepted = list(accepted)
         calls, at = per_call(accepted, entry_each), 0
         for n in calls:
             run = accepted[at : at + n]
-            evalsha(pipe, self._append.sha, keys, *head, *self._args(run, window_s))
+            evalsha(pipe, self._append.sha, keys, *head, *self._args(run, window_s), room)
             at += n
         return calls
 
@@ -152,7 +164,7 @@ class Appender:
             script.registered_client.script_load(script.script)
 
     def _args(self, run: list[Samples], window_s: int) -> list[bytes | str | int]:
-        layout, fields, frags = [], [], []
+        layout, fields, frags, senders = [], [], [], []
         for samples in run:
             if samples.ids is None:
                 layout.append(str(len(samples)))
@@ -162,10 +174,13 @@ class Appender:
             layout.append(f"{len(samples)}:{len(fields[-1])}")
             if window_s:
                 frags += mine
+                senders += [None if i is None else id_sender(i) for i in samples.ids]
+        runs = itertools.groupby(senders)
         return [
             ",".join(layout),
             np.concatenate([s.x for s in run]).astype(np.float32, copy=False).tobytes(),
             np.concatenate([s.y for s in run]).astype(np.float32, copy=False).tobytes(),
             "".join(fields),
             "\n".join(frags),
+            "".join(f"{len(list(n))} {'-' if s is None else _quote(s)}\n" for s, n in runs),
         ]

@@ -103,19 +103,30 @@ class SampleStream:
         max_dedup_ids: int = 1_000_000,
         backlog: bool = False,
         entry_each: bool = False,
+        dedup_share: float = 1.0,
     ) -> Appended:
         """Append accepted samples and dead letters, `rejected` as (source, rejection), in
         one round trip: the samples of up to `appends.CHUNK_SAMPLES` in one entry, or an
         entry each message (`entry_each`).
 
         Samples whose `id` was appended within `dedup_window_s` seconds are dropped, in the
-        same atomic step as the append (`streamlearn.store.appends`); `backlog` also measures the
-        samples the learners have not acknowledged yet.
+        same atomic step as the append (`streamlearn.store.appends`), a sender remembering at
+        most `dedup_share` of the ids; `backlog` also measures the samples the learners have
+        not acknowledged yet.
         """
         accepted = list(accepted)
         pipe = self.redis.pipeline(transaction=False)
         calls = len(
-            self.stage(pipe, accepted, rejected, dedup_window_s, max_dedup_ids, backlog, entry_each)
+            self.stage(
+                pipe,
+                accepted,
+                rejected,
+                dedup_window_s,
+                max_dedup_ids,
+                backlog,
+                entry_each,
+                dedup_share=dedup_share,
+            )
         )
         try:
             replies = pipe.execute()
@@ -127,11 +138,13 @@ class SampleStream:
                 max_dedup_ids=max_dedup_ids,
                 backlog=backlog,
                 entry_each=entry_each,
+                dedup_share=dedup_share,
             )
         return Appended(
             added=sum(int(r[0]) for r in replies[:calls]),
             duplicates=sum(int(r[1]) for r in replies[:calls]),
             backlog=int(replies[-1]) if backlog else None,
+            unremembered=sum(int(r[2]) for r in replies[:calls]),
         )
 
     def stage(
@@ -143,12 +156,16 @@ class SampleStream:
         max_dedup_ids: int,
         backlog: bool,
         entry_each: bool = False,
+        *,
+        dedup_share: float = 1.0,
     ) -> list[int]:
         """Queue a write on `pipe`: the appends, then one XADD per dead letter, then (when
         `backlog`) the backlog's measure. Returns how many messages of `accepted` each
         append call takes (`appends.per_call`): each call is applied whole or not at all, so
         a caller can tell from the replies which messages are in (`streamlearn.ingest.writes`)."""
-        calls = self.appender.append(pipe, accepted, dedup_window_s, max_dedup_ids, entry_each)
+        calls = self.appender.append(
+            pipe, accepted, dedup_window_s, max_dedup_ids, entry_each, dedup_share
+        )
         for source, rejection in rejected:
             self._deadletter(pipe, source, rejection)
         if backlog:

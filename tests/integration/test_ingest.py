@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 
-from streamlearn.contract.names import Names
+from streamlearn.contract.names import Names, sample_id
 from streamlearn.contract.records import Rejection, Samples
 from streamlearn.store.appends import CHUNK_SAMPLES
 from streamlearn.store.stream import SampleStream, unpack
@@ -264,13 +264,14 @@ def test_the_deploy_acl_lets_ingest_append_once_and_measure(request):
     """Ingest's scripts run with its least-privilege Redis user (deploy/redis/make-acl.sh)."""
     server = request.getfixturevalue("acl_redis")
     queue = SampleStream(redis_as(server, "ingest"), Names("acl"), (3,))
+    own = sample_id("dev", "d")  # a sender's: its share of the ids counted
     written = queue.write(
-        [_samples(["a", "b"]), _samples(["b", None])],
+        [_samples(["a", "b"]), _samples(["b", None, own])],
         [("t", Rejection("bad", b"x"))],
         dedup_window_s=60,
         backlog=True,
     )
-    again = queue.write([_samples(["a", "c"])], dedup_window_s=60)
-    assert (written.added, written.duplicates, written.backlog) == (3, 1, 3)
-    assert (again.added, again.duplicates) == (1, 1)
-    assert queue.appender.backlog() == 4
+    again = queue.write([_samples(["a", "c", own])], dedup_window_s=60)
+    assert (written.added, written.duplicates, written.backlog) == (4, 1, 4)
+    assert (again.added, again.duplicates) == (1, 2)
+    assert queue.appender.backlog() == 5

@@ -36,12 +36,12 @@ def names_of(settings, model: str = "h") -> Names:
     return Names(model, settings.topic_prefix, settings.key_prefix)
 
 
-def publish(settings, names: Names, payloads: list, qos: int = 1) -> None:
+def publish(settings, names: Names, payloads: list, qos: int = 1, topic: str | None = None) -> None:
     device = plain_paho(settings)
     try:
         for p in payloads:
             raw = p if isinstance(p, bytes) else json.dumps(p).encode()
-            device.publish(names.samples_topic, raw, qos=qos).wait_for_publish(30)
+            device.publish(topic or names.samples_topic, raw, qos=qos).wait_for_publish(30)
     finally:
         device.disconnect()
         device.loop_stop()
@@ -268,6 +268,43 @@ def test_windows_and_dedupe_ids_stay_bounded(start_role, redis, settings):
     publish(settings, names, [message(199)])  # the newest ids: still known
     still_ingesting(worker, pid, redis, names, settings)
     assert redis.xlen(names.samples_key) == before + 1, "only the good sample was added"
+
+
+SHARED = """
+[models.dd]
+inputs = 1
+task = "regression"
+
+[models.dd.ingest]
+max_dedup_ids = 1000
+"""
+
+
+def test_one_senders_flood_of_new_ids_forgets_no_other_senders_ids(start_role, redis, settings):
+    """Issue 62, finding 6. max_dedup_ids = 1000, a client's share 5%: 25 ids a generation.
+    mallory floods 2,400 new ids on samples/mallory; alice's id, sent before the flood, is
+    still known after it: her redelivered message adds nothing (before, the flood turned
+    the generations over twice and it was appended again). mallory's samples are all
+    appended; its ids past its share are not remembered, and counted."""
+    names = names_of(settings, "dd")
+    port = free_port()
+    start_role("ingest", SHARED, env={"STREAMLEARN_METRICS_PORT": str(port)})
+    count = lambda: int(redis.get(names.ingest_count_key) or 0)  # noqa: E731
+    alice = names.topic("samples/alice")
+    sample = {"x": [1.0], "y": 1.0, "id": "a-1"}
+    publish(settings, names, [sample], topic=alice)
+    eventually(lambda: count() == 1, 30, "alice's sample")
+    for m in range(4):  # one message a write: each write may turn a generation over
+        ids = [f"m{m}-{i}" for i in range(600)]
+        flood = {"x": [[float(i)] for i in range(600)], "y": [0.0] * 600, "ids": ids}
+        publish(settings, names, [flood], topic=names.topic("samples/mallory"))
+        eventually(lambda m=m: count() == 601 + 600 * m, 30, f"mallory's message {m}")
+    publish(settings, names, [sample, {"x": [2.0], "y": 2.0}], topic=alice)  # again, then new
+    eventually(lambda: scrape(port, "samples_total") >= 2402, 30, "alice's next sample")
+    ids = [i for _, f in redis.xrange(names.samples_key) for i in unpack(f, (1,)).ids or ()]
+    assert ids.count("\x1fs5:alice:a-1") == 1, "alice's redelivered sample was appended again"
+    assert count() == 2402 and scrape(port, "duplicate_samples_total") == 1
+    assert scrape(port, "dedup_share_exceeded_total") == 2400 - 25
 
 
 # -- item 7: QoS 0 while ingest holds back -----------------------------------------------------

@@ -5,26 +5,35 @@
 -- in one entry (`streamlearn.appends`): a learner reads, tracks and acknowledges entries,
 -- each at a cost of Redis's time whatever its size, so a run of single-sample messages is
 -- one entry, not hundreds. KEYS: stream, counter; with de-duplication also the seen sets
--- of generations 0 and 1 (by parity) and the generation's state ("gen started_s size").
+-- of generations 0 and 1 (by parity), the generation's state ("gen started_s size") and
+-- the ids each sender put in the current generation (a hash, sender -> count).
 -- ARGV: window (s; 0: no de-duplication), now (s), max ids, bytes per x row, layout ("n"
 -- or "n:L" per message, L: length of its ids field), then back to back for all messages:
--- x rows (float32), y (float32), ids fields (JSON lists); and one JSON-encoded id (or
--- null) per line for each sample that has an ids field.
--- Returns {samples added, samples dropped as seen}.
+-- x rows (float32), y (float32), ids fields (JSON lists); one JSON-encoded id (or null)
+-- per line for each sample that has an ids field; their senders, run-length ("count
+-- sender" per line, the sender JSON-encoded or `-` for none); a sender's share of a
+-- generation (ids). A sender past its share has its further ids of the generation
+-- appended and not remembered, so its flood turns no generation over: others' ids stay.
+-- Returns {samples added, samples dropped as seen, ids not remembered}.
 -- Lua returns at most ~8000 values from `unpack`: ids go to Redis 1000 at a time.
 local stream, counter = KEYS[1], KEYS[2]
 local window, now, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local xrow = tonumber(ARGV[4])
 local x, y, idsblob = ARGV[6], ARGV[7], ARGV[8]
+local share = tonumber(ARGV[11])
 -- reads and checks first: a call that fails has written nothing
 local total, err = check_count(stream, counter)
 if err then return err end
 local frags, named, known, fresh = {}, {}, {}, {}
-local dedup = false
+local senders, owner, remember, room, took = {}, {}, {}, {}, {}
+local dedup, unremembered = false, 0
 if window > 0 then
+  for n, who in string.gmatch(ARGV[10], '(%d+) ([^\n]+)') do
+    for _ = 1, tonumber(n) do senders[#senders + 1] = who end
+  end
   for f in string.gmatch(ARGV[9], '[^\n]+') do
     frags[#frags + 1] = f
-    if f ~= 'null' then named[#named + 1] = f end
+    if f ~= 'null' then named[#named + 1], owner[f] = f, senders[#frags] end
   end
 end
 local gen, started, size, turn = 0, now, 0, 0
@@ -49,28 +58,47 @@ if #named > 0 then
       end
     end
   end
-  local repeated = {}
+  local repeated, who = {}, {}
   for _, f in ipairs(named) do
     if known[f] or repeated[f] then dedup = true else
       repeated[f] = true
       fresh[#fresh + 1] = f
+      local o = owner[f]
+      if o ~= '-' and not room[o] then room[o], who[#who + 1] = share, o end
     end
+  end
+  -- each sender's room left in the current generation (all of its share in a new one)
+  for i = 1, #who, 1000 do
+    local part = {unpack(who, i, math.min(i + 999, #who))}
+    local had = redis.pcall('HMGET', KEYS[6], unpack(part))
+    err = failed(had, KEYS[6])
+    if err then return err end
+    if turn == 0 then
+      for j, o in ipairs(part) do room[o] = share - (tonumber(had[j]) or 0) end
+    end
+  end
+  for _, f in ipairs(fresh) do
+    local o = owner[f]
+    if o == '-' then remember[#remember + 1] = f
+    elseif room[o] > 0 then
+      remember[#remember + 1], room[o], took[o] = f, room[o] - 1, (took[o] or 0) + 1
+    else unremembered = unremembered + 1 end
   end
 end
 -- writes
 if #named > 0 then
   local cur = KEYS[3 + gen % 2]
   if turn > 0 then
-    redis.call('UNLINK', cur)
+    redis.call('UNLINK', cur, KEYS[6])
     if turn == 2 then redis.call('UNLINK', KEYS[3 + (gen + 1) % 2]) end
     started, size = now, 0
   end
-  for i = 1, #fresh, 1000 do
-    size = size + redis.call('SADD', cur, unpack(fresh, i, math.min(i + 999, #fresh)))
+  for i = 1, #remember, 1000 do
+    size = size + redis.call('SADD', cur, unpack(remember, i, math.min(i + 999, #remember)))
   end
+  for o, n in pairs(took) do redis.call('HINCRBY', KEYS[6], o, n) end
   redis.call('SET', KEYS[5], gen .. ' ' .. started .. ' ' .. size, 'EX', 3 * window)
-  redis.call('EXPIRE', KEYS[3], 3 * window)
-  redis.call('EXPIRE', KEYS[4], 3 * window)
+  for k = 3, 6 do redis.call('EXPIRE', KEYS[k], 3 * window) end
 end
 local at, ia, fo, added, dups = 0, 1, 0, 0, 0
 local xs, ys, idparts, anyids = {}, {}, {}, false
@@ -120,4 +148,4 @@ if added > 0 then
             anyids and '[' .. table.concat(idparts, ',') .. ']' or nil, total)
 end
 redis.call('SET', counter, total)
-return {added, dups}
+return {added, dups, unremembered}
