@@ -7,16 +7,20 @@ categorical string at most `MAX_CATEGORY_CHARS` characters (escaped in JSON: 6 b
 4 in UTF-8 with a binary tensor's 4-byte length), plus what names, shapes, datatypes,
 parameters and the id take (`TENSOR_BYTES` a tensor, `REQUEST_BYTES` a request). The HTTP
 door refuses a longer Content-Length unread (413), stops a chunked body there, and counts a
-JSON part's separators before decoding it, as the MQTT door does (`contract.width`), with
-the protocol's own counts: its numbers are flat or nested in lists, its envelope is small.
+JSON part's separators outside its strings before decoding it, as the MQTT door does
+(`contract.width`), with the protocol's own counts: its numbers are flat or nested in
+lists, its envelope is small.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
+from streamlearn.contract.width import unquoted
 from streamlearn.errors import PayloadError
 
 NUMBER_BYTES = 48  # a number in the protocol's JSON, with separators and nesting, at most
@@ -50,20 +54,11 @@ class BodyBounds:
             numbers * BINARY_NUMBER_BYTES + categorical * BINARY_STRING_BYTES
         )
         self.max_payload_bytes = model.ingest.max_payload_bytes
-        # `,`/`:`: one per number and per list of numbers; what categorical strings may hold.
-        self.marks = (
-            2 * rows * numbers
-            + rows * categorical * MAX_CATEGORY_CHARS
-            + tensors * TENSOR_MARKS
-            + REQUEST_MARKS
-        )
-        # `[`/`{`: a list per row and per step of a window, for each tensor; what strings hold.
+        # `,`/`:` outside strings: one per number and per list of numbers.
+        self.marks = 2 * rows * numbers + tensors * TENSOR_MARKS + REQUEST_MARKS
+        # `[`/`{` outside strings: a list per row and per step of a window, for each tensor.
         steps = math.prod(model.sample_shape[:-1])
-        self.opens = (
-            tensors * (rows * (1 + steps) + 8)
-            + rows * categorical * MAX_CATEGORY_CHARS
-            + REQUEST_MARKS
-        )
+        self.opens = tensors * (rows * (1 + steps) + 8) + REQUEST_MARKS
 
     def limit(self, header_length: int | None) -> int:
         """The most bytes a valid body holds: JSON, or a JSON part of `header_length` bytes
@@ -81,16 +76,23 @@ class BodyBounds:
 
     def check(self, head: bytes) -> None:
         """Refuse, undecoded, a JSON part with more fields and values (`:`, `,`) or lists and
-        objects (`[`, `{`) than the model's largest valid request holds: a scan of the
-        bytes, where decoding a padded megabyte holds the GIL for a tenth of a second."""
+        objects (`[`, `{`) outside its strings than the model's largest valid request holds:
+        a scan of the bytes, where decoding a padded megabyte holds the GIL for a tenth of a
+        second. A count over the whole decides the usual request; past it, one outside the
+        strings (`unquoted`), so what a category may hold is no allowance for padding."""
         marks = head.count(b",") + head.count(b":")
+        opens = head.count(b"[") + head.count(b"{")
+        if marks <= self.marks and opens <= self.opens:
+            return
+        codes = unquoted(head)
+        marks = int(np.count_nonzero((codes == ord(",")) | (codes == ord(":"))))
         if marks > self.marks:
             raise PayloadError(
                 f"request too wide: {marks} fields and values (counted by ':' and ','), a "
                 f"request of model {self.model!r} holds at most {self.marks}; refused unread",
                 "oversize",
             )
-        opens = head.count(b"[") + head.count(b"{")
+        opens = int(np.count_nonzero((codes == ord("[")) | (codes == ord("{"))))
         if opens > self.opens:
             raise PayloadError(
                 f"request too deep or too wide: {opens} lists and objects, a request of "

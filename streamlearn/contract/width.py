@@ -4,20 +4,49 @@ The largest valid request of a model is known from its config (`max_request_rows
 its sample shape; for named inputs, the fields each object may have), and so are its
 separators: `:` and `,` (fields and values) and `[` and `{` (lists and objects). A scan of
 the bytes counts them, where decoding 80,000 made-up fields costs a hundred valid requests.
+Separators inside strings (a category, an id) are not the request's: a count over the
+whole bytes decides the usual request, and one over it counts again outside its strings
+(`unquoted`), so what a string may hold is never an allowance padding can spend.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from streamlearn.config.app import ModelConfig
-from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.named import NamedFields
 from streamlearn.errors import PayloadError
 
-# Characters a valid request's strings hold at most (id 256, reply_to 512, key 128), each
-# of which may be a `,` or `:`.
+# A valid request's `:`, `,`, `[` and `{` outside its rows: its fields (id, reply_to, key,
+# version, ...), with room to spare.
 REQUEST_TEXT_CHARS = 1024
+_QUOTE, _BACKSLASH = 34, 92
+
+
+def unquoted(raw: bytes) -> np.ndarray:
+    """The bytes of JSON text `raw` outside its strings (uint8), found without decoding it:
+    a quote opens or closes a string unless an odd run of backslashes comes before it.
+    Linear and vectorised: 5 ms a MiB, 20 for a MiB of escaped quotes (a regular
+    expression over an unterminated string of them is quadratic: seconds for 40 KB). Where `raw` is
+    not JSON, its decoder stops before the first byte this reads otherwise.
+
+    >>> bytes(unquoted(rb'{"a,b": "x\\"[", "c": [1, 2]}'))
+    b'{: , : [1, 2]}'
+    """
+    codes = np.frombuffer(raw, np.uint8)
+    quotes = codes == _QUOTE
+    if not quotes.any():
+        return codes
+    if b'\\"' in raw:  # a run of backslashes before a quote: its length's parity decides
+        slashes = np.flatnonzero(codes == _BACKSLASH)
+        starts = np.flatnonzero(np.diff(slashes, prepend=-2) != 1)
+        lengths = np.diff(np.append(starts, len(slashes)))
+        after = slashes[starts + lengths - 1][lengths % 2 == 1] + 1
+        quotes[after[after < len(codes)]] = False  # escaped: inside its string
+    inside = np.cumsum(quotes, dtype=np.int32) & 1  # from an opening quote to its closing one
+    return codes[(inside == 0) & ~quotes]
 
 
 class RequestWidth:
@@ -32,34 +61,34 @@ class RequestWidth:
         self.opens = (len(shape) + 1) * rows * size + REQUEST_TEXT_CHARS
         self.object_marks = 0  # per object of a named request: its fields, their values
         if named is not None:
-            categorical = MAX_CATEGORY_CHARS * len(model.categorical)
-            self.object_marks = 2 * named.field_limit + categorical
+            self.object_marks = 2 * named.field_limit
             opens = rows * (2 + len(named.names)) + REQUEST_TEXT_CHARS
             self.opens = max(self.opens, opens)
 
     def check(self, raw: bytes) -> int:
-        """Refuse, unread, a request with more `:`/`,` (fields, values) or `[`/`{` than the
-        model's largest valid request holds (`max_request_rows` rows; named: the fields each
-        `{` may have; plus what strings may hold): a scan of the bytes, where decoding 80,000
+        """Refuse, unread, a request with more `:`/`,` (fields, values) or `[`/`{` outside
+        its strings than the model's largest valid request holds (`max_request_rows` rows;
+        named: the fields each `{` may have): a scan of the bytes, where decoding 80,000
         made-up fields costs a hundred valid requests. Returns its lists and objects."""
+        marks = raw.count(b":") + raw.count(b",")
+        objects = raw.count(b"{")
+        opens = raw.count(b"[") + objects
+        if marks <= self.marks and opens <= self.opens:
+            return opens
+        codes = unquoted(raw)  # what strings hold is not counted
+        marks = int(np.count_nonzero((codes == ord(":")) | (codes == ord(","))))
+        objects = int(np.count_nonzero(codes == ord("{")))
+        opens = objects + int(np.count_nonzero(codes == ord("[")))
         limit = self.marks
-        marks, commas = raw.count(b":"), -1
-        if marks <= limit:
-            commas = raw.count(b",")
-            marks += commas
-        objects = raw.count(b"{") if marks > limit and self.object_marks else -1
-        if objects >= 0:
+        if self.object_marks:
             limit = max(limit, self.object_marks * objects + REQUEST_TEXT_CHARS)
-            if commas < 0 and marks <= limit:
-                marks += raw.count(b",")
         if marks > limit:
             raise PayloadError(
-                f"request too wide: at least {marks} fields and values (counted by ':' and "
+                f"request too wide: {marks} fields and values (counted by ':' and "
                 f"','), a request of model {self.model!r} holds at most {limit}; "
                 f"refused unread",
                 "oversize",
             )
-        opens = raw.count(b"[") + (raw.count(b"{") if objects < 0 else objects)
         if opens > self.opens:
             raise PayloadError(
                 f"request too deep or too wide: {opens} lists and objects, a request of "

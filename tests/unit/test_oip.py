@@ -205,6 +205,19 @@ def test_a_bytes_tensor_is_read_as_far_as_its_shape_and_leftovers_refused(raw, e
         read(NAMED, one_binary_string(raw), raw)
 
 
+def test_padding_outside_strings_gets_no_categorical_allowance():
+    """Issue 62, finding 5: 520 KB of parameters on a categorical model passed both counts
+    (each category's 256 characters were an allowance for `:`/`,` anywhere) and was decoded
+    on the door's thread; now counted outside strings, it is a 400 unread."""
+    doc = one_binary_string(b"")
+    doc["parameters"] = {f"p{i}": 0 for i in range(40_000)}
+    head = json.dumps(doc).encode()
+    assert len(head) < BodyBounds(NAMED).json_bytes
+    with pytest.raises(PayloadError, match="request too wide") as err:
+        read(NAMED, doc)
+    assert err.value.kind == "oversize"
+
+
 def test_a_shape_larger_than_any_request_is_refused_before_its_data_is_read():
     for shape in ([0, 10**30], [10**9, 3], [2, 2**62, 0]):
         doc = {"inputs": [{"name": "x", "shape": shape, "datatype": "FP32", "data": []}]}
