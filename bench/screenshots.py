@@ -122,9 +122,10 @@ def dashboard(work: Path, points: int, out: Path) -> Path:
 
 def _points(url: str) -> int:
     """The fewest points with a learner's version any model's series holds: seconds learned
-    (0 while the dashboard is unreachable)."""
+    (0 while the dashboard is unreachable). `url`: as `up` printed it, with its token."""
+    page, _, token = url.partition("?")
     try:
-        with urllib.request.urlopen(url.rstrip("/") + "/api/series", timeout=5) as reply:
+        with urllib.request.urlopen(f"{page}api/series?{token}", timeout=5) as reply:
             series = json.load(reply)["models"]
     except OSError:
         return 0

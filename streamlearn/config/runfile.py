@@ -7,8 +7,9 @@ always win; the file is only the fallback before the old defaults (localhost).
 
 The file is `$STREAMLEARN_STACK_FILE`, else `$XDG_RUNTIME_DIR/streamlearn/stack.json`, else
 `$XDG_STATE_HOME/streamlearn/stack.json` (`~/.local/state`). It is written atomically with
-mode 0600 (it may hold credentials in the URLs). A file whose process is gone (a stack
-killed with SIGKILL, a reboot) is stale and ignored.
+mode 0600: it holds the run's credentials (in the URLs) and its bearer token (`token`: the
+dashboard, the workers' /metrics and the HTTP door ask for it). A file whose process is
+gone (a stack killed with SIGKILL, a reboot) is stale and ignored.
 
 Standard library only: the client imports it and needs nothing but paho-mqtt.
 """
@@ -45,6 +46,7 @@ class StackRecord:
     pid: int
     started_at: float
     config: str | None = None
+    token: str | None = None  # this run's bearer token: dashboard, /metrics, the HTTP door
 
 
 def stack_file() -> Path:
@@ -164,12 +166,17 @@ def pid_alive(pid: int) -> bool:
 
 
 def new_record(
-    mqtt_url: str, redis_url: str, topic_prefix: str, key_prefix: str, config: str | None
+    mqtt_url: str,
+    redis_url: str,
+    topic_prefix: str,
+    key_prefix: str,
+    config: str | None,
+    token: str | None = None,
 ) -> StackRecord:
     """The record of this process's stack, started now."""
     config = str(Path(config).resolve()) if config else None
     return StackRecord(
-        mqtt_url, redis_url, topic_prefix, key_prefix, os.getpid(), time.time(), config
+        mqtt_url, redis_url, topic_prefix, key_prefix, os.getpid(), time.time(), config, token
     )
 
 

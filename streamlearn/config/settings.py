@@ -79,6 +79,11 @@ class Settings(BaseSettings):
         description="the address /metrics, /livez and /readyz listen on: loopback unless "
         "another machine must scrape (compose: 0.0.0.0, inside its own network)",
     )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="a bearer token /metrics then requires (/livez and /readyz stay open, "
+        "for probes); unset: none. `streamlearn up` sets one per run, in its run file",
+    )
     http_token: SecretStr | None = Field(
         None,
         description="a bearer token the actors' HTTP door then requires on every route but "
@@ -93,7 +98,7 @@ class Settings(BaseSettings):
     _stack: runfile.StackRecord | None = PrivateAttr(None)
     _token: str | None = PrivateAttr(None)
 
-    @field_validator("http_token")
+    @field_validator("http_token", "metrics_token")
     @classmethod
     def _check_token(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and not value.get_secret_value().strip():

@@ -11,12 +11,15 @@ sending a byte every few seconds held a thread for ever. Here:
   are spread (`_DeadlineReader`), and the reply gets what is left of it; it is closed once
   it sent `MAX_REQUEST_BYTES` (http.server alone reads up to 100 header lines of 64 KiB);
 - threads: at most twice `max_connections` (those closed finish at once); beyond that a
-  new connection is closed unread.
+  new connection is closed unread;
+- with a `token`, what is not for probes asks for it (`DeadlineHandler.shows_token`):
+  `streamlearn up` makes one per run, so another local user reads none of it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import io
 import logging
 import socket
@@ -112,6 +115,32 @@ class DeadlineHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         """Quiet: a probe every few seconds is not news."""
+
+    def shows_token(
+        self, token: str | None, cookie: str | None = None, given: str | None = None
+    ) -> bool:
+        """Whether the request shows `token` (always, without one): `Authorization: Bearer`,
+        the cookie named `cookie`, or `given` (a query's); compared in constant time."""
+        if token is None:
+            return True
+        shown = [] if given is None else [given]
+        scheme, _, bearer = (self.headers.get("Authorization") or "").partition(" ")
+        if scheme.lower() == "bearer":
+            shown.append(bearer.strip())
+        if cookie is not None:
+            jar = (c.strip().partition("=") for c in (self.headers.get("Cookie") or "").split(";"))
+            shown += [value for name, _, value in jar if name == cookie]
+        return any(hmac.compare_digest(s.encode(), token.encode()) for s in shown)
+
+    def refuse(self, why: str) -> None:
+        """401, asking for the bearer token."""
+        body = f"{why}\n".encode()
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", "Bearer")
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
 
 class _DeadlineReader(io.RawIOBase):

@@ -11,7 +11,8 @@ ready, 503 when not, with a JSON body saying why.
 
 It listens on loopback unless `STREAMLEARN_METRICS_HOST` says otherwise (compose: 0.0.0.0,
 inside its own network), keeps at most `MAX_CONNECTIONS` open and gives each
-`REQUEST_DEADLINE_S` for its request (`streamlearn.observe.httpd`).
+`REQUEST_DEADLINE_S` for its request (`streamlearn.observe.httpd`). With
+`STREAMLEARN_METRICS_TOKEN` (`streamlearn up` sets one per run), /metrics asks for it.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class WorkerServer(BoundedServer):
         host: str = "127.0.0.1",
         max_connections: int = MAX_CONNECTIONS,
         request_deadline_s: float = REQUEST_DEADLINE_S,
+        token: str | None = None,
     ) -> None:
         super().__init__(
             (host, port),
@@ -129,6 +131,7 @@ class WorkerServer(BoundedServer):
             request_deadline_s=request_deadline_s,
         )
         self.health = health
+        self.token = token  # /metrics asks for it
 
 
 def serve(
@@ -140,10 +143,13 @@ def serve(
     request_deadline_s: float = REQUEST_DEADLINE_S,
 ) -> WorkerServer:
     """Start serving on `host`:`port` (port 0: any free port; host None: the setting's) in
-    a daemon thread."""
-    if host is None:
-        host = load_settings().metrics_host
-    server = WorkerServer(port, health, host, max_connections, request_deadline_s)
+    a daemon thread; /metrics asks for `STREAMLEARN_METRICS_TOKEN` when it is set."""
+    settings = load_settings()
+    secret = settings.metrics_token
+    token = None if secret is None else secret.get_secret_value()
+    server = WorkerServer(
+        port, health, host or settings.metrics_host, max_connections, request_deadline_s, token
+    )
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
 
@@ -154,6 +160,9 @@ class _Handler(DeadlineHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
+            if not self.shows_token(self.server.token):
+                self.refuse("/metrics asks for its bearer token (STREAMLEARN_METRICS_TOKEN)")
+                return
             self._answer(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
             return
         health = self.server.health

@@ -12,6 +12,11 @@ whose Host header names the address it is bound to (for loopback also `localhost
 of another site whose name is made to resolve to 127.0.0.1 (DNS rebinding) sends its own
 name and is refused, so it cannot read `/api/series`. At most `max_connections` are open, each
 with `request_deadline_s` for its request (`streamlearn.observe.httpd`).
+
+With a `token` (`streamlearn up` makes one per run), every path asks for it, so another
+local user reads nothing: the address `up` prints carries it (`/?token=...`), which the
+page trades for a cookie of this port (HttpOnly, SameSite=Strict) and drops from the
+address bar; a script may send `Authorization: Bearer` instead.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import threading
 from collections import deque
 from importlib import resources
 from typing import Any, cast
+from urllib.parse import parse_qs, quote
 
 from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
@@ -107,8 +113,10 @@ class Dashboard:
         keep: int = 900,
         max_connections: int = MAX_CONNECTIONS,
         request_deadline_s: float = REQUEST_DEADLINE_S,
+        token: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.token = token
         self.settings = settings
         self.every_s = every_s
         self.series: dict[str, deque[dict[str, Any]]] = {m: deque(maxlen=keep) for m in cfg.models}
@@ -121,12 +129,15 @@ class Dashboard:
             request_deadline_s=request_deadline_s,
         )
         self.hosts = allowed_hosts(host, self._server.server_address[1])
+        self.cookie = f"streamlearn-{self._server.server_address[1]}"  # a port's own
         self._threads: list[threading.Thread] = []
 
     @property
     def url(self) -> str:
+        """The page's address, with the token when there is one."""
         host, port = cast(tuple[str, int], self._server.server_address[:2])  # TCP
-        return f"http://{host}:{port}/"
+        asks = f"?token={quote(self.token)}" if self.token else ""
+        return f"http://{host}:{port}/{asks}"
 
     def start(self, *, sample: bool = True) -> str:
         """Serve the page; `sample=False` serves only what `record` is given (tests)."""
@@ -187,7 +198,21 @@ class Dashboard:
                 if (self.headers.get("Host") or "").lower() not in dashboard.hosts:
                     self.send_error(403, "Host not allowed: open the dashboard by its address")
                     return
-                path = self.path.split("?")[0]
+                path, _, query = self.path.partition("?")
+                given = parse_qs(query).get("token", [None])[0]
+                if not self.shows_token(dashboard.token, dashboard.cookie, given):
+                    self.refuse("open the dashboard at the address `streamlearn up` printed")
+                    return
+                if given is not None and path == "/" and dashboard.token is not None:
+                    self.send_response(303)  # the token into a cookie, out of the address bar
+                    self.send_header("Location", "/")
+                    self.send_header(
+                        "Set-Cookie",
+                        f"{dashboard.cookie}={dashboard.token}; HttpOnly; SameSite=Strict; Path=/",
+                    )
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if path == "/api/series":
                     body, kind = json.dumps(dashboard.data()).encode(), "application/json"
                 elif path in _STATIC:

@@ -93,6 +93,12 @@ class Stack:
         # The prefixes these settings name (perhaps another stack's, from its run file).
         self.env[environment.TOPIC_PREFIX] = settings.topic_prefix
         self.env[environment.KEY_PREFIX] = settings.key_prefix
+        # This run's bearer token: the dashboard, the workers' /metrics and (unless the user
+        # gave it one) the HTTP door ask for it; another local user cannot read the run file.
+        self.token = secrets.token_urlsafe(32)
+        self.env[environment.METRICS_TOKEN] = self.token
+        if not {environment.HTTP_TOKEN, environment.HTTP_TOKEN_FILE} & set(self.env):
+            self.env[environment.HTTP_TOKEN] = self.token
         self.demo_urls: dict[str, str] = {}  # model: its demo feed's account on our broker
         self._stop = threading.Event()
 
@@ -176,8 +182,9 @@ class Stack:
             self.settings.topic_prefix,
             self.settings.key_prefix,
             self.config_path,
+            self.token,
         )
-        self.board.say(f"stack recorded in {runfile.write(record)}")
+        self.board.say(f"stack recorded in {runfile.write(record)} (its token: `token`)")
         return record
 
     def _start_children(self) -> None:
@@ -193,7 +200,7 @@ class Stack:
         self.board.say(f"started {len(self.children)} processes for models {list(self.cfg.models)}")
         if self.metrics_port is not None:
             self.board.say(
-                "metrics ports (/metrics): "
+                "metrics ports (/metrics, with the run file's token as a bearer token): "
                 + "  ".join(f"{c.name}={c.metrics_port}" for c in workers)
             )
 
@@ -295,14 +302,16 @@ class Stack:
     def _open_dashboard(self, settings: Settings) -> Dashboard:
         """On `dashboard_port`; if that is the default and taken, on any free port."""
         try:
-            dashboard = Dashboard(self.cfg, settings, port=self.dashboard_port or 0)
+            dashboard = Dashboard(
+                self.cfg, settings, port=self.dashboard_port or 0, token=self.token
+            )
         except OSError as exc:
             if self.dashboard_port != DEFAULT_DASHBOARD_PORT:
                 raise ConfigError(
                     f"dashboard port {self.dashboard_port} is not free ({exc.strerror}); "
                     "pick another with --dashboard-port, or --no-dashboard"
                 ) from None
-            dashboard = Dashboard(self.cfg, settings, port=0)
+            dashboard = Dashboard(self.cfg, settings, port=0, token=self.token)
         self.board.say(f"dashboard {dashboard.start()}")
         return dashboard
 

@@ -125,6 +125,13 @@ def recorded(tmp_path: Path) -> Settings:
     return Settings(mqtt_url=record.mqtt_url, redis_url=record.redis_url)
 
 
+def token_of(tmp_path: Path) -> str:
+    """The run's bearer token, as `up` recorded it in its run file."""
+    record = runfile.live(tmp_path / "stack.json")
+    assert record is not None and record.token, "up recorded its token"
+    return record.token
+
+
 def run_dir_of(up: RoleProcess) -> Path:
     up.wait_for("logs in ", 30)
     found = re.search(r"logs in (\S+)", up.output)
@@ -170,13 +177,12 @@ def test_up_runs_the_demo_stack_and_ctrl_c_stops_everything(tmp_path: Path):
         # each worker's /metrics on its own port, base, base+1, base+2, as printed
         ports = [int(p) for p in re.findall(r"=(\d+)", up.output.split("metrics ports")[1])[:3]]
         assert sorted(ports) == [base, base + 1, base + 2], up.output
+        token = {"Authorization": f"Bearer {token_of(tmp_path)}"}  # the run's own
         for port in ports:
-            page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-            assert b"streamlearn_" in page
-        assert (
-            "streamlearn"
-            in urllib.request.urlopen(f"http://127.0.0.1:{dashboard}/", timeout=5).read().decode()
-        )
+            scrape = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=token)
+            assert b"streamlearn_" in urllib.request.urlopen(scrape, timeout=5).read()
+        page = urllib.request.Request(f"http://127.0.0.1:{dashboard}/", headers=token)
+        assert "streamlearn" in urllib.request.urlopen(page, timeout=5).read().decode()
         eventually(lambda: any(LIVE.search(line) for line in up.lines), 30, "the live line")
         children = children_of(up.proc.pid)
         assert len(children) >= 6, "mosquitto, redis-server, learner, ingest, actor, demo publisher"

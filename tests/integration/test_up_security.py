@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,7 +29,7 @@ import pytest
 import redis as redis_lib
 
 import streamlearn
-from streamlearn.config import DEMO_TOML
+from streamlearn.config import DEMO_TOML, runfile
 from streamlearn.contract.names import Names
 from streamlearn.stack import embedded
 from tests.conftest import RoleProcess, eventually, published
@@ -85,9 +86,22 @@ def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def dashboard_version(url: str) -> int:
-    """The newest version the dashboard at `url` shows for the demo model."""
-    doc = json.loads(urllib.request.urlopen(url + "api/series", timeout=5).read())
+    """The newest version the dashboard at `url` (as `up` printed it) shows for the demo
+    model, read as its page does: the printed address, then the cookie it sets."""
+    jar = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    assert b"streamlearn" in jar.open(url, timeout=5).read()
+    doc = json.loads(jar.open(url.split("?")[0] + "api/series", timeout=5).read())
     return max((point.get("version") or 0 for point in doc["models"]["demo"]), default=0)
+
+
+def status_of(url: str, token: str | None = None) -> int:
+    """The HTTP status of a GET of `url`, with `token` as a bearer token."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5):
+            return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 def port_of(url: str) -> int:
@@ -97,7 +111,10 @@ def port_of(url: str) -> int:
 
 
 def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypatch):
-    up = start_up(tmp_path, "--metrics-port", "0", "--dashboard-port", "0")
+    door = embedded.free_port()
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(DEMO_TOML + f"\n[models.demo.actor]\nhttp_port = {door}\n")
+    up = start_up(tmp_path, "--config", str(config), "--metrics-port", "0", "--dashboard-port", "0")
     try:
         run_dir = run_dir_of(up)
         up.wait_for("Ctrl-C stops everything", 90)
@@ -168,6 +185,20 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
         ours = {port_of(settings.mqtt), port_of(settings.redis), port_of(dashboard[1]), *metrics}
         assert ours <= ports, sockets
         assert [s for s in sockets if s[0] not in LOOPBACK] == [], "listens beyond loopback"
+
+        # its HTTP surfaces ask for the run's token, which only the run file holds (issue
+        # 62, finding 7: before, any local user read the dashboard, /metrics and the door)
+        record = runfile.live(path)
+        assert record is not None and record.token and len(record.token) >= 32
+        assert record.token not in up.output.replace(dashboard[1], ""), "printed only there"
+        page = dashboard[1].split("?")[0]
+        infer = f"http://127.0.0.1:{door}/v2/models/demo"
+        eventually(lambda: status_of(f"http://127.0.0.1:{door}/v2/health/ready") == 200, 60, "door")
+        for url in (page, page + "api/series", f"http://127.0.0.1:{metrics[0]}/metrics", infer):
+            assert status_of(url) == 401, url
+            assert status_of(url, "guess" * 8) == 401, url
+            assert status_of(url, record.token) == 200, url
+        assert status_of(f"http://127.0.0.1:{metrics[0]}/livez") == 200, "probes stay open"
     finally:
         code, _ = stop(up)
     assert code == 0, up.output[-3000:]
