@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -83,16 +85,19 @@ def feed(settings, client_for):
 def test_dashboard_charts_get_data_points(start_role, settings, feed, tmp_path):
     start_role("learner", TOML)
     start_role("ingest", TOML)
-    dashboard = Dashboard(
-        parse_config({"models": {"d": {"inputs": 3, "task": "binary"}}}), settings, every_s=0.5
-    )
+    cfg = parse_config({"models": {"d": {"inputs": 3, "task": "binary"}}})
+    dashboard = Dashboard(cfg, settings, every_s=0.5, token="run-token-" * 4)  # as `up` runs it
     url = dashboard.start()
     try:
+        assert url.endswith("/?token=" + "run-token-" * 4)
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # another local user
+            urllib.request.urlopen(url.split("?")[0] + "api/series", timeout=5)
         assert wait_for_points(dashboard, 6, 60)
         points = dashboard.data()["models"]["d"]
         assert points[-1]["samples_seen"] > 0 and points[-1]["version"] > 0
         assert any((p["samples_per_s"] or 0) > 0 for p in points)
 
+        # the browser trades the printed address's token for a cookie, then draws
         dom = chromium(tmp_path, "--virtual-time-budget=5000", "--dump-dom", url)
         counts = [int(n) for n in re.findall(r'<svg data-chart="\d" data-points="(\d+)"', dom)]
         assert len(counts) == 6, dom[:2000]
