@@ -19,7 +19,8 @@ its Content-Length passes the model's largest valid request (`streamlearn.actor.
 token set (`STREAMLEARN_HTTP_TOKEN[_FILE]`) every route but the two health probes asks
 for it (401). Every error is the protocol's `{"error": ...}`, counted by status.
 
-With a token, the door asks before it counts (`streamlearn.actor.connections`).
+With a token, the door asks before it counts, and one address holds at most its share
+(`actor.http_max_connections_per_peer`; `streamlearn.actor.connections`).
 
 aiohttp, chosen by measurement (`bench.serve`'s HTTP case, against uvicorn and the
 standard library's threading server: docs/learning-log.md, "Serving"). It runs its own
@@ -71,7 +72,11 @@ class HttpDoor:
         self.bounds = BodyBounds(actor.cfg)
         self.token = None if token is None else token.encode()
         self.responses: dict[str, int] = {}  # by status code
-        self.conns = Connections(self.cfg.actor.http_max_connections, token is not None)
+        self.conns = Connections(
+            self.cfg.actor.http_max_connections,
+            token is not None,
+            self.cfg.actor.http_max_connections_per_peer,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
@@ -175,9 +180,10 @@ class HttpDoor:
             return response
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token):
-            if self.conns.prove(request.protocol):
+            refused = self.conns.prove(request.protocol)
+            if refused is None:
                 return await handler(request)
-            response = self._error(503, self.conns.busy_reason)
+            response = self._error(503, refused)
             response.force_close()
             return response
         response = self._error(401, "a bearer token is required: Authorization: Bearer <token>")

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         if door is not None:
             figures["http_responses_total"] = dict(door.responses)
             figures["http_unproven_closed_total"] = door.conns.evicted
+            figures["http_peer_refused_total"] = door.conns.refused_peer
         return figures
 
     labels = {"http_responses_total": "code"}

@@ -254,6 +254,15 @@ class ActorConfig(Frozen):
         "unread. Each holds at most one request body (the door's body bound). With a "
         "token, those that showed it; up to 32 others wait for their first request",
     )
+    http_max_connections_per_peer: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="open HTTP connections of one IP address, at most (one more is answered "
+        "503 and closed), and 8 of those without the token yet (its own oldest closed for a "
+        "newer): one host cannot take the cap. Behind a proxy or an ingress, whose address "
+        "every client then has, raise it to http_max_connections",
+    )
     http_body_timeout_ms: float = Field(
         10_000,
         gt=0,

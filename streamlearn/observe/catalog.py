@@ -162,7 +162,12 @@ _ACTOR = [
         (
             "http_unproven_closed_total",
             "HTTP connections without the token closed before they showed it: idle 2 s, or "
-            "the oldest of 32 when another came",
+            "the oldest of 32 (of one address: of 8) when another came",
+        ),
+        (
+            "http_peer_refused_total",
+            "HTTP connections answered 503 and closed: their address held "
+            "http_max_connections_per_peer",
         ),
         (
             "http_responses_total",

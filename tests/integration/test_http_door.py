@@ -217,6 +217,7 @@ http_port = {port}
 max_request_rows = 64        # the body bound: 64 rows of 3 numbers, about 14 KiB of JSON
 max_queued_bytes = 12288     # a body over it is shed unread, however empty the inbox
 http_max_connections = 4
+http_max_connections_per_peer = 2
 http_body_timeout_ms = 1000
 reload_check_ms = 50
 """
@@ -232,8 +233,12 @@ class Door:
         self.port = port
         self.metrics_port = metrics_port
 
-    def connect(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
+    def connect(self, source: str | None = None) -> http.client.HTTPConnection:
+        """A connection from loopback address `source` (another host, to the door)."""
+        address = None if source is None else (source, 0)
+        return http.client.HTTPConnection(
+            "127.0.0.1", self.port, timeout=15, source_address=address
+        )
 
     def send(
         self,
@@ -299,8 +304,8 @@ INFER = f"/v2/models/{GUARDED}/infer"
 
 def test_stalled_bodies_are_closed_at_the_deadline_and_connections_past_the_cap_refused(door):
     stalled = []
-    for _ in range(6):  # the cap is 4: two more are refused
-        conn = door.connect()
+    for i in range(6):  # the cap is 4: two more are refused (each from a host of its own)
+        conn = door.connect(f"127.0.0.{10 + i}")
         conn.putrequest("POST", INFER)
         for name, value in BEARER.items():
             conn.putheader(name, value)
@@ -377,11 +382,43 @@ def test_the_token_is_required_but_by_the_health_probes(door):
     assert status == 200 and doc["model_name"] == GUARDED
 
 
+def from_address(door: Door, address: str, count: int) -> list[socket.socket]:
+    """`count` connections to the door from `address` (a loopback address of its own: a
+    host of its own, to the door)."""
+    return [
+        socket.create_connection(("127.0.0.1", door.port), timeout=10, source_address=(address, 0))
+        for _ in range(count)
+    ]
+
+
+def ask(sock: socket.socket, body: bytes, token: str = TOKEN) -> tuple[int, bytes]:
+    """One keep-alive inference request on `sock`: the status and the body of the answer."""
+    head = (
+        f"POST {INFER} HTTP/1.1\r\nHost: door\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    reader = sock.makefile("rb")
+    first = reader.readline()
+    if not first:
+        return 0, b"closed"
+    status = int(first.split()[1])
+    length = 0
+    while (line := reader.readline().strip()) != b"":
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, reader.read(length)
+
+
 def test_connections_without_the_token_cannot_take_the_cap_from_one_with_it(door):
     """The cap (4 here) counts connections that showed the token: 40 connections kept open
-    without it, and health probes, leave a client with the token served; the oldest of
-    those without it are closed, not the newcomers."""
-    kept = [socket.create_connection(("127.0.0.1", door.port), timeout=10) for _ in range(40)]
+    without it from one host, and health probes, leave a client with the token served, its
+    own connection opened before them included; that host's oldest are closed, not the
+    newcomers, and not another host's (issue 62, finding 1: before, the legitimate
+    client's waiting connection was the oldest, and closed)."""
+    [waiting] = from_address(door, "127.0.0.1", 1)  # a client's, before its first request
+    kept = from_address(door, "127.0.0.2", 40)
     try:
         for _ in range(3):  # a probe's connection is closed after its answer
             status, headers, _doc = door.send(
@@ -391,13 +428,35 @@ def test_connections_without_the_token_cannot_take_the_cap_from_one_with_it(door
         for _ in range(12):
             status, _headers, doc = door.send(INFER, json.dumps(GOOD).encode())
             assert status == 200, doc
-        assert kept[0].recv(1) == b"", "the oldest connection without the token was closed"
+        assert ask(waiting, json.dumps(GOOD).encode())[0] == 200, "not closed for the flood"
+        assert kept[0].recv(1) == b"", "the flooding host's oldest connection was closed"
         closed = re.search(
             r"streamlearn_actor_http_unproven_closed_total\{.*\} ([\d.]+)", door.metrics()
         )
-        assert closed is not None and float(closed.group(1)) >= 8  # 40 + the probes', 32 kept
+        assert closed is not None and float(closed.group(1)) >= 32  # 40, of which it keeps 8
     finally:
-        for sock in kept:
+        for sock in [waiting, *kept]:
+            sock.close()
+
+
+def test_one_host_with_the_token_holds_its_share_of_the_cap_not_all_of_it(door):
+    """http_max_connections_per_peer = 2 of a cap of 4: a host keeping four connections
+    with the token has two served and two refused 503, and another host is still served
+    while it holds them (before, the first host took the whole cap: 503 for everyone)."""
+    hogging = from_address(door, "127.0.0.3", 4)
+    try:
+        answers = [ask(sock, json.dumps(GOOD).encode()) for sock in hogging]
+        assert [status for status, _ in answers] == [200, 200, 503, 503], answers
+        assert b"http_max_connections_per_peer=2" in answers[2][1]
+        for _ in range(3):
+            status, _headers, doc = door.send(INFER, json.dumps(GOOD).encode())
+            assert status == 200, doc
+        refused = re.search(
+            r"streamlearn_actor_http_peer_refused_total\{.*\} ([\d.]+)", door.metrics()
+        )
+        assert refused is not None and float(refused.group(1)) >= 2
+    finally:
+        for sock in hogging:
             sock.close()
 
 
