@@ -12,7 +12,11 @@ and `THREADS_GOAL` over its control's.
 The attacks: connections that send 1 MiB minus one byte of a 1 MiB body and stall; 1 MiB
 junk bodies (a padded, valid JSON document); requests cycling through five versions, more
 than the actor keeps loaded; connections to the metrics server that trickle one byte a
-second.
+second; connections kept open without the door's bearer token, from one host; 1 MiB MQTT
+requests of escaped quotes in an unterminated string (a regular expression once took
+minutes over one). The door asks for a token, as `overlays/http-token` deploys it, and a
+legitimate HTTP client (another loopback address: another host) asks every 50 ms beside
+the MQTT load: under every attack it must be answered (`LegitHttp`).
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ import tomllib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench import _serve_load
+from bench._hostile_watch import LegitHttp, Usage
 from bench._http import infer_body
 from bench._stack import Proc, Stack
+from bench.loadgen import LoadClient
 from streamlearn.config import DEMO_TOML, parse_config
 from streamlearn.contract.names import Names
 from streamlearn.stack import embedded
@@ -57,16 +62,22 @@ class Attack:
     run: Callable[[Door, int, bool, asyncio.Event], Awaitable[str]]  # -> its outcome
 
 
+TOKEN = "bench-hostile-token-" * 2  # the door's bearer token (STREAMLEARN_HTTP_TOKEN)
+
+
 @dataclass(frozen=True)
 class Door:
     host: str
     http_port: int
     metrics_port: int
+    mqtt_port: int
+    predict_topic: str
 
 
-def _post(path: str, body: bytes, length: int | None = None) -> bytes:
+def _post(path: str, body: bytes, length: int | None = None, token: str | None = TOKEN) -> bytes:
+    auth = "" if token is None else f"Authorization: Bearer {token}\r\n"
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: bench\r\n{auth}Content-Type: application/json\r\n"
         f"Content-Length: {len(body) if length is None else length}\r\n\r\n"
     )
     return head.encode() + body
@@ -173,11 +184,39 @@ async def _trickle(door: Door, i: int, hostile: bool, stop: asyncio.Event) -> st
         writer.close()
 
 
+async def _unproven(door: Door, i: int, hostile: bool, stop: asyncio.Event) -> str:
+    """Hostile: a connection kept open without the token (issue 62, finding 1); control:
+    one that asks with it, then is kept open."""
+    data = b"" if hostile else _post(INFER, VALID)
+    return await _hold(door, door.http_port, data, stop)
+
+
+QUOTES = b'{"x": ' + b"[" * 20 + b'"' + b'\\"' * ((MIB - 64) // 2)  # unterminated, 1 MiB
+
+
+async def _quotes(door: Door, i: int, hostile: bool, stop: asyncio.Event) -> str:
+    """An MQTT request of 1 MiB of escaped quotes (issue 62, finding 5); control: a valid
+    one. Sent on a connection of its own; the error reply is not waited for."""
+    client = LoadClient(door.host, door.mqtt_port)
+    try:
+        payload = QUOTES if hostile else _VALID_MQTT
+        client.send(client.request(door.predict_topic, payload, b"", reply=False))
+        return "sent"
+    except OSError:
+        return "refused"
+    finally:
+        client.close()
+
+
+_VALID_MQTT = json.dumps({"x": [0.5] * INPUTS}).encode()
+
 ATTACKS = [
     Attack("stalled 1 MiB bodies", 100, 200, _stalled),
     Attack("1 MiB junk bodies", 20, 100, _junk_body),
     Attack("version cycling (5 versions, 2 kept)", 200, 900, _versions),
     Attack("300 trickling metrics connections", 100, 300, _trickle),
+    Attack("300 connections without the token, one host", 100, 300, _unproven),
+    Attack("1 MiB MQTT requests of escaped quotes", 10, 40, _quotes),
 ]
 
 
@@ -221,40 +260,8 @@ class _Attacker:
             self.thread.join(5)
 
 
-class _Usage:
-    """A process's peak resident memory and thread count, sampled every 50 ms."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak_mb, self.peak_threads = pid, 0.0, 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def now(self) -> tuple[float, int]:
-        rss, threads = 0.0, 0
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) / 1024
-            elif line.startswith("Threads:"):
-                threads = int(line.split()[1])
-        return rss, threads
-
-    def _sample(self) -> None:
-        while not self._done.wait(0.05):
-            rss, threads = self.now()
-            self.peak_mb = max(self.peak_mb, rss)
-            self.peak_threads = max(self.peak_threads, threads)
-
-    def __enter__(self) -> _Usage:
-        self.peak_mb, self.peak_threads = self.now()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
-
-
 def _start_actor(stack: Stack, names: Names) -> tuple[Proc, Door]:
+    """The demo model's actor with both doors, its bearer token, and `VERSIONS` versions."""
     from bench.serve import _publish_weights, _wait_serving
 
     http_port, metrics_port = embedded.free_port(), embedded.free_port()
@@ -266,11 +273,12 @@ def _start_actor(stack: Stack, names: Names) -> tuple[Proc, Door]:
         _publish_weights(stack, cfg, names, version)
     env = stack.env(names.topic_prefix)
     env["STREAMLEARN_METRICS_PORT"] = str(metrics_port)
+    env["STREAMLEARN_HTTP_TOKEN"] = TOKEN
     argv = ["workers.actor", "--config", str(config), "--instance", "hostile"]
     proc = Proc([sys.executable, "-m", *argv], env)
     proc.wait_for(" ready")
     _wait_serving(stack, names)
-    return proc, Door(stack.host, http_port, metrics_port)
+    return proc, Door(stack.host, http_port, metrics_port, stack.mqtt_port, names.predict_topic)
 
 
 def measure(stack: Stack, seconds: float) -> tuple[list[dict], dict[str, bool], dict[str, float]]:
@@ -287,10 +295,15 @@ def measure(stack: Stack, seconds: float) -> tuple[list[dict], dict[str, bool], 
         for attack in ATTACKS:
             seen = {}
             for hostile in (False, True):
-                with _Usage(proc.proc.pid) as usage, _Attacker(door, attack, hostile) as attacker:
+                with (
+                    Usage(proc.proc.pid) as usage,
+                    _Attacker(door, attack, hostile) as attacker,
+                    LegitHttp(door.host, door.http_port, _post(INFER, VALID)) as legit_http,
+                ):
                     time.sleep(0.5)  # the attack is under way
                     load = _serve_load.measure_rate(stack, names, payloads, LEGIT_RATE, seconds)
                 seen[hostile] = (load, usage)
+                http_p99 = legit_http.p99_ms()
                 rows.append(
                     {
                         "attack": attack.name,
@@ -298,6 +311,8 @@ def measure(stack: Stack, seconds: float) -> tuple[list[dict], dict[str, bool], 
                         "legit_p50_ms": load["p50_ms"],
                         "legit_p99_ms": load["p99_ms"],
                         "timed_out": load["timed_out"],
+                        "legit_http_ok": legit_http.answered(),
+                        "legit_http_p99_ms": None if http_p99 is None else round(http_p99, 1),
                         "actor_rss_mb": round(usage.peak_mb),
                         "actor_threads": usage.peak_threads,
                         "attacker_got": ", ".join(
@@ -313,6 +328,9 @@ def measure(stack: Stack, seconds: float) -> tuple[list[dict], dict[str, bool], 
             threads = hit.peak_threads - calm.peak_threads
             checks[f"{attack.name}: legitimate MQTT p99 <= {P99_GOAL:g}x control's"] = (
                 ratio <= P99_GOAL and under["timed_out"] == 0
+            )
+            checks[f"{attack.name}: every legitimate HTTP request answered"] = (
+                legit_http.statuses[200] == legit_http.statuses.total() > 0  # the attack's
             )
             checks[f"{attack.name}: actor RSS <= control's + {RSS_GOAL_MB:g} MB"] = (
                 grew <= RSS_GOAL_MB

@@ -23,30 +23,37 @@ from streamlearn.errors import PayloadError
 # version, ...), with room to spare.
 REQUEST_TEXT_CHARS = 1024
 _QUOTE, _BACKSLASH = 34, 92
+_FEW_QUOTES = 4096  # up to this many strings' quotes, `unquoted` slices between them
 
 
 def unquoted(raw: bytes) -> np.ndarray:
-    """The bytes of JSON text `raw` outside its strings (uint8), found without decoding it:
-    a quote opens or closes a string unless an odd run of backslashes comes before it.
-    Linear and vectorised: 5 ms a MiB, 20 for a MiB of escaped quotes (a regular
-    expression over an unterminated string of them is quadratic: seconds for 40 KB). Where `raw` is
-    not JSON, its decoder stops before the first byte this reads otherwise.
+    """The bytes of JSON text `raw` outside its strings (uint8), found without decoding it,
+    escaped backslashes left out: `\\\\` pairs go first, as JSON reads them, left to right,
+    and then a quote opens or closes a string unless a backslash comes right before it.
+    Linear and vectorised: a few milliseconds a MiB, whatever the bytes (a regular
+    expression over an unterminated string of escaped quotes is quadratic: seconds for 40
+    KB). Where `raw` is not JSON, its decoder stops before the first byte this reads
+    otherwise.
 
-    >>> bytes(unquoted(rb'{"a,b": "x\\"[", "c": [1, 2]}'))
+    >>> bytes(unquoted(rb'{"a,b": "x\\"[\\\\", "c": [1, 2]}'))
     b'{: , : [1, 2]}'
     """
+    if b"\\\\" in raw:
+        raw = raw.replace(b"\\\\", b"")  # an escaped backslash escapes nothing
     codes = np.frombuffer(raw, np.uint8)
     quotes = codes == _QUOTE
     if not quotes.any():
         return codes
-    if b'\\"' in raw:  # a run of backslashes before a quote: its length's parity decides
-        slashes = np.flatnonzero(codes == _BACKSLASH)
-        starts = np.flatnonzero(np.diff(slashes, prepend=-2) != 1)
-        lengths = np.diff(np.append(starts, len(slashes)))
-        after = slashes[starts + lengths - 1][lengths % 2 == 1] + 1
-        quotes[after[after < len(codes)]] = False  # escaped: inside its string
-    inside = np.cumsum(quotes, dtype=np.int32) & 1  # from an opening quote to its closing one
-    return codes[(inside == 0) & ~quotes]
+    if b'\\"' in raw:
+        quotes[1:] &= codes[:-1] != _BACKSLASH  # an escaped quote: inside its string
+    at = np.flatnonzero(quotes)
+    if len(at) > _FEW_QUOTES:
+        inside = np.cumsum(quotes, dtype=np.int32) & 1  # from an opening quote to its closing
+        return codes[(inside == 0) & ~quotes]
+    # Few strings: what lies between them, sliced (an unterminated one runs to the end).
+    ends = [*at[0::2].tolist(), *([len(raw)] if len(at) % 2 == 0 else [])]
+    starts = [0, *(at[1::2] + 1).tolist()]
+    return np.frombuffer(b"".join(raw[a:b] for a, b in zip(starts, ends, strict=True)), np.uint8)
 
 
 class RequestWidth:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from streamlearn.config import parse_config
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import Samples
+from streamlearn.contract.width import unquoted
 from streamlearn.errors import PayloadError
 
 
@@ -742,6 +743,43 @@ def test_separators_in_strings_are_no_allowance_for_padding_outside_them():
     assert err.value.kind == "oversize"
     rows = [{"t": 1.0, "kind": ":," * 128, "id": ":," * 128} for _ in range(64)]
     assert named.parse_request(dumps({"samples": rows})).x.shape == (64, 2)
+
+
+def _outside_strings(raw: bytes) -> bytes:
+    """What a JSON reader finds outside strings, read one byte at a time (the reference)."""
+    out, at, inside = bytearray(), 0, False
+    while at < len(raw):
+        byte = raw[at]
+        if inside and byte == ord("\\"):
+            at += 2  # an escape: the next byte is the string's, whatever it is
+            continue
+        if byte == ord('"'):
+            inside = not inside
+        elif not inside:
+            out.append(byte)
+        at += 1
+    return bytes(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.recursive(
+        st.text(alphabet='"\\,:[{a\u00e9\n', max_size=12) | st.integers(),
+        lambda inner: st.lists(inner, max_size=6) | st.dictionaries(st.text(max_size=4), inner),
+        max_leaves=40,
+    ),
+    st.booleans(),
+    st.floats(0, 1),
+)
+def test_what_lies_outside_strings_is_found_as_a_json_reader_finds_it(doc, ascii_only, cut):
+    """`unquoted` (vectorised, or sliced between few strings) against a byte-by-byte
+    reader, on documents full of quotes, backslashes and separators in their strings,
+    whole and cut short (an unterminated string runs to the end)."""
+    raw = json.dumps(doc, ensure_ascii=ascii_only).encode()
+    for text in (raw, raw[: int(cut * len(raw))]):
+        assert bytes(unquoted(text)) == _outside_strings(text)
+    many = raw + b"," + b'"\\\\\\"",' * 4100 + raw  # past the strings that are sliced
+    assert bytes(unquoted(many)) == _outside_strings(many)
 
 
 def test_an_unterminated_string_of_escaped_quotes_is_refused_at_once():
