@@ -11,9 +11,10 @@ For a model with named inputs and a positional one (4 inputs each), the actor's 
 reply's encoding) and, for the valid request, its forward pass (compiled, as the actor
 serves) and its reply. Hostile requests are about 1 MiB, just under `max_payload_bytes`:
 80,000 made-up fields, 500,000 levels of nesting, a list of 500,000 numbers, a number of
-1,000,000 digits. Each must be answered with an error, at most `GOAL` times a valid
-request's cost (each side the best of its passes, interleaved, so both see the same
-machine). Nothing is published: the reply is encoded and handed to a stub.
+1,000,000 digits, an unterminated string of escaped quotes inside 20 lists (a regular
+expression once took minutes over it). Each must be answered with an error, at most
+`GOAL` times a valid request's cost (each side the best of its passes, interleaved, so both
+see the same machine). Nothing is published: the reply is encoded and handed to a stub.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def _requests(named: bool) -> dict[str, bytes]:
         "nesting 500,000 deep": b'{"id":"r1",' + nest + b"[" * depth + b"]" * depth + b"}",
         "list of 500,000 numbers": b'{"id":"r1",' + nest + b"[" + b"0," * 500_000 + b"0]}",
         "number of 1,000,000 digits": b'{"id":"r1",' + nest + b"1" * 1_000_000 + b"}",
+        "unterminated string of escaped quotes": b'{"id":"r1",'
+        + nest
+        + b"[" * 20
+        + b'"'
+        + b'\\"' * ((LIMIT - 64) // 2),
     }
 
 

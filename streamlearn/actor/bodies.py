@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
-from streamlearn.contract.width import unquoted
+from streamlearn.contract.width import tally, unquoted
 from streamlearn.errors import PayloadError
 
 NUMBER_BYTES = 48  # a number in the protocol's JSON, with separators and nesting, at most
@@ -80,19 +78,17 @@ class BodyBounds:
         a scan of the bytes, where decoding a padded megabyte holds the GIL for a tenth of a
         second. A count over the whole decides the usual request; past it, one outside the
         strings (`unquoted`), so what a category may hold is no allowance for padding."""
-        marks = head.count(b",") + head.count(b":")
-        opens = head.count(b"[") + head.count(b"{")
-        if marks <= self.marks and opens <= self.opens:
+        marks, lists, objects = tally(head)
+        if marks <= self.marks and lists + objects <= self.opens:
             return
-        codes = unquoted(head)
-        marks = int(np.count_nonzero((codes == ord(",")) | (codes == ord(":"))))
+        marks, lists, objects = tally(unquoted(head))
         if marks > self.marks:
             raise PayloadError(
                 f"request too wide: {marks} fields and values (counted by ':' and ','), a "
                 f"request of model {self.model!r} holds at most {self.marks}; refused unread",
                 "oversize",
             )
-        opens = int(np.count_nonzero((codes == ord("[")) | (codes == ord("{"))))
+        opens = lists + objects
         if opens > self.opens:
             raise PayloadError(
                 f"request too deep or too wide: {opens} lists and objects, a request of "

@@ -39,7 +39,7 @@ class RequestDecoder:
                 f"payload of {size} bytes exceeds max_payload_bytes={self.limit}", "oversize"
             )
         opens = self.width.check(raw)
-        if opens > MAX_DEPTH and too_deep(raw):
+        if opens > MAX_DEPTH and too_deep(raw, opens):
             raise PayloadError(
                 f"invalid JSON: nested more than {MAX_DEPTH} levels deep", "invalid_json"
             )
@@ -55,18 +55,21 @@ class RequestDecoder:
         return doc
 
 
-def too_deep(raw: bytes) -> bool:
+def too_deep(raw: bytes, opens: int | None = None) -> bool:
     """Whether arrays and objects nest more than `MAX_DEPTH` deep in `raw` (JSON), found
     without parsing it: a payload like `[` * 100000 never reaches the recursive parser.
 
-    Linear in the payload, and for the usual requests a count of brackets decides.
+    Linear in the payload, and for the usual requests a count of brackets decides (`opens`,
+    when the caller counted them already).
 
     >>> too_deep(b'{"x": [[1, 2], [3]], "id": "' + b"[" * 20 + b'"}')
     False
     >>> too_deep(b"[" * 17), too_deep(b"[" * 16)
     (True, False)
     """
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+    if opens is None:
+        opens = raw.count(b"[") + raw.count(b"{")
+    if opens <= MAX_DEPTH:
         return False
     codes = unquoted(raw) | 0x20  # "[" -> "{", "]" -> "}"; what strings hold does not nest
     steps = (codes == ord("{")).astype(np.int32) - (codes == ord("}"))

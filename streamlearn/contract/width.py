@@ -23,6 +23,7 @@ from streamlearn.errors import PayloadError
 # version, ...), with room to spare.
 REQUEST_TEXT_CHARS = 1024
 _QUOTE, _BACKSLASH = 34, 92
+_VECTOR_BYTES = 16 * 1024  # `tally` counts longer texts with numpy
 _FEW_QUOTES = 4096  # up to this many strings' quotes, `unquoted` slices between them
 
 
@@ -38,22 +39,42 @@ def unquoted(raw: bytes) -> np.ndarray:
     >>> bytes(unquoted(rb'{"a,b": "x\\"[\\\\", "c": [1, 2]}'))
     b'{: , : [1, 2]}'
     """
-    if b"\\\\" in raw:
+    escapes = b"\\" in raw  # one byte's search: fast, and the usual request has none
+    if escapes and b"\\\\" in raw:
         raw = raw.replace(b"\\\\", b"")  # an escaped backslash escapes nothing
     codes = np.frombuffer(raw, np.uint8)
     quotes = codes == _QUOTE
-    if not quotes.any():
-        return codes
-    if b'\\"' in raw:
+    if escapes:
         quotes[1:] &= codes[:-1] != _BACKSLASH  # an escaped quote: inside its string
-    at = np.flatnonzero(quotes)
-    if len(at) > _FEW_QUOTES:
+    count = int(np.count_nonzero(quotes))
+    if count == 0:
+        return codes
+    if count > _FEW_QUOTES:
         inside = np.cumsum(quotes, dtype=np.int32) & 1  # from an opening quote to its closing
         return codes[(inside == 0) & ~quotes]
     # Few strings: what lies between them, sliced (an unterminated one runs to the end).
-    ends = [*at[0::2].tolist(), *([len(raw)] if len(at) % 2 == 0 else [])]
+    at = np.flatnonzero(quotes)
+    ends = [*at[0::2].tolist(), *([len(raw)] if count % 2 == 0 else [])]
     starts = [0, *(at[1::2] + 1).tolist()]
     return np.frombuffer(b"".join(raw[a:b] for a, b in zip(starts, ends, strict=True)), np.uint8)
+
+
+def tally(text: bytes | np.ndarray) -> tuple[int, int, int]:
+    """The `:` and `,` of `text`, its `[` and its `{` (bytes, or codes as `unquoted` gives
+    them): counts over bytes for a short text, vectorised for a long one (three times
+    faster a MiB).
+
+    >>> tally(b'{"a": [1, 2]}'), tally(np.frombuffer(b"[[{:", np.uint8))
+    ((2, 1, 1), (1, 2, 1))
+    """
+    if isinstance(text, bytes) and len(text) < _VECTOR_BYTES:
+        return text.count(b":") + text.count(b","), text.count(b"["), text.count(b"{")
+    codes = np.frombuffer(text, np.uint8) if isinstance(text, bytes) else text
+
+    def count(byte: bytes) -> int:
+        return int(np.count_nonzero(codes == ord(byte)))
+
+    return count(b":") + count(b","), count(b"["), count(b"{")
 
 
 class RequestWidth:
@@ -77,15 +98,11 @@ class RequestWidth:
         its strings than the model's largest valid request holds (`max_request_rows` rows;
         named: the fields each `{` may have): a scan of the bytes, where decoding 80,000
         made-up fields costs a hundred valid requests. Returns its lists and objects."""
-        marks = raw.count(b":") + raw.count(b",")
-        objects = raw.count(b"{")
-        opens = raw.count(b"[") + objects
-        if marks <= self.marks and opens <= self.opens:
-            return opens
-        codes = unquoted(raw)  # what strings hold is not counted
-        marks = int(np.count_nonzero((codes == ord(":")) | (codes == ord(","))))
-        objects = int(np.count_nonzero(codes == ord("{")))
-        opens = objects + int(np.count_nonzero(codes == ord("[")))
+        marks, lists, objects = tally(raw)  # the usual request decided over all its bytes
+        if marks <= self.marks and lists + objects <= self.opens:
+            return lists + objects
+        marks, lists, objects = tally(unquoted(raw))  # what strings hold is not counted
+        opens = lists + objects
         limit = self.marks
         if self.object_marks:
             limit = max(limit, self.object_marks * objects + REQUEST_TEXT_CHARS)
