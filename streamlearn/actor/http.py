@@ -6,10 +6,10 @@
     POST /v2/models/{model}[/versions/{v}]/infer    `{v}`: a version, a label, `latest`
 
 The documents are `streamlearn.actor.oip`'s. An inference request is read in the door's
-thread and queued in the actor's inbox beside the MQTT requests, under the same bounds: a
-full inbox sheds it at once (503), and it waits at most `request_deadline_ms` (504). The
-serving loop batches both doors' requests together and hands an HTTP request's reply back
-to its waiting handler.
+thread and queued in the actor's inbox beside the MQTT requests, under the same bounds, an
+address having a client's share: a full inbox sheds it at once (503), and it waits at most
+`request_deadline_ms` (504). The serving loop batches both doors' requests together and
+hands an HTTP request's reply back to its waiting handler.
 
 A client costs the door no more than a valid request: at most `actor.http_max_connections`
 connections (one more is answered 503 and closed, unread), each body refused unread when
@@ -237,7 +237,8 @@ class HttpDoor:
                 f"most {limit}; refused unread",
                 "too_large",
             )
-        if not self.actor.inbox.admits(declared or 0):
+        peer = request.remote or ""  # its address: a client's share of the inbox
+        if not self.actor.inbox.admits(declared or 0, peer):
             return self._error(503, _SHED)
         try:
             body = await self._read(request, limit)
@@ -251,7 +252,9 @@ class HttpDoor:
         def answer(reply: dict[str, Any]) -> None:  # the serving loop's thread
             loop.call_soon_threadsafe(_settle, replied, reply)
 
-        pending = Pending(arrived, x, True, rid, None, None, version=version, answer=answer)
+        pending = Pending(
+            arrived, x, True, rid, None, None, version=version, answer=answer, peer=peer
+        )
         if not self.actor.inbox.offer(pending, len(body)):
             return self._error(503, _SHED)
         wait_s = pending.deadline - time.monotonic() + 1.0  # the loop answers expiry itself

@@ -3,11 +3,12 @@ deadlines; and their admission, which reads each into a pending request or an er
 
 paho calls `put` on its network thread, which must never block: when the inbox holds
 `max_requests` requests or `max_bytes` of payload, a new request is shed, counted and
-not answered. Past half of either bound, a client (`predict/{client}`) that holds more
-than `1 / CLIENT_SHARE` of it has its new requests shed too: one client's flood leaves
-the other half to everyone else. An overloaded actor answering every excess request would
-spend on replies the capacity it lacks, and a client that gets no reply times out and
-retries, as it does for a lost QoS 0 reply. A payload over the size limit is kept as its size only.
+not answered. Past half of either bound, a client (`predict/{client}`, or an address of
+the HTTP door) that holds more than `1 / CLIENT_SHARE` of it has its new requests shed
+too: one client's flood leaves the other half to everyone else. An overloaded actor
+answering every excess request would spend on replies the capacity it lacks, and a client
+that gets no reply times out and retries, as it does for a lost QoS 0 reply. A payload
+over the size limit is kept as its size only.
 
 Each request carries a deadline: `deadline_ms` after it arrived, or its MQTT v5 Message
 Expiry Interval when that is sooner. The serving loop answers an expired request with a
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 _SHED_LOG_EVERY_S = 10.0
 CLIENT_SHARE = 8  # past half the inbox, a client holds at most 1/8 of each bound
+HTTP_SHARE = "http/"  # an HTTP client's share is its address's: no topic level holds a "/"
 
 
 class Arrival(NamedTuple):
@@ -118,18 +120,22 @@ class Inbox:
         return True
 
     def offer(self, request: Pending, size: int) -> bool:
-        """Queue a request read already (the HTTP door's thread, `size` its body's bytes):
-        bounded and shed as MQTT requests are; False when shed. Never blocks."""
-        if self._full(size):
+        """Queue a request read already (the HTTP door's thread, `size` its body's bytes; or
+        one that waited for its version), bounded and shed as MQTT requests are, with its
+        sharer's share; False when shed. Never blocks."""
+        if self._full(size) or self._over_share(request.sharer, size):
             return self._shed(request.arrived)
         request.deadline = min(request.deadline, request.arrived + self.deadline_s)
-        self._append(request, size, None)  # (a parked one rejoins: its share was taken)
+        self._append(request, size, request.sharer)
         return True
 
-    def admits(self, size: int) -> bool:
-        """Whether a request of `size` bytes would be queued now: the HTTP door asks before
-        it reads a body, so that a full inbox sheds it unread. False counts it as shed."""
-        return not self._full(size) or self._shed(time.monotonic())
+    def admits(self, size: int, peer: str | None = None) -> bool:
+        """Whether a request of `size` bytes from HTTP address `peer` would be queued now:
+        the HTTP door asks before it reads a body, so that a full inbox sheds it unread.
+        False counts it as shed."""
+        sharer = None if peer is None else HTTP_SHARE + peer
+        full = self._full(size) or self._over_share(sharer, size)
+        return not full or self._shed(time.monotonic())
 
     def get(self, timeout_s: float = 0.0) -> Arrival | Pending | None:
         """The oldest arrival, waiting up to `timeout_s` for one; None when none came."""
@@ -223,6 +229,13 @@ class Pending:
     # The requester's level of `predict/{client}` (None: bare `predict`, the HTTP door):
     # the namespace its kept prediction's id is in (`names.owned`).
     client: str | None = None
+    peer: str | None = None  # an HTTP request's client address
+
+    @property
+    def sharer(self) -> str | None:
+        """Whose share of a bounded pool it takes: its client's, or its HTTP address's
+        (None: bare `predict`, the whole)."""
+        return self.client if self.peer is None else HTTP_SHARE + self.peer
 
 
 class Admission:

@@ -9,10 +9,10 @@ everyone else's requests meanwhile.
 
 Bounds: `MAX_WANTED` versions and labels queued, and parked requests at most the inbox's
 own bounds (`max_queued_requests`, `max_queued_bytes` of their rows); a request past one
-gets an error reply at once. A client (`predict/{client}`) has `1 / CLIENT_SHARE` of each:
-past it, its own request is refused, so one client cycling versions or labels leaves
-room for everyone else's (bare `predict` and the HTTP door, which devices cannot reach
-under the deploy ACL, have the whole). A parked request waits at most its deadline
+gets an error reply at once. A client (`predict/{client}`, or an HTTP client's address)
+has `1 / CLIENT_SHARE` of each: past it, its own request is refused, so one client
+cycling versions or labels leaves room for everyone else's (bare `predict`, which devices
+cannot reach under the deploy ACL, has the whole). A parked request waits at most its deadline
 (`request_deadline_ms`): the serving loop answers it then with the usual deadline error
 (`expired`). Rejoining a full inbox, a request is shed as a new one would be.
 """
@@ -99,7 +99,7 @@ class VersionLoader:
                     f"{self._count} requests ({self._bytes} bytes) wait for versions to "
                     "load already: retry later"
                 )
-            client = p.client  # None: bare `predict` or HTTP, no share of its own
+            client = p.sharer  # None: bare `predict`, no share of its own
             mine = [0, 0, 0] if client is None else self._by.get(client, [0, 0, 0])
             if client is not None and (
                 mine[1] >= max(1, self.max_requests // CLIENT_SHARE)
@@ -205,11 +205,11 @@ class VersionLoader:
         self._count -= len(gone)
         self._bytes -= sum(p.x.nbytes for p in gone)
         for p in gone:
-            if p.client is not None:
-                mine = self._by[p.client]
+            if p.sharer is not None:
+                mine = self._by[p.sharer]
                 mine[1] -= 1
                 mine[2] -= p.x.nbytes
-                self._drop_if_idle(p.client)
+                self._drop_if_idle(p.sharer)
 
     def _drop_if_idle(self, client: str) -> None:
         """A client with nothing queued or parked leaves the table (it holds one per client

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import tomllib
 import uuid
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from streamlearn import mqtt
-from streamlearn.actor.inbox import Inbox
+from streamlearn.actor.inbox import Inbox, Pending
 from streamlearn.actor.replies import ReplyRoutes, topic_problem
 from streamlearn.config import Settings, parse_config
 from streamlearn.contract import codec
@@ -534,3 +535,20 @@ def test_topic_problem_accepts_ordinary_topics():
     assert topic_problem("streamlearn/demo/replies/dev-1/é/ü") is None
     assert topic_problem("a" * 512) is None and topic_problem("a" * 513) is not None
     assert "wildcard" in topic_problem("a/+/b") and topic_problem("") == "empty topic"
+
+
+def test_an_http_address_past_its_share_of_a_crowded_inbox_is_shed_and_another_is_not():
+    """Issue 62: past half of the inbox, an HTTP client's address holds at most 1/8 of it,
+    as a `predict/{client}` does: 45 requests of one address into an inbox of 40, with
+    nothing served meanwhile, take half of it, and another address's are still queued
+    (before, the first took all 40 and the other's was shed)."""
+    inbox = Inbox(40, 1 << 20, deadline_ms=5000, max_payload_bytes=1 << 20)
+
+    def request(peer: str) -> Pending:
+        x = np.zeros((1, 3), np.float32)
+        return Pending(time.monotonic(), x, True, None, None, None, peer=peer)
+
+    flood = [inbox.offer(request("10.0.0.9"), 100) for _ in range(45)]
+    assert flood.count(True) == 20 and inbox.shed == 25, flood  # half: then past its share
+    assert inbox.admits(100, "10.0.0.7") and inbox.offer(request("10.0.0.7"), 100)
+    assert not inbox.admits(100, "10.0.0.9"), "the flooding address stays shed"
