@@ -215,7 +215,8 @@ def test_deep_nesting_and_oversize_payloads_get_error_replies(serve, devices):
 
 def test_a_wide_request_gets_an_error_reply_naming_why_and_the_next_is_answered(serve, devices):
     """1 MiB of 80,000 made-up fields is refused before it is decoded, as are a list of
-    500,000 numbers and a number of a million digits."""
+    500,000 numbers, a number of a million digits and an unterminated string of escaped
+    quotes inside 20 lists."""
     actor = serve()
     pid = actor.proc.pid
     me = devices()
@@ -226,6 +227,9 @@ def test_a_wide_request_gets_an_error_reply_naming_why_and_the_next_is_answered(
     assert "request too wide" in body["error"]
     _, body = me.ask(b'{"id": "n", "x": [' + b"1" * 1_000_000 + b", 0]}")
     assert "invalid JSON: number out of range" in body["error"]
+    # issue 62, finding 5: a regular expression over this took minutes (quadratic)
+    _, body = me.ask(b'{"id": "q", "x": ' + b"[" * 20 + b'"' + b'\\"' * 500_000)
+    assert "nested more than 16 levels deep" in body["error"]
     _, body = me.ask({"x": [1.0, 2.0], "id": "next"})
     assert body["id"] == "next" and body["y"] == pytest.approx(y_of(1.0, 2.0))
     still_serving(actor, pid, me)
