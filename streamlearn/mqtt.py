@@ -72,7 +72,8 @@ class BufferedClient(mqtt.Client):
     backlog took ~45,000 messages/s against paho's ~26,000 (on 2 cores).
 
     It overrides paho's private `_sock_recv` and uses `_packet_queue`, as of paho 2.1-2.2
-    (pinned in pyproject.toml); `tests/integration/test_mqtt.py` checks both against a real broker.
+    (bounded in pyproject.toml); `tests/integration/test_mqtt.py` checks both against a real
+    broker.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

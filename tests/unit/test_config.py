@@ -18,7 +18,7 @@ from streamlearn.config import (
 )
 from streamlearn.errors import ConfigError
 
-# Copied verbatim from /work/shared/design.md ("must work as written").
+# The first design's example config, as it was written: it must still load (contract §9).
 DESIGN_TOML = """\
 [models.demo]
 inputs = 9            # length of x
