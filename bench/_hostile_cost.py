@@ -4,7 +4,9 @@
     .venv/bin/python -m bench.hostile --quick    # the CI smoke: best of 5, half of the goal
 
 Then the HTTP rows (`bench._hostile_http`): what a hostile HTTP client costs legitimate MQTT
-traffic and the actor's memory, on a real actor (`--http-seconds 0` skips them).
+traffic and the actor's memory, on a real actor; and the shares' rows
+(`bench._hostile_shares`): what one device's flood of a shared pool costs another device,
+on real ingest and actor processes (`--http-seconds 0` skips both).
 
 For a model with named inputs and a positional one (4 inputs each), the actor's own path:
 `Admission.admit` (size, width and nesting checks, the decode, the validation, the error
@@ -149,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         http_rows, http_checks, http_figures = _http_rows(args.http_seconds)
         report("hostile_http", http_rows, http_checks, quick=args.quick, figures=http_figures)
         checks |= http_checks
+        from bench import _hostile_shares
+
+        share_rows, share_checks, _ = _hostile_shares.measure()
+        report("hostile_shares", share_rows, share_checks, quick=args.quick)
+        checks |= share_checks
     return exit_status(checks)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -35,6 +36,10 @@ TOML = """
 [models.p]
 inputs = 2
 task = "binary"
+
+[models.p.actor]
+http_port = {http_port}
+http_max_connections = 1  # a second connection held at once is answered 503
 """
 ROLES = ("ingest", "learner", "actor")
 # PromQL words that are not metric names: keywords and set operators.
@@ -145,12 +150,21 @@ def test_compose_mounts_the_rules_where_the_config_names_them():
 
 
 def start_workers(start_role: Callable[..., RoleProcess]) -> tuple[dict[str, int], RoleProcess]:
-    """ingest, learner and actor of model p, each with its metrics port; and the learner."""
+    """ingest, learner and actor of model p, each with its metrics port, the actor's HTTP
+    door having answered one 503 (the series of the door's refusals starts with it); and
+    the learner."""
     ports = {role: free_port() for role in ROLES}
+    door = free_port()
+    toml = TOML.format(http_port=door)
     procs = {
-        role: start_role(role, TOML, env={"STREAMLEARN_METRICS_PORT": str(port)})
+        role: start_role(role, toml, env={"STREAMLEARN_METRICS_PORT": str(port)})
         for role, port in ports.items()
     }
+    with socket.create_connection(("127.0.0.1", door), timeout=10) as held:
+        held.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert held.recv(1 << 16).startswith(b"HTTP/1.1 200")  # taken in: it holds the cap
+        with socket.create_connection(("127.0.0.1", door), timeout=10) as refused:
+            assert refused.recv(1 << 16).startswith(b"HTTP/1.1 503")
     return ports, procs["learner"]
 
 
