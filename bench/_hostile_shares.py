@@ -49,7 +49,7 @@ max_pending = 1000
 max_dedup_ids = 1000
 
 [models.w]
-inputs = 1
+inputs = ["t"]
 task = "regression"
 architecture = "lstm"
 window = 2
