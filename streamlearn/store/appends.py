@@ -79,6 +79,10 @@ def per_call(accepted: Sequence[Samples], entry_each: bool = False) -> list[int]
 _quote = json.encoder.encode_basestring_ascii
 
 
+def _who(sender: tuple[str | None, int]) -> str | None:
+    return sender[0]
+
+
 @dataclass(frozen=True)
 class Appended:
     """What one write did: samples added, samples dropped as already seen, and the backlog
@@ -172,15 +176,16 @@ class Appender:
             mine = ["null" if i is None else _quote(i) for i in samples.ids]
             fields.append(f"[{','.join(mine)}]")
             layout.append(f"{len(samples)}:{len(fields[-1])}")
-            if window_s:
+            if window_s:  # a message's ids are all in its sender's namespace
                 frags += mine
-                senders += [None if i is None else id_sender(i) for i in samples.ids]
-        runs = itertools.groupby(senders)
+                first = next((i for i in samples.ids if i is not None), None)
+                senders.append((None if first is None else id_sender(first), len(mine)))
+        runs = [(who, sum(n for _, n in run)) for who, run in itertools.groupby(senders, _who)]
         return [
             ",".join(layout),
             np.concatenate([s.x for s in run]).astype(np.float32, copy=False).tobytes(),
             np.concatenate([s.y for s in run]).astype(np.float32, copy=False).tobytes(),
             "".join(fields),
             "\n".join(frags),
-            "".join(f"{len(list(n))} {'-' if s is None else _quote(s)}\n" for s, n in runs),
+            "".join(f"{n} {'-' if who is None else _quote(who)}\n" for who, n in runs),
         ]
