@@ -187,5 +187,7 @@ class Appender:
             np.concatenate([s.y for s in run]).astype(np.float32, copy=False).tobytes(),
             "".join(fields),
             "\n".join(frags),
-            "".join(f"{n} {'-' if who is None else _quote(who)}\n" for who, n in runs),
+            "".join(f"{n} {'-' if who is None else _quote(who)}\n" for who, n in runs)
+            if any(who is not None for who, _ in runs)
+            else "",
         ]

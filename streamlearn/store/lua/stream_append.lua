@@ -11,7 +11,8 @@
 -- or "n:L" per message, L: length of its ids field), then back to back for all messages:
 -- x rows (float32), y (float32), ids fields (JSON lists); one JSON-encoded id (or null)
 -- per line for each sample that has an ids field; their senders, run-length ("count
--- sender" per line, the sender JSON-encoded or `-` for none); a sender's share of a
+-- sender" per line, the sender JSON-encoded or `-` for none; empty: none has one, every
+-- id is in the whole pool); a sender's share of a
 -- generation (ids). A sender past its share has its further ids of the generation
 -- appended and not remembered, so its flood turns no generation over: others' ids stay.
 -- Returns {samples added, samples dropped as seen, ids not remembered}.
@@ -27,13 +28,20 @@ if err then return err end
 local frags, named, known, fresh = {}, {}, {}, {}
 local senders, owner, remember, room, took = {}, {}, {}, {}, {}
 local dedup, unremembered = false, 0
+-- no senders given: every id is in the whole pool (bare `samples`), as most runs are
+local shared = ARGV[10] == ''
 if window > 0 then
-  for n, who in string.gmatch(ARGV[10], '(%d+) ([^\n]+)') do
-    for _ = 1, tonumber(n) do senders[#senders + 1] = who end
+  if not shared then
+    for n, who in string.gmatch(ARGV[10], '(%d+) ([^\n]+)') do
+      for _ = 1, tonumber(n) do senders[#senders + 1] = who end
+    end
   end
   for f in string.gmatch(ARGV[9], '[^\n]+') do
     frags[#frags + 1] = f
-    if f ~= 'null' then named[#named + 1], owner[f] = f, senders[#frags] end
+    if f ~= 'null' then
+      named[#named + 1] = f
+      if not shared then owner[f] = senders[#frags] end
+    end
   end
 end
 local gen, started, size, turn = 0, now, 0, 0
@@ -64,7 +72,7 @@ if #named > 0 then
       repeated[f] = true
       fresh[#fresh + 1] = f
       local o = owner[f]
-      if o ~= '-' and not room[o] then room[o], who[#who + 1] = share, o end
+      if o and o ~= '-' and not room[o] then room[o], who[#who + 1] = share, o end
     end
   end
   -- each sender's room left in the current generation (all of its share in a new one)
@@ -77,7 +85,8 @@ if #named > 0 then
       for j, o in ipairs(part) do room[o] = share - (tonumber(had[j]) or 0) end
     end
   end
-  for _, f in ipairs(fresh) do
+  if shared then remember = fresh end
+  for _, f in ipairs(shared and {} or fresh) do
     local o = owner[f]
     if o == '-' then remember[#remember + 1] = f
     elseif room[o] > 0 then
@@ -96,9 +105,12 @@ if #named > 0 then
   for i = 1, #remember, 1000 do
     size = size + redis.call('SADD', cur, unpack(remember, i, math.min(i + 999, #remember)))
   end
-  for o, n in pairs(took) do redis.call('HINCRBY', KEYS[6], o, n) end
+  local counted = false
+  for o, n in pairs(took) do counted = redis.call('HINCRBY', KEYS[6], o, n) end
   redis.call('SET', KEYS[5], gen .. ' ' .. started .. ' ' .. size, 'EX', 3 * window)
-  for k = 3, 6 do redis.call('EXPIRE', KEYS[k], 3 * window) end
+  redis.call('EXPIRE', KEYS[3], 3 * window)
+  redis.call('EXPIRE', KEYS[4], 3 * window)
+  if counted then redis.call('EXPIRE', KEYS[6], 3 * window) end
 end
 local at, ia, fo, added, dups = 0, 1, 0, 0, 0
 local xs, ys, idparts, anyids = {}, {}, {}, false
