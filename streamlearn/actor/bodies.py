@@ -18,7 +18,7 @@ import math
 
 from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
-from streamlearn.contract.width import tally, unquoted
+from streamlearn.contract.width import separators
 from streamlearn.errors import PayloadError
 
 NUMBER_BYTES = 48  # a number in the protocol's JSON, with separators and nesting, at most
@@ -78,10 +78,7 @@ class BodyBounds:
         a scan of the bytes, where decoding a padded megabyte holds the GIL for a tenth of a
         second. A count over the whole decides the usual request; past it, one outside the
         strings (`unquoted`), so what a category may hold is no allowance for padding."""
-        marks, lists, objects = tally(head)
-        if marks <= self.marks and lists + objects <= self.opens:
-            return
-        marks, lists, objects = tally(unquoted(head))
+        marks, lists, objects = separators(head, self.marks, self.opens)
         if marks > self.marks:
             raise PayloadError(
                 f"request too wide: {marks} fields and values (counted by ':' and ','), a "

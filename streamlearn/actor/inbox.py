@@ -39,7 +39,7 @@ from streamlearn.errors import PayloadError
 log = logging.getLogger(__name__)
 
 _SHED_LOG_EVERY_S = 10.0
-CLIENT_SHARE = 8  # past half the inbox, a client holds at most 1/8 of each bound
+CLIENT_SHARE = 8  # a client's share of a bound: 1/8 (the inbox past half, the loader)
 HTTP_SHARE = "http/"  # an HTTP client's share is its address's: no topic level holds a "/"
 
 

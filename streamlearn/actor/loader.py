@@ -26,14 +26,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from streamlearn.actor.inbox import Pending
+from streamlearn.actor.inbox import CLIENT_SHARE, Pending
 from streamlearn.actor.versions import KeptVersions, Ref
 from streamlearn.errors import WeightsError
 
 log = logging.getLogger(__name__)
 
 MAX_WANTED = 64  # versions and labels waiting for the loader thread
-CLIENT_SHARE = 8  # a client queues at most 1/8 of them, and parks 1/8 of the requests
 
 
 class VersionLoader:

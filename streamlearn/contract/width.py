@@ -77,6 +77,16 @@ def tally(text: bytes | np.ndarray) -> tuple[int, int, int]:
     return count(b":") + count(b","), count(b"["), count(b"{")
 
 
+def separators(text: bytes, marks: int, opens: int) -> tuple[int, int, int]:
+    """`tally` of `text` when it holds at most `marks` `:`/`,` and `opens` `[`/`{` in all
+    (the usual request, decided by counts over its bytes); else `tally` outside its strings,
+    what strings hold not counted."""
+    counted = tally(text)
+    if counted[0] <= marks and counted[1] + counted[2] <= opens:
+        return counted
+    return tally(unquoted(text))
+
+
 class RequestWidth:
     """The separators one model's largest valid request holds (`named`: its named fields)."""
 
@@ -98,10 +108,7 @@ class RequestWidth:
         its strings than the model's largest valid request holds (`max_request_rows` rows;
         named: the fields each `{` may have): a scan of the bytes, where decoding 80,000
         made-up fields costs a hundred valid requests. Returns its lists and objects."""
-        marks, lists, objects = tally(raw)  # the usual request decided over all its bytes
-        if marks <= self.marks and lists + objects <= self.opens:
-            return lists + objects
-        marks, lists, objects = tally(unquoted(raw))  # what strings hold is not counted
+        marks, lists, objects = separators(raw, self.marks, self.opens)
         opens = lists + objects
         limit = self.marks
         if self.object_marks:

@@ -37,6 +37,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import overload
 
 import numpy as np
@@ -77,10 +78,6 @@ def per_call(accepted: Sequence[Samples], entry_each: bool = False) -> list[int]
 
 
 _quote = json.encoder.encode_basestring_ascii
-
-
-def _who(sender: tuple[str | None, int]) -> str | None:
-    return sender[0]
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,8 @@ class Appender:
                 frags += mine
                 first = next((i for i in samples.ids if i is not None), None)
                 senders.append((None if first is None else id_sender(first), len(mine)))
-        runs = [(who, sum(n for _, n in run)) for who, run in itertools.groupby(senders, _who)]
+        by_sender = itertools.groupby(senders, itemgetter(0))
+        runs = [(who, sum(n for _, n in run)) for who, run in by_sender]
         return [
             ",".join(layout),
             np.concatenate([s.x for s in run]).astype(np.float32, copy=False).tobytes(),
