@@ -2,7 +2,8 @@
 
 - River's online models, one sample at a time: the reference; and, to tell the service's
   learning from its protocol, the same models a message at a time (`run_river`).
-- streamlearn in this process (`InProcess`): the service's model, a message at a time.
+- streamlearn in this process (`in_process`): the service's model as the library's
+  `OnlineModel`, a message at a time.
 
 Every run yields an `Outcome`: per sample, 1/0 for a right/wrong class or the absolute
 error, and the seconds it took. Here those are CPU seconds of this process
@@ -17,12 +18,15 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from bench._quality_streams import Stream
-from streamlearn.online.evaluate import decide, score
+from streamlearn.online.evaluate import score
+
+if TYPE_CHECKING:
+    from streamlearn.online.model import OnlineModel
 
 # label, what it is
 REFERENCES = {
@@ -116,49 +120,35 @@ def run_river(kind: str, stream: Stream, message_size: int = 1) -> Outcome:
 
 
 class MessageLearner(Protocol):
-    """What learns from a message: the seam where another training component goes."""
+    """What learns from a message: the seam where another training component goes
+    (`streamlearn.online.OnlineModel`'s methods)."""
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        """The model's outputs for `x`, with the weights as they are now."""
+    def predict_many(self, x: np.ndarray) -> np.ndarray:
+        """Per sample, the class or the value, with the weights as they are now."""
 
-    def learn(self, x: np.ndarray, y: np.ndarray) -> None:
+    def learn_many(self, x: np.ndarray, y: np.ndarray) -> None:
         """Train on one message's samples."""
 
     def figures(self) -> dict[str, object]:
         """Counters worth reporting (steps, replay, drift), for the JSON."""
 
 
-class InProcess:
-    """The learner's own trainer (`streamlearn.online.trainer.Trainer`, built from the
-    model's config as the learner builds it), a message at a time: `Trainer.learn` pads
-    the message to the learner's bucket, steps on it (scored before it learns; the
-    model's input statistics updated after), then replays from its buffer as far as the
-    replay budget allows, as the learner does in its spare time between fresh batches.
-    Predictions go through the actor's compiled forward pass (`Trainer.predict`).
-    """
+FIGURES = ("step", "replay_steps", "replay_per_sample", "drifts_detected")
+FIGURES += ("last_drift_at_sample", "rollbacks")  # of `figures()`, in the JSON
 
-    def __init__(self, cfg: object) -> None:
-        from streamlearn.learner.step import build_trainer
 
-        self.trainer = build_trainer(cfg, deadletter=lambda _reason, _payload: None)
-        self.trainer.warm_up()  # the forward pass traced too, not timed
+def in_process(cfg: Any) -> OnlineModel:
+    """The service's model for `cfg` (a `ModelConfig`) as the library's `OnlineModel`,
+    built and warmed up as the learner builds it: `learn_many` pads the message to the
+    learner's bucket, steps on it (scored before it learns; the model's input statistics
+    updated after), then replays from its buffer as far as the replay budget allows, as
+    the learner does in its spare time between fresh batches. Predictions go through the
+    compiled forward pass. Warmed up here: the traces are not timed."""
+    from streamlearn.online.model import OnlineModel  # Keras: loaded when first needed
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return self.trainer.predict(x)
-
-    def learn(self, x: np.ndarray, y: np.ndarray) -> None:
-        self.trainer.learn(x, y)
-
-    def figures(self) -> dict[str, object]:
-        keep = (
-            "step",
-            "replay_steps",
-            "replay_per_sample",
-            "drifts_detected",
-            "last_drift_at_sample",
-            "rollbacks",
-        )
-        return {k: v for k, v in self.trainer.figures().items() if k in keep}
+    model = OnlineModel(cfg.spec, cfg.learning_spec())
+    model.warm_up()
+    return model
 
 
 def model_table(stream: Stream, overrides: dict | None = None) -> dict:
@@ -203,7 +193,8 @@ def run_in_process(stream: Stream, message_size: int, learner: MessageLearner) -
     start = time.process_time()
     for lo in range(0, stream.n, message_size):
         x, y = stream.x[lo : lo + message_size], stream.y[lo : lo + message_size]
-        predicted[lo : lo + len(y)] = decide(stream.task, learner.predict(x))
-        learner.learn(x, y)
+        predicted[lo : lo + len(y)] = learner.predict_many(x)
+        learner.learn_many(x, y)
     seconds = time.process_time() - start
-    return Outcome(scores(stream, predicted), seconds, learner.figures())
+    figures = {k: v for k, v in learner.figures().items() if k in FIGURES}
+    return Outcome(scores(stream, predicted), seconds, figures)

@@ -16,9 +16,8 @@ import redis
 from bench._stack import Stack
 from streamlearn.actor.loop import Actor
 from streamlearn.config import ModelConfig
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.store.weights import WeightsStore
 
 

@@ -88,7 +88,7 @@ def evaluate(
     inproc = []
     for run in range(args.runs):
         learners.seed(run)
-        learner = learners.InProcess(learners.model_config(head, args.overrides))
+        learner = learners.in_process(learners.model_config(head, args.overrides))
         inproc.append(_split(learners.run_in_process(head, 1, learner), cols))
     # served: the versions that answered; stale: answered by no newer version than the
     # sample before (it had not learned that sample yet)

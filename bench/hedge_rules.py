@@ -39,7 +39,7 @@ def record(stream: streams.Stream, seed: int, message_size: int) -> dict:
     import keras
 
     keras.utils.set_random_seed(seed)
-    learner = learners.InProcess(learners.model_config(stream))
+    learner = learners.in_process(learners.model_config(stream))
     trainer, resets = learner.trainer, []
     changed = trainer.hedge.changed
     trainer.hedge.changed = lambda: (resets.append(len(heads)), changed())[1]
@@ -47,8 +47,8 @@ def record(stream: streams.Stream, seed: int, message_size: int) -> dict:
     for lo in range(0, stream.n, message_size):
         x, y = stream.x[lo : lo + message_size], stream.y[lo : lo + message_size]
         heads.append(np.asarray(trainer.model(x, training=True))[:, 1:])  # (rows, heads, out)
-        served.append(learner.predict(x))
-        learner.learn(x, y)
+        served.append(trainer.predict(x))
+        learner.learn_many(x, y)
     return {
         "heads": heads,
         "served": np.concatenate(served),

@@ -46,7 +46,7 @@ def _config(distribute: str, max_batch: int, hidden: int) -> str:
         DEMO_TOML.replace("hidden = [64, 64]", f"hidden = [{hidden}, {hidden}]")
         + "\n[models.demo.ingest]\npartitions = 2\n"
         + f'\n[models.demo.learner]\ndistribute = "{distribute}"\nmax_batch = {max_batch}\n'
-        + "replay_ratio = 0\n"
+        + "\n[models.demo.learning]\nreplay_ratio = 0\n"
     )
 
 

@@ -115,7 +115,7 @@ def evaluate(
             for kind in learners.REFERENCES
         }
         learners.seed(args.seed)
-        learner = learners.InProcess(learners.model_config(stream, args.overrides))
+        learner = learners.in_process(learners.model_config(stream, args.overrides))
         outcomes["inproc"] = learners.run_in_process(stream, args.message_size, learner)
         if service is not None:
             service.wait_ready()  # then it runs alone

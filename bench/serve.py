@@ -118,9 +118,8 @@ def _request_payloads(cfg: ModelConfig, n: int = 256) -> list[bytes]:
 
 
 def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int) -> None:
-    from streamlearn.contract import codec
     from streamlearn.nn import networks
-    from streamlearn.online import tensors
+    from streamlearn.online import codec, tensors
     from streamlearn.store.weights import WeightsStore
 
     arrays = tensors.get_arrays(networks.build_model(cfg))

@@ -137,9 +137,9 @@ def configuration() -> str:
 
 _CONFIG_INTRO = """Every field of `streamlearn.toml`, from the models that validate it
 (`streamlearn/config/`). `<name>` is a model's table name, `<variant>` a variant's; `[]`
-marks an array of tables (`[[models.<name>.sources]]`). Top-level `[ingest]`, `[learner]`
-and `[actor]` tables hold defaults for every model's, overridden field by field. An invalid
-value fails the start with a message naming the field and echoing the value."""
+marks an array of tables (`[[models.<name>.sources]]`). Top-level `[ingest]`, `[learner]`,
+`[learning]` and `[actor]` tables hold defaults for every model's, overridden field by
+field. An invalid value fails the start with a message naming the field and echoing the value."""
 
 _SETTINGS_INTRO = """Connections and naming come from the environment, not the TOML
 (`streamlearn.config.settings.Settings`); see also the [environment](environment.md)."""
@@ -261,12 +261,36 @@ publish samples and labels, ask for predictions over MQTT v5. These are the name
 `streamlearn up` recorded."""
 
 
+# -- the library --------------------------------------------------------------------------
+
+LIBRARY = ("OnlineModel", "ModelSpec", "LearningSpec", "NumpyModel")
+
+
+def library() -> str:
+    from streamlearn import online
+
+    out = [GENERATED, "# Library reference (`streamlearn.online`)", "", _LIBRARY_INTRO]
+    for name in LIBRARY:
+        obj = getattr(online, name)
+        out += ["", f"::: {obj.__module__}.{obj.__qualname__}"]
+    out += ["", "::: streamlearn.online.checks"]
+    return "\n".join(out) + "\n"
+
+
+_LIBRARY_INTRO = """The model the service learns, as a Python object: `OnlineModel(spec)` learns
+and predicts a sample (or many) at a time, test-then-train, with no Redis, MQTT or
+pydantic (the guide: [Learn in Python](../guides/library.md)). Its spec's defaults are the
+configuration's (`[models.NAME]`, `[models.NAME.learning]`), and its weights are the blob
+the service publishes."""
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "reference/configuration.md": configuration,
     "reference/environment.md": environment,
     "reference/commands.md": commands,
     "reference/metrics.md": metrics,
     "reference/client.md": client,
+    "reference/library.md": library,
 }
 
 

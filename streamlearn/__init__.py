@@ -5,24 +5,21 @@ only); the service's modules (ingest, learner, actor) need `streamlearn[service]
 
     from streamlearn import Client, Prediction, PredictionError
 
-The names are loaded on first use, so that `import streamlearn.contract.codec` and the like load
-no MQTT client, and the client loads neither TensorFlow nor Keras nor Redis.
+The names are loaded on first use, so that `import streamlearn.contract.names` and the like
+load no MQTT client, and the client loads neither TensorFlow nor Keras nor Redis.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from streamlearn._lazy import exports
+
 if TYPE_CHECKING:
     from streamlearn.client.aio import AsyncClient
     from streamlearn.client.client import Client, Prediction, PredictionError
 
-__all__ = ["AsyncClient", "Client", "Prediction", "PredictionError"]
-
-
-def __getattr__(name: str) -> object:
-    if name in __all__:
-        import streamlearn.client
-
-        return getattr(streamlearn.client, name)
-    raise AttributeError(f"module 'streamlearn' has no attribute {name!r}")
+__all__, __getattr__ = exports(
+    __name__,
+    {n: "client" for n in ("AsyncClient", "Client", "Prediction", "PredictionError")},
+)

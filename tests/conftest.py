@@ -23,7 +23,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 import streamlearn
 from streamlearn import mqtt
-from streamlearn.config import LearnerConfig, Settings
+from streamlearn.config import LearningConfig, Settings
 from streamlearn.contract.names import Names
 from streamlearn.stack import embedded
 
@@ -271,6 +271,6 @@ def settled(settings: Settings, redis: redis_lib.Redis, names: Names, samples: i
     status = retained(settings, names.status_topic)
     if status is None or status["samples_seen"] < samples:
         return False
-    budget = status["replayed_samples"] >= samples * LearnerConfig().replay_ratio - 256
+    budget = status["replayed_samples"] >= samples * LearningConfig().replay_ratio - 256
     latest = int(redis.get(names.latest_key) or 0)
     return budget and status["unpublished_steps"] == 0 and status["version"] == latest

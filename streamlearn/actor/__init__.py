@@ -15,9 +15,8 @@ if TYPE_CHECKING:
     from streamlearn.actor.reloader import WeightsReloader
     from streamlearn.actor.replies import Replier
 
-__all__ = ["Actor", "Inbox", "Replier", "WeightsReloader"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Actor": "loop",

@@ -35,8 +35,8 @@ import redis
 
 from streamlearn.actor.runtimes import Servable
 from streamlearn.config.app import BASE_VARIANT
-from streamlearn.contract import codec
 from streamlearn.errors import ConfigError, WeightsError
+from streamlearn.online import codec
 from streamlearn.store.weights import WeightsStore
 
 log = logging.getLogger(__name__)

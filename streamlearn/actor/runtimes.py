@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from streamlearn.config.app import ModelConfig
-from streamlearn.online.numpy_model import Layout, NumpyModel
+from streamlearn.online.numpy_model import NumpyModel
 
 
 class Servable(Protocol):
@@ -33,22 +33,6 @@ class Servable(Protocol):
 
 
 Build = Callable[[ModelConfig], Servable]
-
-
-def layout_of(cfg: ModelConfig) -> Layout:
-    """The network a built-in model's config describes (`streamlearn.nn.networks`)."""
-    return Layout(
-        task=cfg.task,
-        sample_shape=tuple(cfg.sample_shape),
-        architecture=cfg.architecture,
-        hidden=tuple(cfg.hidden),
-        heads=cfg.heads,
-        steps=cfg.steps,
-        standardize=cfg.standardize,
-        categories=None if cfg.fields is None else tuple(cfg.categories),
-        memory_slots=cfg.memory_slots,
-        outputs=cfg.outputs,
-    )
 
 
 def choose(cfg: ModelConfig) -> tuple[str, str]:
@@ -67,7 +51,7 @@ def choose(cfg: ModelConfig) -> tuple[str, str]:
 def builder(runtime: str, buckets: tuple[int, ...]) -> Build:
     """A function that makes a ready model of a config (a variant's) for `runtime`."""
     if runtime == "numpy":
-        return lambda cfg: NumpyModel(layout_of(cfg))
+        return lambda cfg: NumpyModel(cfg.spec)
 
     def tensorflow(cfg: ModelConfig) -> Servable:
         from streamlearn.nn import networks  # TensorFlow: only an actor that asks loads it

@@ -11,9 +11,8 @@ from streamlearn._lazy import exports
 if TYPE_CHECKING:
     from streamlearn.cli.main import main
 
-__all__ = ["main"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "main": "main",

@@ -27,7 +27,7 @@ from streamlearn.config.app import ModelConfig, parse_config
 from streamlearn.config.defaults import DEFAULT_CONFIG
 from streamlearn.errors import ConfigError, StreamlearnError
 
-_NESTED = ("ingest", "learner", "actor", "promotion", "labels")
+_NESTED = ("ingest", "learner", "learning", "actor", "promotion", "labels")
 _NAMED_ONLY = ("target", "strict_fields", "max_missing", "categorical")
 _LATER = (*_NESTED, "variants")  # not plain keys of the model's table
 # Kinds an annotation does not say plainly.

@@ -13,9 +13,8 @@ if TYPE_CHECKING:
     from streamlearn.client.client import Client
     from streamlearn.client.pending import ConnectionClosedError, Prediction, PredictionError
 
-__all__ = ["AsyncClient", "Client", "ConnectionClosedError", "Prediction", "PredictionError"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Client": "client",

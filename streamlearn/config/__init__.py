@@ -24,34 +24,18 @@ if TYPE_CHECKING:
     from streamlearn.config.defaults import DEFAULT_CONFIG, DEMO_TOML
     from streamlearn.config.ingest import IngestConfig
     from streamlearn.config.inputs import LabelsConfig, SourceConfig
-    from streamlearn.config.policies import ActorConfig, Frozen, LearnerConfig, PromotionConfig
+    from streamlearn.config.policies import (
+        ActorConfig,
+        Frozen,
+        LearnerConfig,
+        LearningConfig,
+        PromotionConfig,
+    )
     from streamlearn.config.settings import Settings, load_settings
     from streamlearn.config.variants import STREAM_FIELDS, VARIANT_FIELDS, VariantConfig
 
-__all__ = [
-    "BASE_VARIANT",
-    "DEFAULT_CONFIG",
-    "DEMO_TOML",
-    "SEQUENCE_ARCHITECTURES",
-    "STREAM_FIELDS",
-    "VARIANT_FIELDS",
-    "ActorConfig",
-    "AppConfig",
-    "Frozen",
-    "IngestConfig",
-    "LabelsConfig",
-    "LearnerConfig",
-    "ModelConfig",
-    "PromotionConfig",
-    "Settings",
-    "SourceConfig",
-    "VariantConfig",
-    "load_config",
-    "load_settings",
-    "parse_config",
-]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "BASE_VARIANT": "app",
@@ -73,6 +57,7 @@ __getattr__ = exports(
         "Frozen": "policies",
         "IngestConfig": "ingest",
         "LearnerConfig": "policies",
+        "LearningConfig": "policies",
         "PromotionConfig": "policies",
     },
 )

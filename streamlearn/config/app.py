@@ -32,14 +32,23 @@ from streamlearn.config.policies import (
     ActorConfig,
     Frozen,
     LearnerConfig,
+    LearningConfig,
     PromotionConfig,
     describe_error,
+    moved_to_learning,
 )
 from streamlearn.config.variants import (
     VariantConfig,
     check_variant_tables,
 )
 from streamlearn.errors import ConfigError
+from streamlearn.online.spec import (
+    MAX_MEMORY,
+    MEMORY,
+    SEQUENCE_ARCHITECTURES,
+    LearningSpec,
+    ModelSpec,
+)
 
 _NAME_PATTERN = r"^[A-Za-z0-9_\-]{1,64}$"
 
@@ -53,10 +62,7 @@ BASE_VARIANT = "base"  # the model's own config, as a variant
 Task = Literal["regression", "binary", "multiclass"]
 Architecture = Literal["linear", "mlp", "lstm", "conv1d"]
 # Architectures whose x is a window of `window` steps of `inputs` features.
-SEQUENCE_ARCHITECTURES = ("lstm", "conv1d")
 # The memory head's slots (`online.memory`): (inputs + outputs + 1) floats each in a version.
-MEMORY = 500
-MAX_MEMORY = 10_000
 
 
 class ModelConfig(Frozen):
@@ -141,6 +147,9 @@ class ModelConfig(Frozen):
     )
     ingest: IngestConfig = Field(IngestConfig(), description="the ingest role's policy")
     learner: LearnerConfig = Field(LearnerConfig(), description="the learner role's policy")
+    learning: LearningConfig = Field(
+        LearningConfig(), description="how the model learns around each step (the library's)"
+    )
     actor: ActorConfig = Field(ActorConfig(), description="the actor role's policy")
     variants: dict[str, VariantConfig] = Field(
         {}, description="other variants learning from the same stream (`base` is the model)"
@@ -149,6 +158,16 @@ class ModelConfig(Frozen):
         PromotionConfig(), description="when a variant replaces the champion"
     )
     _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
+
+    @model_validator(mode="before")
+    @classmethod
+    def _learning_keys_of_learner(cls, data: Any) -> Any:
+        """`learner.replay_ratio` and the other keys that moved to `learning`: read there
+        until 0.3, with a warning naming the new key; set in both, an error."""
+        if isinstance(data, dict) and isinstance(data.get("learner"), dict):
+            where = f"models.{data.get('name', 'NAME')}."
+            data = {**data, **moved_to_learning(data["learner"], data.get("learning"), where)}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -256,8 +275,9 @@ class ModelConfig(Frozen):
         if "factory" in overrides or "architecture" in overrides:
             overrides.setdefault("factory", None)  # the variant says what it is built from
         model = self.model_dump()
-        if "learner" in overrides:
-            overrides["learner"] = {**model["learner"], **overrides["learner"]}
+        for section in ("learner", "learning"):  # field by field over the model's
+            if section in overrides:
+                overrides[section] = {**model[section], **overrides[section]}
         return ModelConfig.model_validate({**model, **overrides, "variants": {}})
 
     @property
@@ -283,6 +303,42 @@ class ModelConfig(Frozen):
     def outputs(self) -> int:
         return self.classes if self.task == "multiclass" else 1  # type: ignore[return-value]
 
+    @property
+    def spec(self) -> ModelSpec:
+        """The network this table describes, as the library takes it (a factory's model:
+        its task and inputs alone count)."""
+        return ModelSpec(
+            task=self.task,
+            inputs=self.inputs if self.fields is None else self.fields,
+            classes=self.classes,
+            categorical=dict(self.categorical),
+            window=self.window,
+            architecture=self.architecture,
+            hidden=self.hidden,
+            heads=self.heads,
+            memory=self.memory_slots,
+            steps=self.steps,
+            standardize=self.standardize,
+            optimizer=self.optimizer,
+            learning_rate=self.learning_rate,
+            clip_norm=self.learning.clip_norm,
+            name=self.name,
+        )
+
+    def learning_spec(self, replicas: int = 1) -> LearningSpec:
+        """How this model learns around each step, as the library takes it; `replicas`: the
+        devices a step is split over (each bucket a multiple of them)."""
+        learning = self.learning
+        return LearningSpec(
+            buckets=self.learner.bucket_sizes(replicas),
+            replay_buffer=learning.replay_buffer,
+            replay_ratio=learning.replay_ratio,
+            replay_batch=learning.replay_batch,
+            standardize_horizon=learning.standardize_horizon,
+            drift_detection=learning.drift_detection,
+            recent_window=self.promotion.window_samples,
+        )
+
 
 class AppConfig(Frozen):
     """A whole `streamlearn.toml`."""
@@ -307,14 +363,15 @@ class AppConfig(Frozen):
             ) from None
 
 
-_SECTIONS = ("ingest", "learner", "actor")
+_SECTIONS = ("ingest", "learner", "learning", "actor")
 
 
 def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
     """Validate a parsed TOML document.
 
-    Top-level `[ingest]`, `[learner]` and `[actor]` tables are defaults that each
-    `[models.NAME.*]` table overrides field by field.
+    Top-level `[ingest]`, `[learner]`, `[learning]` and `[actor]` tables are defaults
+    that each `[models.NAME.*]` table overrides field by field (a key of `[learner]` that
+    moved to `[learning]` first moves there: `moved_to_learning`).
     """
     unknown = set(data) - {"models", *_SECTIONS}
     if unknown:
@@ -325,6 +382,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
     models = data.get("models")
     if not isinstance(models, dict) or not models:
         raise ConfigError(f"{source}: models: at least one [models.NAME] table is required")
+    data = {**data, **moved_to_learning(data.get("learner", {}), data.get("learning"), "")}
     merged: dict[str, Any] = {}
     for name, table in models.items():
         if not isinstance(table, dict):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from typing import Annotated, Literal
+import warnings
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -21,7 +22,9 @@ from pydantic import (
     model_validator,
 )
 
+from streamlearn.errors import ConfigError
 from streamlearn.online import buckets
+from streamlearn.online.spec import LearningSpec
 
 PREFETCH_MIN_CORES = 4  # the learner's reading thread is on by default from this many cores
 
@@ -105,9 +108,6 @@ class LearnerConfig(Frozen):
         description="or sooner, after this many samples: entries are acknowledged at each "
         "checkpoint, so keep it below ingest.max_backlog_samples",
     )
-    clip_norm: float | None = Field(
-        None, gt=0, description="clip gradients to this global norm (built-in architectures)"
-    )
     tensorboard_dir: str | None = Field(
         None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
     )
@@ -136,29 +136,6 @@ class LearnerConfig(Frozen):
         ge=1,
         description="nor does a variant's group with more unread entries than this",
     )
-    replay_ratio: float = Field(
-        16.0,
-        ge=0,
-        description="samples replayed from the replay buffer per fresh sample, at most, in "
-        "the learner's spare time (no fresh batch waiting); 0: no replay",
-    )
-    replay_batch: int = Field(
-        16, ge=1, description="samples per replayed step (rounded up to a bucket size)"
-    )
-    replay_buffer: int = Field(
-        2_000, ge=1, description="the most recent fresh samples kept to replay from"
-    )
-    standardize_horizon: int = Field(
-        10_000,
-        ge=1,
-        description="input statistics are exact over the first N samples, then forget "
-        "exponentially with this horizon (models with standardize)",
-    )
-    drift_detection: bool = Field(
-        True,
-        description="watch the served prediction's online error for a lasting rise; on "
-        "one, forget the replay buffer's samples from before it",
-    )
 
     @model_validator(mode="after")
     def _check_buckets(self) -> LearnerConfig:
@@ -186,6 +163,84 @@ class LearnerConfig(Frozen):
         """The sorted padded sizes every train step uses (so it never retraces): powers of
         4 from 16 up to `max_batch` unless `buckets` are given (`streamlearn.online.buckets`)."""
         return buckets.ladder(self.max_batch, smallest=16, replicas=replicas, given=self.buckets)
+
+
+_LEARNING = LearningSpec()  # the library's defaults are the table's
+
+
+class LearningConfig(Frozen):
+    """How a model learns around each step (`[models.NAME.learning]`, defaults in a
+    top-level `[learning]`): the library's `LearningSpec` and the step's clipping. Until
+    0.3 these were keys of `[learner]`, still read there with a warning."""
+
+    replay_ratio: float = Field(
+        _LEARNING.replay_ratio,
+        ge=0,
+        description="samples replayed from the replay buffer per fresh sample, at most, in "
+        "the learner's spare time (no fresh batch waiting); 0: no replay",
+    )
+    replay_batch: int = Field(
+        _LEARNING.replay_batch,
+        ge=1,
+        description="samples per replayed step (rounded up to a bucket size)",
+    )
+    replay_buffer: int = Field(
+        _LEARNING.replay_buffer,
+        ge=1,
+        description="the most recent fresh samples kept to replay from",
+    )
+    standardize_horizon: int = Field(
+        _LEARNING.standardize_horizon,
+        ge=1,
+        description="input statistics are exact over the first N samples, then forget "
+        "exponentially with this horizon (models with standardize)",
+    )
+    drift_detection: bool = Field(
+        _LEARNING.drift_detection,
+        description="watch the served prediction's online error for a lasting rise; on "
+        "one, forget the replay buffer's samples from before it",
+    )
+
+    clip_norm: float | None = Field(
+        None, gt=0, description="clip gradients to this global norm (built-in architectures)"
+    )
+
+
+MOVED_TO_LEARNING = tuple(LearningConfig.model_fields)  # from `[learner]`, read until 0.3
+
+
+def moved_to_learning(
+    learner: dict[str, Any], learning: Any, where: str = "models.NAME."
+) -> dict[str, Any]:
+    """`learner` without the keys that moved to `learning` (`MOVED_TO_LEARNING`), and
+    `learning` with them, each with a `FutureWarning` naming its new key; a key set in
+    both is a ConfigError. Nothing moved: `{}` (the tables stay as they are).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     moved_to_learning({"max_batch": 8, "replay_ratio": 4}, None, "")
+    {'learner': {'max_batch': 8}, 'learning': {'replay_ratio': 4}}
+    >>> str(seen[0].message)
+    'learner.replay_ratio: moved to learning.replay_ratio (read from learner until 0.3)'
+    """
+    moved = {k: v for k, v in learner.items() if k in MOVED_TO_LEARNING}
+    if not moved:
+        return {}
+    learning = dict(learning) if isinstance(learning, dict) else {}
+    for key in moved:
+        if key in learning and learning[key] != moved[key]:
+            raise ConfigError(
+                f"{where}learner.{key}: moved to {where}learning.{key}, which is set too "
+                f"({learning[key]!r}); remove learner.{key}, got {moved[key]!r}"
+            )
+        warnings.warn(
+            f"{where}learner.{key}: moved to {where}learning.{key} (read from learner until 0.3)",
+            FutureWarning,
+            stacklevel=2,
+        )
+    rest = {k: v for k, v in learner.items() if k not in moved}
+    return {"learner": rest, "learning": {**learning, **moved}}
 
 
 class ActorConfig(Frozen):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from streamlearn.config.policies import Frozen
+from streamlearn.config.policies import Frozen, moved_to_learning
 from streamlearn.errors import ConfigError
 
 # What a variant may change: how it learns. What its samples look like is the stream's.
@@ -26,6 +26,7 @@ VARIANT_FIELDS = (
     "standardize",
     "factory",
     "learner",
+    "learning",
 )
 STREAM_FIELDS = (
     "inputs",
@@ -66,9 +67,20 @@ class VariantConfig(Frozen):
         description="fields of `[learner]` laid one by one over the model's learner table "
         "(the same names and bounds)",
     )
+    learning: dict[str, Any] | None = Field(
+        None,
+        description="fields of `[learning]` laid one by one over the model's learning table "
+        "(the same names and bounds)",
+    )
 
     def overrides(self) -> dict[str, Any]:
-        return {k: v for k in VARIANT_FIELDS if (v := getattr(self, k)) is not None}
+        """The fields set, a learning key set in `learner` moved to `learning`."""
+        found = {k: v for k in VARIANT_FIELDS if (v := getattr(self, k)) is not None}
+        where = "variants.VNAME."
+        return {
+            **found,
+            **moved_to_learning(found.get("learner", {}), found.get("learning"), where),
+        }
 
 
 def check_variant_tables(table: dict[str, Any], where: str) -> None:
@@ -91,5 +103,6 @@ def check_variant_tables(table: dict[str, Any], where: str) -> None:
                     f"{at}.{key}: not something a variant can change; it may set "
                     f"{', '.join(VARIANT_FIELDS)}, got {value!r}"
                 )
-        if not isinstance(vtable.get("learner", {}), dict):
-            raise ConfigError(f"{at}.learner: must be a table, got {vtable['learner']!r}")
+        for section in ("learner", "learning"):
+            if not isinstance(vtable.get(section, {}), dict):
+                raise ConfigError(f"{at}.{section}: must be a table, got {vtable[section]!r}")

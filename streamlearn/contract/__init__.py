@@ -1,6 +1,6 @@
 """The contract between the roles and the devices (`docs/contract.md`): topic and key
-names, payload parsing and validation, the records a parsed message becomes, the fast
-parse of common payloads, and the weights blob's codec.
+names, payload parsing and validation, the records a parsed message becomes, and the fast
+parse of common payloads (the weights blob's codec is `streamlearn.online.codec`).
 """
 
 from __future__ import annotations
@@ -10,26 +10,13 @@ from typing import TYPE_CHECKING
 from streamlearn._lazy import exports
 
 if TYPE_CHECKING:
-    from streamlearn.contract.codec import decode, encode
     from streamlearn.contract.fastparse import FastSamples
     from streamlearn.contract.names import Names
     from streamlearn.contract.payloads import PayloadParser
     from streamlearn.contract.records import Observations, Parsed, Rejection, Request, Samples
 
-__all__ = [
-    "FastSamples",
-    "Names",
-    "Observations",
-    "Parsed",
-    "PayloadParser",
-    "Rejection",
-    "Request",
-    "Samples",
-    "decode",
-    "encode",
-]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Names": "names",
@@ -40,7 +27,5 @@ __getattr__ = exports(
         "Rejection": "records",
         "Parsed": "records",
         "FastSamples": "fastparse",
-        "encode": "codec",
-        "decode": "codec",
     },
 )

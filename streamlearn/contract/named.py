@@ -8,7 +8,7 @@ dotted name) objects of those fields plus its `target` field, instead of positio
   running mean (`streamlearn.online.standardize`); more than `max_missing` of the inputs
   missing is a dead letter `missing_field`;
 - a categorical input's string becomes its index in the configured values (-1: unseen or
-  missing), which the model one-hot encodes (`streamlearn.nn.encode`), so an actor and
+  missing), which the model one-hot encodes (`streamlearn.online.encode`), so an actor and
   `export` compute the same function as the learner.
 
 A message is one object, a list (`{"samples": [{...}, ...]}`, items judged one by one),

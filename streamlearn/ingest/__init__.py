@@ -13,9 +13,8 @@ if TYPE_CHECKING:
     from streamlearn.ingest.loop import Ingest
     from streamlearn.ingest.writes import IngestCounters, RunWriter
 
-__all__ = ["Ingest", "IngestCounters", "IngestInbox", "RunWriter"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Ingest": "loop",

@@ -19,16 +19,8 @@ if TYPE_CHECKING:
     from streamlearn.learner.variants import Promoter
     from streamlearn.learner.writes import LearnerWrites
 
-__all__ = [
-    "Drainer",
-    "Durability",
-    "Learner",
-    "LearnerWrites",
-    "LockstepLearner",
-    "Promoter",
-]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Learner": "loop",

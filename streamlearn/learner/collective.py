@@ -39,8 +39,7 @@ import numpy as np
 from streamlearn.config.app import ModelConfig
 from streamlearn.config.tfconfig import TIMEOUT_ENV, Workers, check_replicas
 from streamlearn.errors import StreamlearnError
-from streamlearn.nn import networks
-from streamlearn.online import hedge, tensors
+from streamlearn.online import hedge, network, tensors
 from streamlearn.online.guard import FINITE, all_finite_tensor
 
 log = logging.getLogger(__name__)
@@ -69,7 +68,7 @@ class Collective:
         self.watchdog = Watchdog(workers.timeout_s)
         check_replicas(self._replica_counts(workers))
         self.traces = 0  # of the step, as `guard.TrainProbe` counts them
-        metric = None if cfg.factory else networks.head_metric(cfg.task)
+        metric = None if cfg.factory else network.head_metric(cfg.task)
         per_row = hedge.PER_ROW_METRICS.get(metric) if metric else None
         variables = [*model.trainable_variables, *model.optimizer.variables]
         heads = hedge.find(model) is not None  # then each head's loss too, for Hedge

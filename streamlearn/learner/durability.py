@@ -16,11 +16,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
-from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
 from streamlearn.learner.state import CheckpointDir, from_checkpoint, from_published
 from streamlearn.learner.writes import LearnerWrites
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.online.trainer import Trainer
 from streamlearn.store.weights import WeightsStore
 

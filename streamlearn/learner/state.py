@@ -24,9 +24,8 @@ import keras
 import numpy as np
 
 from streamlearn.config.app import BASE_VARIANT
-from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.online.figures import LearnerState
 from streamlearn.store.weights import WeightsStore
 

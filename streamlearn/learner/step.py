@@ -1,38 +1,44 @@
 """The learner's trainer, built from a model's config: the model (under its
-`tf.distribute` strategy), the several-host step when configured, and the plain
-parameters the learning algorithms take (`streamlearn.online.trainer.Params`)."""
+`tf.distribute` strategy), the several-host step when configured, the library's specs
+(`ModelConfig.spec`, `ModelConfig.learning_spec`), and the dead letter of an undone step."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable
 
 from streamlearn.config.app import ModelConfig
 from streamlearn.learner.collective import Collective
 from streamlearn.nn import networks
-from streamlearn.online.trainer import DeadLetter, Params, Trainer
+from streamlearn.online.batch import Batch
+from streamlearn.online.trainer import Trainer
 
-
-def params_of(cfg: ModelConfig, replicas: int = 1) -> Params:
-    """`cfg`'s settings that the trainer reads, as plain values."""
-    policy = cfg.learner
-    return Params(
-        task=cfg.task,
-        sample_shape=cfg.sample_shape,
-        buckets=policy.bucket_sizes(replicas),
-        solved_heads=not cfg.factory,
-        replay_buffer=policy.replay_buffer,
-        replay_ratio=policy.replay_ratio,
-        replay_batch=policy.replay_batch,
-        drift_detection=policy.drift_detection,
-        standardize_horizon=policy.standardize_horizon,
-        recent_window=cfg.promotion.window_samples,
-    )
+DeadLetter = Callable[[str, bytes], None]  # reason, payload
 
 
 def build_trainer(cfg: ModelConfig, deadletter: DeadLetter) -> Trainer:
     """A trainer of a new model for `cfg`; `deadletter(reason, payload)` takes the
-    samples of an undone step."""
+    samples of an undone step (their stream entries, and the first rows)."""
     strategy = networks.distribution(cfg.learner)
     replicas = strategy.num_replicas_in_sync if strategy else 1
     model = networks.build_model(cfg, strategy)
     several = cfg.learner.distribute == "multi_worker"
     collective = Collective(strategy, model, cfg) if several else None
-    return Trainer(model, params_of(cfg, replicas), deadletter, strategy, collective)
+
+    def undone(reason: str, batch: Batch) -> None:
+        detail = {
+            "entries": [e.decode() for e in batch.entries],
+            "x": batch.x[: min(batch.n, 8)].tolist(),  # the dead letter keeps ~1 KiB anyway
+            "y": batch.y[: min(batch.n, 8)].reshape(-1).tolist(),
+        }
+        deadletter(reason, json.dumps(detail).encode())
+
+    return Trainer(
+        model,
+        cfg.spec,
+        cfg.learning_spec(replicas),
+        solved_heads=not cfg.factory,
+        undone=undone,
+        strategy=strategy,
+        collective=collective,
+    )

@@ -14,9 +14,8 @@ if TYPE_CHECKING:
     from streamlearn.nn.export import export
     from streamlearn.nn.networks import build_model
 
-__all__ = ["build_model", "export"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "build_model": "networks",

@@ -14,7 +14,7 @@ weights (`streamlearn.online.steps.as_builtin`). (A model whose
 graph Keras cannot rebuild, a factory's subclassed model, is saved as it is: its custom
 layers need their code, and streamlearn for `Standardize`, where it is loaded; so does a
 model of named inputs, whose `Encode` layer, imputing missing inputs and one-hot encoding
-categorical ones, is streamlearn's (`streamlearn.nn.encode`).) `--format savedmodel`
+categorical ones, is streamlearn's (`streamlearn.online.encode`).) `--format savedmodel`
 writes a TensorFlow SavedModel directory for TF Serving instead (`serve` endpoint).
 """
 
@@ -28,10 +28,9 @@ import keras
 import numpy as np
 
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
-from streamlearn.contract import codec
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
 from streamlearn.nn import networks
-from streamlearn.online import hedge, memory, standardize, steps, tensors
+from streamlearn.online import codec, hedge, memory, network, standardize, steps, tensors
 from streamlearn.online.memory import Memory
 
 Format = Literal["keras", "savedmodel"]
@@ -154,7 +153,7 @@ def standalone(model: keras.Model) -> keras.Model:
     mix = hedge.find(model)
     if mix is not None:  # compiled as a one-head model: no streamlearn class in the file
         base = model.loss.base
-        copy.compile(loss=base, weighted_metrics=[networks.metric_of_loss(base)])
+        copy.compile(loss=base, weighted_metrics=[network.metric_of_loss(base)])
     for old in model.layers:
         kept = old is not layer and old is not target
         if kept and old.weights and not isinstance(old, BUILT_AS_CALLED):

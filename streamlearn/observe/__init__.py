@@ -16,9 +16,8 @@ if TYPE_CHECKING:
     from streamlearn.observe.monitor import StatusMonitor, read_status
     from streamlearn.observe.presence import Presence
 
-__all__ = ["Health", "Presence", "StatusMonitor", "WorkerServer", "read_status"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Health": "health",

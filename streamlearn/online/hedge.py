@@ -44,7 +44,7 @@ import numpy as np
 # The log of each head's mean loss over the step's batch, then the served prediction's mean
 # squared error (`served_error`)
 HEAD_LOSSES = "head_losses"
-# The per-row form of each built-in head's metric (`networks._HEADS`), by its log name.
+# The per-row form of each built-in head's metric (`network.HEADS`), by its log name.
 PER_ROW_METRICS = {
     "mae": keras.metrics.mean_absolute_error,
     "binary_accuracy": keras.metrics.binary_accuracy,

@@ -1,23 +1,26 @@
 """A built-in model's forward pass in numpy alone: what a TensorFlow-free actor serves.
 
-The same function as the Keras model `streamlearn.nn.networks` builds for a `Layout`, over
-the published weights (the codec's named arrays, `streamlearn.contract.codec`), layer by
-layer in float32: `Standardize`, `Encode`, the hidden layers (`Dense`, `LSTM`, a causal
-`Conv1D`), the heads and their mixture (`hedge`), the steps (`steps`), the memory head
-(`memory`) and `Unstandardize`. Each function below is its layer's inference, written as
-the layer's own `call` is; `tests/unit/test_numpy_model.py` holds them to the Keras model
-within 1e-5 for every architecture and head option.
+The same function as the Keras model `streamlearn.online.network` builds for a
+`ModelSpec`, over the published weights (the codec's named arrays,
+`streamlearn.online.codec`), layer by layer in float32: `Standardize`, `Encode`, the
+hidden layers (`Dense`, `LSTM`, a causal `Conv1D`), the heads and their mixture
+(`hedge`), the steps (`steps`), the memory head (`memory`) and `Unstandardize`. Each
+function below is its layer's inference, written as the layer's own `call` is;
+`tests/learning/test_numpy_model.py` holds them to the Keras model within 1e-5 for every
+architecture and head option.
 
-It imports numpy only, so an actor loads no TensorFlow and no Keras (about 600 MB and
-several seconds less a process), and a device can run the same file.
+It imports numpy (and the spec, plain values) only, so an actor loads no TensorFlow and no
+Keras (about 600 MB and several seconds less a process), and a device can run the same
+file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
+
+from streamlearn.online.spec import ModelSpec
 
 # Shared with the Keras layers, which import them from here (one definition each):
 EPSILON = 1e-6  # `standardize`: a variance below it is a constant input
@@ -29,37 +32,20 @@ ACTIVATIONS = {"regression": None, "binary": "sigmoid", "multiclass": "softmax"}
 Spec = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
-@dataclass(frozen=True)
-class Layout:
-    """What a built-in model is made of: the fields of its config the network reads
-    (`ModelConfig`'s of the same names)."""
-
-    task: str  # regression | binary | multiclass
-    sample_shape: tuple[int, ...]  # (inputs,) or (window, inputs)
-    architecture: str = "mlp"  # linear | mlp | lstm | conv1d
-    hidden: tuple[int, ...] = (64, 64)
-    heads: str = "hedge"  # hedge | last
-    steps: bool = True
-    standardize: bool = True
-    categories: tuple[int, ...] | None = None  # named inputs: values per input (0: a number)
-    memory_slots: int = 0
-    outputs: int = 1
-
-
 class NumpyModel:
     """A built-in model's inference over named arrays: `load` them, then call it on rows.
 
-    >>> model = NumpyModel(Layout("binary", (3,), hidden=(4,), memory_slots=8))
+    >>> model = NumpyModel(ModelSpec("binary", 3, hidden=(4,), memory=8))
     >>> model(np.zeros((2, 3), np.float32)).round(6).tolist()  # the initial state: the prior
     [[0.5], [0.5]]
     >>> sorted(model.spec)[:3]
     ['dense_0/bias', 'dense_0/kernel', 'heads/bias']
     """
 
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
-        self.spec: Spec = _spec(layout)
-        self.arrays: dict[str, np.ndarray] = initial(layout, self.spec)
+    def __init__(self, model: ModelSpec) -> None:
+        self.model = model  # the network's spec
+        self.spec: Spec = _spec(model)
+        self.arrays: dict[str, np.ndarray] = initial(model, self.spec)
 
     def load(self, arrays: Mapping[str, np.ndarray]) -> None:
         """Serve `arrays` (validated against `spec` first: `codec.check_fits`)."""
@@ -67,10 +53,10 @@ class NumpyModel:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            return _forward(self.layout, self.arrays, np.asarray(x, np.float32))
+            return _forward(self.model, self.arrays, np.asarray(x, np.float32))
 
 
-def initial(layout: Layout, spec: Spec) -> dict[str, np.ndarray]:
+def initial(model: ModelSpec, spec: Spec) -> dict[str, np.ndarray]:
     """A fresh model's weights, as far as its predictions go: every head's kernel zero, so
     each predicts the prior (0.5, the classes alike, 0 for a standardised target), and the
     mixture of priors is the prior whatever the hidden layers hold. The reply to a request
@@ -80,7 +66,7 @@ def initial(layout: Layout, spec: Spec) -> dict[str, np.ndarray]:
         if name in arrays:
             arrays[name][...] = 1.0
     if "memory/values" in arrays:
-        arrays["memory/values"][...] = _prior(layout)
+        arrays["memory/values"][...] = _prior(model)
     if "hedge/alpha" in arrays:
         arrays["hedge/alpha"][...] = 1.0 / len(arrays["hedge/alpha"])
     return arrays
@@ -178,72 +164,72 @@ def hedge_mix(stacked: np.ndarray, alpha: np.ndarray) -> np.ndarray:
 # -- the network -------------------------------------------------------------------------
 
 
-def _forward(layout: Layout, w: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    categories = layout.categories
+def _forward(model: ModelSpec, w: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    categories = model.categories
     keep = tuple(i for i, k in enumerate(categories or ()) if k)
     h = x
-    if layout.standardize:
+    if model.standardize:
         h = standardize(h, w["standardize/mean"], w["standardize/var"], keep)
     if categories is not None:
         h = encode(h, categories)
     taps = [h.reshape(len(h), -1)]
-    if layout.architecture == "lstm":
-        for i in range(len(layout.hidden)):
-            last = i == len(layout.hidden) - 1
+    if model.architecture == "lstm":
+        for i in range(len(model.hidden)):
+            last = i == len(model.hidden) - 1
             cell = f"lstm_{i}/lstm_cell"
             h = lstm(
                 h, w[f"{cell}/kernel"], w[f"{cell}/recurrent_kernel"], w[f"{cell}/bias"], not last
             )
         taps.append(h)
-    elif layout.architecture == "conv1d":
+    elif model.architecture == "conv1d":
         h = _relu(conv1d_causal(h, w["conv_0/kernel"], w["conv_0/bias"]))
         h = h.reshape(len(h), -1)
-        for i in range(max(1, len(layout.hidden) - 1)):
+        for i in range(max(1, len(model.hidden) - 1)):
             h = dense(h, w[f"dense_{i}/kernel"], w[f"dense_{i}/bias"], "relu")
             taps.append(h)
-    elif layout.architecture == "mlp":
-        for i in range(len(layout.hidden)):
+    elif model.architecture == "mlp":
+        for i in range(len(model.hidden)):
             h = dense(h, w[f"dense_{i}/kernel"], w[f"dense_{i}/bias"], "relu")
             taps.append(h)
-    activation = ACTIVATIONS[layout.task]
-    if _hedged(layout):
-        if _stepped(layout):
+    activation = ACTIVATIONS[model.task]
+    if _hedged(model):
+        if _stepped(model):
             taps.append(soft_steps(taps[0]))
-        out = heads(taps, w["heads/kernel"], w["heads/bias"], layout.outputs, activation)
-        if layout.memory_slots:
+        out = heads(taps, w["heads/kernel"], w["heads/bias"], model.outputs, activation)
+        if model.memory:
             near = memory(taps[0], w["memory/kernel"], w["memory/bias"], w["memory/values"])
             out = np.concatenate([out, near], axis=1)
         y = hedge_mix(out, w["hedge/alpha"])
     else:
         y = dense(taps[-1], w["head/kernel"], w["head/bias"], activation)
-    if layout.standardize and layout.task == "regression":
+    if model.standardize and model.task == "regression":
         y = unstandardize(y, w["unstandardize/mean"], w["unstandardize/var"])
     return y.astype(np.float32, copy=False)
 
 
-def _spec(layout: Layout) -> Spec:
+def _spec(model: ModelSpec) -> Spec:
     """Name -> (shape, float32) of every weight, named as Keras names the model's."""
     shapes: dict[str, tuple[int, ...]] = {}
-    *steps_of, inputs = layout.sample_shape
+    *steps_of, inputs = model.sample_shape
     window = steps_of[0] if steps_of else 1
-    if layout.standardize:
+    if model.standardize:
         shapes |= {"standardize/mean": (inputs,), "standardize/var": (inputs,)}
         shapes["standardize/count"] = ()
-    inputs = _encoded(layout)
+    inputs = _encoded(model)
     tap_widths = [window * inputs]
     width = inputs
-    if layout.architecture == "lstm":
-        for i, units in enumerate(layout.hidden):
+    if model.architecture == "lstm":
+        for i, units in enumerate(model.hidden):
             cell = f"lstm_{i}/lstm_cell"
             shapes[f"{cell}/kernel"] = (width, 4 * units)
             shapes[f"{cell}/recurrent_kernel"] = (units, 4 * units)
             shapes[f"{cell}/bias"] = (4 * units,)
             width = units
         tap_widths.append(width)
-    elif layout.architecture in ("conv1d", "mlp"):
-        dense_units = layout.hidden
-        if layout.architecture == "conv1d":
-            first, *rest = layout.hidden
+    elif model.architecture in ("conv1d", "mlp"):
+        dense_units = model.hidden
+        if model.architecture == "conv1d":
+            first, *rest = model.hidden
             shapes["conv_0/kernel"] = (min(3, window), inputs, first)
             shapes["conv_0/bias"] = (first,)
             width, dense_units = window * first, tuple(rest or [first])
@@ -252,15 +238,15 @@ def _spec(layout: Layout) -> Spec:
             shapes[f"dense_{i}/bias"] = (units,)
             width = units
             tap_widths.append(width)
-    outputs = layout.outputs
-    if _hedged(layout):
-        if _stepped(layout):
+    outputs = model.outputs
+    if _hedged(model):
+        if _stepped(model):
             tap_widths.append(tap_widths[0] * len(THRESHOLDS))
         n = len(tap_widths)
         shapes["heads/kernel"] = (sum(tap_widths), n * outputs)
         shapes["heads/bias"] = (n * outputs,)
-        if layout.memory_slots:
-            slots = layout.memory_slots
+        if model.memory:
+            slots = model.memory
             shapes["memory/kernel"] = (tap_widths[0], slots)
             shapes["memory/bias"] = (slots,)
             shapes["memory/values"] = (slots, outputs)
@@ -269,32 +255,32 @@ def _spec(layout: Layout) -> Spec:
     else:
         shapes["head/kernel"] = (tap_widths[-1], outputs)
         shapes["head/bias"] = (outputs,)
-    if layout.standardize and layout.task == "regression":
+    if model.standardize and model.task == "regression":
         shapes |= {"unstandardize/mean": (1,), "unstandardize/var": (1,)}
         shapes["unstandardize/count"] = ()
     return {name: (shape, np.dtype(np.float32)) for name, shape in shapes.items()}
 
 
-def _hedged(layout: Layout) -> bool:
-    """Heads on every layer (`networks._build`): a linear model has one head alone."""
-    return layout.heads == "hedge" and layout.architecture != "linear"
+def _hedged(model: ModelSpec) -> bool:
+    """Heads on every layer (`network.build`): a linear model has one head alone."""
+    return model.heads == "hedge" and model.architecture != "linear"
 
 
-def _stepped(layout: Layout) -> bool:
-    solvable = layout.steps and layout.standardize and layout.task != "multiclass"
-    *steps_of, _ = layout.sample_shape
-    return solvable and (steps_of[0] if steps_of else 1) * _encoded(layout) <= MAX_STEPS_INPUTS
+def _stepped(model: ModelSpec) -> bool:
+    solvable = model.steps and model.standardize and model.task != "multiclass"
+    *steps_of, _ = model.sample_shape
+    return solvable and (steps_of[0] if steps_of else 1) * _encoded(model) <= MAX_STEPS_INPUTS
 
 
-def _encoded(layout: Layout) -> int:
+def _encoded(model: ModelSpec) -> int:
     """Columns a step has after `Encode` (a categorical input: one a value)."""
-    if layout.categories is None:
-        return layout.sample_shape[-1]
-    return sum(k or 1 for k in layout.categories)
+    if model.categories is None:
+        return model.sample_shape[-1]
+    return sum(k or 1 for k in model.categories)
 
 
-def _prior(layout: Layout) -> float:
-    return {"binary": 0.5, "multiclass": 1.0 / layout.outputs}.get(layout.task, 0.0)
+def _prior(model: ModelSpec) -> float:
+    return {"binary": 0.5, "multiclass": 1.0 / model.outputs}.get(model.task, 0.0)
 
 
 def _activate(z: np.ndarray, activation: str | None) -> np.ndarray:

@@ -24,7 +24,7 @@ from streamlearn.online.numpy_model import EPSILON  # noqa: E402, F401  (one def
 class Standardize(keras.layers.Layer):
     """`(x - mean) / sqrt(var)` over the last axis; statistics set by `update`.
 
-    Columns listed in `keep` (a categorical input's index, `streamlearn.nn.encode`) pass
+    Columns listed in `keep` (a categorical input's index, `streamlearn.online.encode`) pass
     through as they are. A NaN (a missing named input) stays NaN, for `Encode` to impute.
     """
 

@@ -23,11 +23,9 @@ at a time (`learn`, `predict`). Both read `figures`.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import keras
@@ -44,30 +42,13 @@ from streamlearn.online.linear import LinearHead
 from streamlearn.online.memory import MemoryWriter, computed_in_step
 from streamlearn.online.multistep import STEPS, MultiStep
 from streamlearn.online.replay import Replay
+from streamlearn.online.spec import LearningSpec, ModelSpec
 from streamlearn.online.stepsize import StepSize
 
 log = logging.getLogger(__name__)
 
-DeadLetter = Callable[[str, bytes], None]
+Undone = Callable[[str, Batch], None]  # a step undone: why, and its batch
 STACKED = "stacked"  # the replay's stacked steps, in `Trainer.cold`
-
-
-@dataclass(frozen=True)
-class Params:
-    """What the trainer needs to know of its model's config: plain values, so that this
-    package needs no config library (the learner role makes them:
-    `streamlearn.learner.step.params_of`)."""
-
-    task: str  # "regression", "binary" or "multiclass"
-    sample_shape: tuple[int, ...]
-    buckets: tuple[int, ...]  # padded batch sizes, each traced at warm-up
-    solved_heads: bool  # a built-in model: linear and memory heads set from replay
-    replay_buffer: int  # samples kept for replayed steps and the heads' solves
-    replay_ratio: float  # replayed samples per fresh one
-    replay_batch: int
-    drift_detection: bool
-    standardize_horizon: int  # samples the input statistics average over
-    recent_window: int  # samples of `RecentFigures`
 
 
 class Trainer:
@@ -78,16 +59,27 @@ class Trainer:
     def __init__(
         self,
         model: keras.Model,
-        params: Params,
-        deadletter: DeadLetter,
+        spec: ModelSpec,
+        learning: LearningSpec | None = None,
+        *,
+        solved_heads: bool = True,
+        undone: Undone | None = None,
         strategy: Any = None,
         collective: Any = None,
     ) -> None:
-        """`model` compiled (under `strategy` when one is given); `deadletter(reason,
-        payload)` takes the samples of an undone step; `collective` is the several-host
-        step (`learner.collective.Collective`), else `train_on_batch` runs, probed."""
-        self.params = params
-        self.deadletter = deadletter
+        """`model` compiled (under `strategy` when one is given) for `spec`'s task and
+        inputs; `solved_heads`: a built-in model (`network.build`), whose linear and memory
+        heads are set from the replay buffer. `undone(reason, batch)` hears of a step
+        undone (its samples are not learned): the learner dead-letters them. `collective`
+        is the several-host step (`learner.collective.Collective`), else `train_on_batch`
+        runs, probed."""
+        learning = learning or LearningSpec()
+        self.model_spec = spec
+        self.learning = learning
+        self.task = spec.task
+        self.sample_shape = spec.sample_shape
+        self.solved_heads = solved_heads
+        self.undone = undone
         self.strategy = strategy
         self.replicas = strategy.num_replicas_in_sync if strategy else 1
         self.model = model
@@ -95,9 +87,9 @@ class Trainer:
         self.probe = collective or TrainProbe(model, self.replicas)
         self.spec = tensors.spec(model)
         self.variables = tensors.training_variables(model)
-        self.buckets = params.buckets
+        self.buckets = learning.buckets
         self.state = LearnerState()
-        self.recent = RecentFigures(params.recent_window)  # what promotion compares
+        self.recent = RecentFigures(learning.recent_window)  # what promotion compares
         self.guard = StepGuard(self.variables, self.fit, self._rolled_back)
         # replayed steps `STEPS` to a call where the backend allows (`multistep`)
         self.multistep = MultiStep.of(model, self.replicas, collective)
@@ -105,24 +97,23 @@ class Trainer:
         self.warm_traces = 0
         self.cold: list[int | str] = []  # steps not traced yet (`warm_up(later=True)`)
         self._retraces_meanwhile: int | None = None  # while one of them is traced
-        self.stats = standardize.statistics(model, params.standardize_horizon)
-        self.y_tail = () if params.task == "multiclass" else (1,)
+        self.stats = standardize.statistics(model, learning.standardize_horizon)
+        self.y_tail = () if spec.task == "multiclass" else (1,)
         self.replay = Replay(
-            params.replay_buffer,
-            params.sample_shape,
+            learning.replay_buffer,
+            spec.sample_shape,
             self.y_tail,
-            params.replay_ratio,
-            params.replay_batch,
+            learning.replay_ratio,
+            learning.replay_batch,
             self.buckets,
         )
-        self.drift = DriftDetector() if params.drift_detection else None
+        self.drift = DriftDetector() if learning.drift_detection else None
         self.replay_steps = 0
         self.step_size = StepSize(model.optimizer)
-        solved = params.solved_heads
-        self.linear = LinearHead.of(model, params.task) if solved else None
-        self.memory = MemoryWriter.of(model, params.task) if solved else None
+        self.linear = LinearHead.of(model, spec.task) if solved_heads else None
+        self.memory = MemoryWriter.of(model, spec.task) if solved_heads else None
         mix = hedge.find(model)
-        relative = params.task == "regression"  # a squared error has the target's units
+        relative = spec.task == "regression"  # a squared error has the target's units
         favoured = (0,) if self.linear else ()  # the solved linear head starts ahead
         self.hedge = None if mix is None else Hedge(mix, relative=relative, favoured=favoured)
         self._resolve = False  # replayed steps moved the solved linear head since its solve
@@ -160,8 +151,8 @@ class Trainer:
         tensors.restore(self.variables, before)
         if self.hedge is not None:
             self.hedge.read(seen=self.state.samples_seen)
-        self._forward = Forward(self.model, self.params.sample_shape)  # for a drift's step
-        self._forward(np.zeros((1, *self.params.sample_shape), np.float32))  # traced now
+        self._forward = Forward(self.model, self.sample_shape)  # for a drift's step
+        self._forward(np.zeros((1, *self.sample_shape), np.float32))  # traced now
         skip = ("loss", FINITE, hedge.HEAD_LOSSES)
         self.metric_name = next((k for k in logs if k not in skip), None)
         self.warm_traces = self.probe.traces
@@ -188,8 +179,8 @@ class Trainer:
 
     def _zeros(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """A batch of `size` zero rows and targets: what a step is traced on."""
-        y = (size,) if self.params.task == "multiclass" else (size, 1)
-        return np.zeros((size, *self.params.sample_shape), np.float32), np.zeros(y, np.float32)
+        y = (size,) if self.task == "multiclass" else (size, 1)
+        return np.zeros((size, *self.sample_shape), np.float32), np.zeros(y, np.float32)
 
     @contextlib.contextmanager
     def _tracing(self) -> Iterator[None]:
@@ -205,7 +196,7 @@ class Trainer:
 
     def _trace_stacked(self) -> None:
         assert self.multistep is not None
-        self.multistep.trace(self.replay.batch, self.params.sample_shape, self.replay.y.shape[1:])
+        self.multistep.trace(self.replay.batch, self.sample_shape, self.replay.y.shape[1:])
 
     @property
     def retraces(self) -> int:
@@ -266,10 +257,10 @@ class Trainer:
         One forward pass of the step's samples, at a drift only, compiled at warm-up: called
         eagerly it held up the publish after a drift (docs/learning-log.md, "Drift")."""
         if self._forward is None:  # not warmed up
-            self._forward = Forward(self.model, self.params.sample_shape)
+            self._forward = Forward(self.model, self.sample_shape)
         predicted = self._forward(batch.x[: batch.n])
         predicted = cast(np.ndarray, predicted)  # one output: the models it learns have one
-        return newer_part(row_losses(self.params.task, predicted, batch.y[: batch.n]))
+        return newer_part(row_losses(self.task, predicted, batch.y[: batch.n]))
 
     def changed(self, keep: int = 0) -> None:
         """After a drift, what was learned of the old concept that would slow learning the
@@ -286,7 +277,7 @@ class Trainer:
         if self.hedge is not None:
             self.hedge.changed()
         self.step_size.changed()
-        if self.params.solved_heads:  # the heads start from zero (a prediction of the mean)
+        if self.solved_heads:  # the heads start from zero (a prediction of the mean)
             for v in self.model.trainable_variables:
                 if v.path.startswith("head"):
                     v.assign(keras.ops.zeros(v.shape, v.dtype))
@@ -359,7 +350,7 @@ class Trainer:
     ) -> dict[str, Any]:
         """One step; `STEPS` steps in one call, at `rates`, for batches stacked
         (`Replay.sample`)."""
-        stacked = x.ndim == len(self.params.sample_shape) + 2
+        stacked = x.ndim == len(self.sample_shape) + 2
         first = STACKED if stacked else len(x)
         if self.cold and first in self.cold:  # its trace, not yet made: warm-up, not a retrace
             self.cold.remove(first)
@@ -378,7 +369,7 @@ class Trainer:
         """The model's outputs for `x` with the weights as they are now, through the
         compiled forward pass the actors use (traced at warm-up)."""
         if self._forward is None:
-            self._forward = Forward(self.model, self.params.sample_shape)
+            self._forward = Forward(self.model, self.sample_shape)
         return self._forward(x)
 
     def learn(self, x: np.ndarray, y: np.ndarray) -> None:
@@ -428,17 +419,13 @@ class Trainer:
             self.hedge.read()
 
     def _undo(self, batch: Batch, reason: str) -> None:
-        """Back to the variables before `batch`, which is dead-lettered."""
-        log.warning("undoing a step and dead-lettering its %d samples: %s", batch.n, reason)
+        """Back to the variables before `batch`, whose samples are not learned."""
+        log.warning("undoing a step of %d samples: %s", batch.n, reason)
         self._undone()
         self.state.rollbacks += 1
         self.state.dead_lettered += batch.n
-        detail = {
-            "entries": [e.decode() for e in batch.entries],
-            "x": batch.x[: min(batch.n, 8)].tolist(),  # the dead letter keeps ~1 KiB anyway
-            "y": batch.y[: min(batch.n, 8)].reshape(-1).tolist(),
-        }
-        self.deadletter(reason, json.dumps(detail).encode())
+        if self.undone is not None:
+            self.undone(reason, batch)
 
 
 def _ema(prev: float | None, value: float, rate: float) -> float:

@@ -16,9 +16,8 @@ if TYPE_CHECKING:
     from streamlearn.stack.embedded import mosquitto, redis_server
     from streamlearn.stack.supervisor import Stack
 
-__all__ = ["Dashboard", "DemoStream", "Stack", "mosquitto", "redis_server"]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "Stack": "supervisor",

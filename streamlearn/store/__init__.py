@@ -19,22 +19,8 @@ if TYPE_CHECKING:
     from streamlearn.store.weights import WeightsStore
     from streamlearn.store.windows import WindowStore
 
-__all__ = [
-    "Appender",
-    "Entry",
-    "Packed",
-    "PartitionedStream",
-    "Retried",
-    "SampleStream",
-    "Sent",
-    "WeightsStore",
-    "WindowStore",
-    "connect",
-    "group_of",
-    "open_stream",
-]
 
-__getattr__ = exports(
+__all__, __getattr__ = exports(
     __name__,
     {
         "connect": "redis_client",

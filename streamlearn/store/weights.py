@@ -29,10 +29,10 @@ import redis
 from redis.typing import EncodableT
 
 from streamlearn.config.app import BASE_VARIANT
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.schemas import LABEL
 from streamlearn.errors import WeightsError
+from streamlearn.online import codec
 from streamlearn.store import lua
 
 

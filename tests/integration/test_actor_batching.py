@@ -13,10 +13,9 @@ import paho.mqtt.client as paho
 from streamlearn.actor.inbox import Arrival, Pending
 from streamlearn.actor.loop import Actor
 from streamlearn.config import ActorConfig, ModelConfig
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.store.weights import WeightsStore
 from tests.integration.test_guarantees import Replies
 

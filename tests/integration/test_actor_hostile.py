@@ -24,11 +24,10 @@ from streamlearn import mqtt
 from streamlearn.actor.inbox import Inbox, Pending
 from streamlearn.actor.replies import ReplyRoutes, topic_problem
 from streamlearn.config import Settings, parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.decoding import too_deep
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import RoleProcess, eventually
 

@@ -22,10 +22,9 @@ import pytest
 from streamlearn import mqtt
 from streamlearn.actor import runtimes
 from streamlearn.config import parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import RoleProcess, eventually, role_env
 from tests.load import RequestLoad

@@ -22,10 +22,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from streamlearn.config import Settings, parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import Client, eventually, launch_role, own_settings
 

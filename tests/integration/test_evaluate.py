@@ -42,16 +42,16 @@ def in_process_accuracy(x: np.ndarray, y: np.ndarray, batch: int) -> float:
 
     import keras
 
-    from bench._quality_learners import InProcess
+    from bench._quality_learners import in_process
     from streamlearn.config import parse_config
 
     cfg = parse_config(tomllib.loads(TOML)).model(None)
     keras.utils.set_random_seed(0)
-    learner = InProcess(cfg)
+    learner = in_process(cfg)
     predicted = np.full(len(y), np.nan, np.float32)
     for lo in range(0, len(y), batch):
-        predicted[lo : lo + batch] = scores.decide("binary", learner.predict(x[lo : lo + batch]))
-        learner.learn(x[lo : lo + batch], y[lo : lo + batch])
+        predicted[lo : lo + batch] = learner.predict_many(x[lo : lo + batch])
+        learner.learn_many(x[lo : lo + batch], y[lo : lo + batch])
     return float(scores.score("binary", y, predicted).mean())
 
 

@@ -19,12 +19,11 @@ import pytest
 
 from streamlearn.cli import main as cli
 from streamlearn.config import ModelConfig
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
 from streamlearn.nn import export, networks
-from streamlearn.online import hedge, standardize, tensors
+from streamlearn.online import codec, hedge, standardize, tensors
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, eventually, settled

@@ -17,12 +17,11 @@ import pytest
 
 from streamlearn.actor.loop import Actor
 from streamlearn.config import ActorConfig, LearnerConfig, ModelConfig
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.learner.loop import Learner
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.online.numpy_model import NumpyModel
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.stream import GROUP, SampleStream, unpack

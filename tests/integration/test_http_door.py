@@ -29,10 +29,9 @@ from tritonclient.utils import InferenceServerException
 
 from streamlearn.cli import main as cli
 from streamlearn.config import parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import eventually, launch_role, own_settings

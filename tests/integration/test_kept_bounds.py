@@ -22,10 +22,9 @@ import redis as redis_lib
 
 import streamlearn
 from streamlearn.config import Settings, parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.stack import embedded
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.pending import PendingStore, entry_bytes

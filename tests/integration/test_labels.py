@@ -18,11 +18,10 @@ import redis as redis_lib
 import streamlearn
 from streamlearn.cli.status import format_status
 from streamlearn.config import parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names, owned
 from streamlearn.nn import networks
 from streamlearn.observe.monitor import read_status
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.store.entries import unpack
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import (

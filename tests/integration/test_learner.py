@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from streamlearn.config import LearnerConfig, ModelConfig
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import WeightsError
@@ -17,7 +16,7 @@ from streamlearn.learner.loop import Learner
 from streamlearn.learner.state import CheckpointDir
 from streamlearn.nn import networks
 from streamlearn.observe.metrics import SnapshotCollector
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.online.batch import padded
 from streamlearn.online.guard import TrainProbe
 from streamlearn.store.stream import GROUP, SampleStream

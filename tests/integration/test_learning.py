@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 
 import streamlearn
-from streamlearn.config import LearnerConfig, ModelConfig
-from streamlearn.contract import codec
+from streamlearn.config import LearnerConfig, LearningConfig, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.learner.loop import Learner
 from streamlearn.learner.step import build_trainer
 from streamlearn.nn import networks
-from streamlearn.online import standardize, tensors
+from streamlearn.online import codec, standardize, tensors
 from streamlearn.online.batch import padded
 from streamlearn.online.drift import DriftDetector
 from streamlearn.online.replay import Replay
@@ -141,7 +140,10 @@ def test_a_sample_counts_once_in_the_online_metric(redis, settings):
     """Replayed steps train but are never scored: samples seen and the online window
     count each sample once, however often it was replayed."""
     cfg = ModelConfig(
-        name="once", inputs=4, learner=LearnerConfig(replay_ratio=8, prefetch_batches=0)
+        name="once",
+        inputs=4,
+        learner=LearnerConfig(prefetch_batches=0),
+        learning=LearningConfig(replay_ratio=8),
     )
     names = Names("once", settings.topic_prefix, settings.key_prefix)
     learner = Learner(cfg, SampleStream(redis, names, (4,)), WeightsStore(redis, names))
@@ -254,7 +256,7 @@ def drifting_losses(
 
 @pytest.mark.parametrize("flip_at", [None, 75])
 def test_drift_is_detected_after_an_abrupt_change_and_never_on_a_stationary_stream(flip_at):
-    cfg = ModelConfig(name="d", inputs=4, learner=LearnerConfig(replay_ratio=1))
+    cfg = ModelConfig(name="d", inputs=4, learning=LearningConfig(replay_ratio=1))
     trainer = build_trainer(cfg, deadletter=lambda *_: None)
     trainer.warm_up()
     fired = drifting_losses(trainer, flip_at)

@@ -20,11 +20,10 @@ import numpy as np
 import pytest
 
 from streamlearn.config import parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.learner.step import build_trainer
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 from streamlearn.online.batch import padded
 from streamlearn.stack import embedded
 from streamlearn.store.partitions import open_stream
@@ -51,8 +50,10 @@ partitions = 2
 distribute = "multi_worker"
 max_batch = 64
 prefetch_batches = 0   # one entry a turn each, in order: the batches are known
-replay_ratio = 0       # no replay between turns: it depends on timing
 keep_versions = 100    # version 1 (the initial weights) stays for the reference
+
+[models.mw.learning]
+replay_ratio = 0       # no replay between turns: it depends on timing
 """
 
 

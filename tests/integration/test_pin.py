@@ -18,10 +18,10 @@ import pytest
 from streamlearn import mqtt
 from streamlearn.cli import main as cli
 from streamlearn.config import load_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import WeightsError
+from streamlearn.online import codec
 from streamlearn.stack.dashboard import Dashboard
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore

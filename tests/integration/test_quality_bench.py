@@ -48,14 +48,14 @@ def test_in_process_predicts_each_message_before_learning_it() -> None:
     stream = _linear4(200)
     cfg = learners.model_config(stream)
     keras.utils.set_random_seed(0)
-    untrained = learners.InProcess(cfg)
+    untrained = learners.in_process(cfg)
     keras.utils.set_random_seed(0)
-    outcome = learners.run_in_process(stream, 40, learners.InProcess(cfg))
-    expected = np.abs(untrained.predict(stream.x[:40])[:, 0] - stream.y[:40])
+    outcome = learners.run_in_process(stream, 40, learners.in_process(cfg))
+    expected = np.abs(untrained.predict_many(stream.x[:40]) - stream.y[:40])
     assert np.allclose(outcome.scores[:40], expected, atol=1e-5)
     assert len(outcome.scores) == stream.n and np.isfinite(outcome.scores).all()
     # and it learned from them: the second message is not scored by the untrained model
-    untrained_next = np.abs(untrained.predict(stream.x[40:80])[:, 0] - stream.y[40:80])
+    untrained_next = np.abs(untrained.predict_many(stream.x[40:80]) - stream.y[40:80])
     assert not np.allclose(outcome.scores[40:80], untrained_next, atol=1e-5)
 
 

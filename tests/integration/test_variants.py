@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from streamlearn.config import PromotionConfig, parse_config
-from streamlearn.contract import codec
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import ConfigError
 from streamlearn.learner.loop import Learner
 from streamlearn.learner.variants import Promoter, beats
+from streamlearn.online import codec
 from streamlearn.online.figures import RecentFigures
 from streamlearn.store.standings import current_champion, read_standings
 from streamlearn.store.stream import SampleStream, group_of

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.config import LearnerConfig, ModelConfig
+from streamlearn.config import LearningConfig, ModelConfig
 from streamlearn.learner.step import build_trainer
 from streamlearn.nn import export
 from streamlearn.online.batch import padded
@@ -94,7 +94,7 @@ def test_the_solved_head_is_what_the_actors_and_the_export_serve(task, tmp_path)
 def test_without_replay_there_is_no_solve_and_no_spare_work():
     """`replay_ratio` 0 keeps no buffer: nothing to solve over, so spare time stays idle
     (a learner that thought otherwise would spin on it)."""
-    cfg = ModelConfig(name="lin", inputs=4, learner=LearnerConfig(replay_ratio=0))
+    cfg = ModelConfig(name="lin", inputs=4, learning=LearningConfig(replay_ratio=0))
     trainer = build_trainer(cfg, lambda *_: None)
     trainer.warm_up()
     x, y = linear_target(80, seed=3)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamlearn.actor.runtimes import layout_of
 from streamlearn.config.app import ModelConfig
 from streamlearn.nn import networks
 from streamlearn.online import tensors
@@ -62,7 +61,7 @@ def _inputs(cfg: ModelConfig, rng: np.random.Generator, rows: int = 33) -> np.nd
 def test_the_numpy_forward_pass_is_the_keras_models(case):
     cfg = ModelConfig(name="m", **CASES[case])
     keras_model = networks.build_model(cfg)
-    served = NumpyModel(layout_of(cfg))
+    served = NumpyModel(cfg.spec)
     assert served.spec == tensors.spec(keras_model), "weight names and shapes differ"
     rng = np.random.default_rng(0)
     x = _inputs(cfg, rng)

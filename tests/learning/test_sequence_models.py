@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from streamlearn.config import ModelConfig, parse_config
-from streamlearn.contract import codec
 from streamlearn.nn import networks
-from streamlearn.online import tensors
+from streamlearn.online import codec, tensors
 
 
 def sequence_model(architecture: str, window: int) -> ModelConfig:

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from streamlearn.contract.codec import check_fits, decode, encode
 from streamlearn.errors import WeightsError
+from streamlearn.online.codec import check_fits, decode, encode
 
 DTYPES = [np.float32, np.float64, np.float16, np.int64, np.int32, np.int8, np.uint8, np.bool_]
 

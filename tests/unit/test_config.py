@@ -403,3 +403,75 @@ def test_a_memory_head_is_for_a_learner_on_one_device():
     message = config_error(toml.replace("inputs = 9\n", "inputs = 9\nmemory = 200\n"))
     assert "memory: a memory head needs a learner on one device" in message
     assert "got learner.distribute = 'mirrored'" in message
+
+
+# -- the learning table and the library's specs -----------------------------------------
+
+
+def test_a_tables_defaults_are_the_librarys_specs():
+    """`[models.NAME]` and its learning table at their defaults build what
+    `OnlineModel(ModelSpec(...))` builds: one set of defaults, not two."""
+    from streamlearn.online.spec import LearningSpec, ModelSpec
+
+    cfg = parse_config({"models": {"m": {"inputs": 3}}}).model("m")
+    assert cfg.spec == ModelSpec(inputs=3, name="m")
+    assert cfg.learning_spec() == LearningSpec()
+    named = parse_config(
+        {"models": {"n": {"inputs": ["a", "b"], "task": "binary", "categorical": {"b": ["x"]}}}}
+    ).model("n")
+    assert named.spec == ModelSpec("binary", ("a", "b"), categorical={"b": ("x",)}, name="n")
+
+
+def test_a_learning_key_of_learner_is_read_with_a_warning_naming_its_new_place():
+    toml = """
+[learner]
+drift_detection = false
+[models.m]
+inputs = 2
+[models.m.learner]
+replay_ratio = 4
+[models.m.variants.v.learner]
+replay_batch = 64
+"""
+    with pytest.warns(FutureWarning) as seen:
+        cfg = parse_config(tomllib.loads(toml)).model("m")
+    said = sorted({str(w.message) for w in seen})
+    assert "learner.drift_detection: moved to learning.drift_detection" in said[0]
+    assert "models.m.learner.replay_ratio: moved to models.m.learning.replay_ratio" in "".join(said)
+    assert (cfg.learning.replay_ratio, cfg.learning.drift_detection) == (4, False)
+    variant = cfg.variant("v")
+    assert (variant.learning.replay_batch, variant.learning.replay_ratio) == (64, 4)
+
+
+def test_a_learning_key_set_in_both_tables_is_an_error_naming_both():
+    toml = """
+[models.m]
+inputs = 2
+[models.m.learner]
+replay_ratio = 4
+[models.m.learning]
+replay_ratio = 8
+"""
+    with pytest.raises(
+        ConfigError, match=r"learner\.replay_ratio: moved to .*learning\.replay_ratio"
+    ):
+        parse_config(tomllib.loads(toml))
+
+
+def test_the_learning_table_and_its_top_level_defaults():
+    toml = """
+[learning]
+replay_ratio = 2
+[models.m]
+inputs = 2
+[models.m.learning]
+clip_norm = 1.0
+[models.m.variants.v.learning]
+replay_ratio = 0
+"""
+    cfg = parse_config(tomllib.loads(toml)).model("m")
+    assert (cfg.learning.replay_ratio, cfg.learning.clip_norm) == (2, 1.0)
+    assert cfg.spec.clip_norm == 1.0 and cfg.learning_spec().replay_ratio == 2
+    assert cfg.variant("v").learning_spec().replay_ratio == 0
+    with pytest.raises(ConfigError, match=r"learning\.replay_ratio.*-1"):
+        parse_config(tomllib.loads(toml.replace("replay_ratio = 2", "replay_ratio = -1")))

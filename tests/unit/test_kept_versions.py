@@ -12,8 +12,8 @@ from streamlearn.actor import runtimes
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.versions import KeptVersions
 from streamlearn.config.app import ModelConfig
-from streamlearn.contract import codec
 from streamlearn.errors import WeightsError
+from streamlearn.online import codec
 
 CFG = ModelConfig(name="u", inputs=2, task="regression", architecture="linear")
 BUILD = runtimes.builder("numpy", (1,))

@@ -55,7 +55,7 @@ CONFIG_MODELS = models(AppConfig) | {Settings}
 def test_the_generator_writes_the_pages_the_site_lists(pages):
     assert set(pages) == {
         f"reference/{name}.md"
-        for name in ("configuration", "environment", "commands", "metrics", "client")
+        for name in ("configuration", "environment", "commands", "metrics", "client", "library")
     }
     assert all(text.strip() for text in pages.values())
 
@@ -148,6 +148,15 @@ def test_the_client_page_documents_the_public_names(pages):
     page = pages["reference/client.md"]
     for name in streamlearn.__all__:
         assert re.search(rf"^::: streamlearn\.[\w.]+\.{name}$", page, re.M), name
+
+
+def test_the_library_page_documents_the_front_door_and_the_checks(pages):
+    from streamlearn import online
+
+    page = pages["reference/library.md"]
+    for name in ("OnlineModel", "ModelSpec", "LearningSpec"):
+        assert f"::: {getattr(online, name).__module__}.{name}\n" in page, name
+    assert "::: streamlearn.online.checks" in page
 
 
 # -- docs/contract.md against the code ----------------------------------------------------
