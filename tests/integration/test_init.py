@@ -77,6 +77,7 @@ def test_init_infers_the_model_and_spells_out_every_default(
         "[models.my_data]": ModelConfig,
         "[models.my_data.ingest]": type(model.ingest),
         "[models.my_data.learner]": type(model.learner),
+        "[models.my_data.learning]": type(model.learning),
         "[models.my_data.actor]": type(model.actor),
         "[models.my_data.promotion]": type(model.promotion),
         "[models.my_data.labels]": type(model.labels),
@@ -86,7 +87,9 @@ def test_init_infers_the_model_and_spells_out_every_default(
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), None)
         block = lines[start + 1 : end]
         for field in cls.model_fields:
-            if field in ("name", "ingest", "learner", "actor", "promotion", "variants", "labels"):
+            if field in ("name", "ingest", "learner", "learning", "actor", "promotion"):
+                continue
+            if field in ("variants", "labels"):
                 continue
             if field in ("fields", "sources"):  # written as `inputs = [..]`, a table array
                 continue

@@ -46,14 +46,14 @@ learning_rate = 0.005
 [models.mw.ingest]
 partitions = 2
 
+[models.mw.learning]
+replay_ratio = 0       # no replay between turns: it depends on timing
+
 [models.mw.learner]
 distribute = "multi_worker"
 max_batch = 64
 prefetch_batches = 0   # one entry a turn each, in order: the batches are known
 keep_versions = 100    # version 1 (the initial weights) stays for the reference
-
-[models.mw.learning]
-replay_ratio = 0       # no replay between turns: it depends on timing
 """
 
 

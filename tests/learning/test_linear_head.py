@@ -1,8 +1,9 @@
 """The linear head is solved over the replay buffer in spare time: a linear concept is
 learned as a linear model learns it, not at the optimizer's pace.
 
-The learner's own training component (`Trainer`) with default settings, a 40-sample message
-at a time with its spare time after each (replay, then the solve), as the service runs.
+The learner's own training component as the library's `OnlineModel` with default settings,
+a 40-sample message at a time (`learn_many`: its step, then the spare time after it,
+replay and the solve), as the service runs.
 """
 
 from __future__ import annotations
@@ -11,38 +12,36 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.config import LearningConfig, ModelConfig
-from streamlearn.learner.step import build_trainer
 from streamlearn.nn import export
-from streamlearn.online.batch import padded
+from streamlearn.online import LearningSpec, ModelSpec, OnlineModel
 from streamlearn.online.forward import Forward
 from streamlearn.online.linear import RIDGE, logistic
-from streamlearn.online.trainer import Trainer
 
 MESSAGE = 40
 
 
-def learn(trainer: Trainer, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Test-then-train a message at a time: each message's outputs as served (the actor's
-    forward pass) before it was learned, then its step and the spare time after it."""
-    forward = Forward(trainer.model, (x.shape[1],))
+def learn(model: OnlineModel, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Test-then-train a message at a time: each message's outputs (a value, or the
+    probability of 1) before it was learned, then `learn_many`."""
     served = np.zeros(len(y), np.float32)
     for lo in range(0, len(y), MESSAGE):
         xs, ys = x[lo : lo + MESSAGE], y[lo : lo + MESSAGE]
-        served[lo : lo + len(ys)] = forward(xs)[:, 0]
-        trainer.step(padded([xs], [ys], trainer.buckets, (1,)))
-        while trainer.replay_step():
-            pass
+        if model.spec.task == "regression":
+            served[lo : lo + len(ys)] = model.predict_many(xs)
+        else:
+            served[lo : lo + len(ys)] = model.predict_proba_many(xs)[:, 1]
+        model.learn_many(xs, ys)
     return served
 
 
-def trainer_for(task: str, inputs: int, solve: bool = True) -> Trainer:
-    keras.utils.set_random_seed(0)
-    trainer = build_trainer(ModelConfig(name="lin", inputs=inputs, task=task), lambda *_: None)
-    trainer.warm_up()
+def model_for(
+    task: str, inputs: int, solve: bool = True, learning: LearningSpec | None = None, seed: int = 0
+) -> OnlineModel:
+    model = OnlineModel(ModelSpec(task, inputs, name="lin"), learning, seed=seed)
+    model.warm_up()
     if not solve:
-        trainer.linear = None  # the optimizer alone, for comparison
-    return trainer
+        model.trainer.linear = None  # the optimizer alone, for comparison
+    return model
 
 
 def linear_target(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,8 +57,8 @@ def test_a_linear_target_is_learned_within_three_messages():
     x, y = linear_target(400, seed=0)
     errors = {}
     for solve in (True, False):
-        trainer = trainer_for("regression", 4, solve)
-        errors[solve] = float(np.abs(learn(trainer, x, y) - y)[2 * MESSAGE :].mean())
+        model = model_for("regression", 4, solve)
+        errors[solve] = float(np.abs(learn(model, x, y) - y)[2 * MESSAGE :].mean())
     assert errors[True] < 0.01 * y.std(), errors
     assert errors[True] < errors[False] / 3, f"solved vs optimizer alone: {errors}"
 
@@ -71,9 +70,9 @@ def test_a_noisy_linear_boundary_is_learned_to_near_the_best_any_model_can_do():
     y = (x @ rng.normal(0, 1, 10) > 0.3).astype(np.float32)
     flip = rng.random(len(y)) < 0.05
     y[flip] = 1 - y[flip]
-    trainer = trainer_for("binary", 10)
-    right = (learn(trainer, x, y) > 0.5) == (y > 0.5)
-    assert trainer.linear.solves == 2 * (2000 // MESSAGE)  # as a message comes, after its replay
+    model = model_for("binary", 10)
+    right = (learn(model, x, y) > 0.5) == (y > 0.5)
+    assert model.trainer.linear.solves == 2 * (2000 // MESSAGE)  # a message: then after replay
     assert right[400:].mean() >= 0.92, f"per 400: {right.reshape(-1, 400).mean(axis=1)}"
 
 
@@ -82,10 +81,10 @@ def test_the_solved_head_is_what_the_actors_and_the_export_serve(task, tmp_path)
     x, y = linear_target(200, seed=2)
     if task == "binary":
         y = (y > 150).astype(np.float32)
-    trainer = trainer_for(task, 4)
-    learn(trainer, x, y)
-    served = Forward(trainer.model, (4,))(x[:50])
-    export.standalone(trainer.model).save(tmp_path / "model.keras")
+    model = model_for(task, 4)
+    learn(model, x, y)
+    served = Forward(model.trainer.model, (4,))(x[:50])
+    export.standalone(model.trainer.model).save(tmp_path / "model.keras")
     plain = keras.saving.load_model(tmp_path / "model.keras")
     assert all(type(layer).__module__.startswith("keras.") for layer in plain.layers)
     np.testing.assert_allclose(plain.predict(x[:50], verbose=0), served, rtol=1e-4, atol=1e-4)
@@ -94,12 +93,10 @@ def test_the_solved_head_is_what_the_actors_and_the_export_serve(task, tmp_path)
 def test_without_replay_there_is_no_solve_and_no_spare_work():
     """`replay_ratio` 0 keeps no buffer: nothing to solve over, so spare time stays idle
     (a learner that thought otherwise would spin on it)."""
-    cfg = ModelConfig(name="lin", inputs=4, learning=LearningConfig(replay_ratio=0))
-    trainer = build_trainer(cfg, lambda *_: None)
-    trainer.warm_up()
+    model = model_for("regression", 4, learning=LearningSpec(replay_ratio=0))
     x, y = linear_target(80, seed=3)
-    learn(trainer, x, y)
-    assert trainer.linear.solves == 0 and not trainer.spare()
+    learn(model, x, y)
+    assert model.trainer.linear.solves == 0 and not model.trainer.spare()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -107,13 +104,11 @@ def test_hedge_gives_a_noise_free_linear_target_to_the_linear_head(seed):
     """A regression's head losses count relative to their mean: in the target's units
     (squared errors of ~1e-4 once a noise-free target is learned) Hedge stopped moving,
     and the deep heads kept the share they won in the first messages."""
-    keras.utils.set_random_seed(seed)
     x = np.random.default_rng(seed).normal(0, 1, (1200, 4)).astype(np.float32)
     y = (x @ np.array([0.5, -1.0, 0.3, 0.0], np.float32) + 0.2).astype(np.float32)
-    trainer = build_trainer(ModelConfig(name="lin", inputs=4, task="regression"), lambda *_: None)
-    trainer.warm_up()
-    served = learn(trainer, x, y)
-    assert trainer.hedge.alpha[0] >= 0.8, trainer.hedge.alpha
+    model = model_for("regression", 4, seed=seed)
+    served = learn(model, x, y)
+    assert model.trainer.hedge.alpha[0] >= 0.8, model.trainer.hedge.alpha
     assert np.abs(served - y)[400:].mean() < 0.01
 
 
@@ -126,11 +121,11 @@ def test_the_second_message_is_served_mostly_by_the_solved_head(seed):
     x, y = linear_target(80, seed=seed)
     errors = {}
     for favoured in (True, False):
-        trainer = trainer_for("regression", 4)
+        model = model_for("regression", 4)
         if not favoured:  # every head alike, as before
-            trainer.hedge.prior[:] = 1.0 / len(trainer.hedge.prior)
-            trainer.hedge.reset()
-        errors[favoured] = float(np.abs(learn(trainer, x, y) - y)[MESSAGE:].mean())
+            model.trainer.hedge.prior[:] = 1.0 / len(model.trainer.hedge.prior)
+            model.trainer.hedge.reset()
+        errors[favoured] = float(np.abs(learn(model, x, y) - y)[MESSAGE:].mean())
     assert errors[True] < 0.7 * errors[False], errors
 
 
