@@ -15,7 +15,8 @@ Columns: samples per CPU second of this process (every thread's: `time.process_t
 so other load does not move it; the model is built and warmed up before the clock
 starts), and the prequential score (accuracy, or mean absolute error). `speed_vs_river`
 is samples/s over River's linear model's on the same stream. No goal is set (issue 63
-asks for the figures); the table and bench/results/library.json hold them.
+asks for the figures); the table and bench/results/library.json hold them, and a full run
+(the default streams and samples) goes to the history.
 
     .venv/bin/python -m bench.library                       # sea, wine, friedman: minutes
     .venv/bin/python -m bench.library --streams sea --samples 300
@@ -35,6 +36,7 @@ from bench import _quality_streams as streams
 from bench._report import report
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+STREAMS, SAMPLES, RIVER = "sea,wine,friedman", 1000, "linear,hat"  # a full run's (recorded)
 
 
 def one_at_a_time(stream: streams.Stream, model: Any) -> learners.Outcome:
@@ -79,10 +81,10 @@ def run(stream: streams.Stream, args: argparse.Namespace) -> list[dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.library", description=__doc__.split("\n")[0])
-    parser.add_argument("--streams", default="sea,wine,friedman", help="comma-separated")
-    parser.add_argument("--samples", type=int, default=1000, help="per synthetic stream")
+    parser.add_argument("--streams", default=STREAMS, help="comma-separated")
+    parser.add_argument("--samples", type=int, default=SAMPLES, help="per synthetic stream")
     parser.add_argument("--message-size", type=int, default=40, help="samples a learn_many")
-    parser.add_argument("--river", default="linear,hat", help="River's references to run")
+    parser.add_argument("--river", default=RIVER, help="River's references to run")
     args = parser.parse_args(argv)
     if "linear" not in args.river.split(","):
         parser.error("--river: include linear (the speed column's baseline)")
@@ -92,12 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         rows += run(stream, args)
         print(f"  {stream.name}: {time.monotonic() - started:.0f} s", flush=True)
-    figures = {
-        f"{r['stream']} {r['learner']} samples/s": r["samples_per_s"]
-        for r in rows
-        if r["learner"].startswith("streamlearn")
-    }
-    report("library", rows, None, figures=figures, streams=args.streams, samples=args.samples)
+    figures: dict[str, dict[str, float]] = {}
+    for r in rows:
+        short = r["learner"].replace("streamlearn ", "")
+        score = r.get("acc", r.get("mae"))
+        figures.setdefault(r["stream"], {}).update(
+            {f"{short} /s": r["samples_per_s"], short: score}
+        )
+    whole = (args.streams, args.samples, args.river) == (STREAMS, SAMPLES, RIVER)
+    report("library", rows, None, figures=figures, record=whole, samples=args.samples)
     return 0
 
 

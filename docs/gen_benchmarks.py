@@ -25,6 +25,7 @@ ORDER = (
     "serve",
     "quality",
     "coldstart",
+    "library",
     "startup",
     "hostile",
     "hostile_http",
@@ -41,6 +42,12 @@ NOTES = {  # below a benchmark's figures
     "means over 3 runs, `river` is River's best model over the first 200. `stale`: answers "
     "from a version that had not yet learned the sample before.",
 }
+NOTES["library"] = (
+    "Per stream: samples per CPU second (`/s`) and the prequential score, accuracy or mean "
+    "absolute error (wine and sea: accuracy; friedman: MAE). `one`: `predict_one` then "
+    "`learn_one` a sample at a time; `many (40)`: `predict_many` then `learn_many` a message "
+    "of 40; River's models a sample at a time."
+)
 REPRODUCE = {"hostile_http": "python -m bench.hostile"}  # its HTTP rows; else bench.NAME
 ABOUT = {
     "ingest": "samples per second through one ingest process, against a raw MQTT subscriber",
@@ -48,6 +55,8 @@ ABOUT = {
     "serve": "prediction latency and throughput of one actor, over MQTT and HTTP",
     "quality": "how well the service learns, test-then-train, against River's online models",
     "coldstart": "how useful a new model is over its first samples, one sample per message",
+    "library": "the library's `learn_one`/`predict_one` a sample at a time, and `learn_many` "
+    "40 at a time, against River's models on the same streams",
     "startup": "from `streamlearn up` on a new model to its first reply and first trained "
     "version, as a device asks",
     "hostile": "what a malformed or malicious request costs the actor, against a valid one",
