@@ -38,8 +38,8 @@ class NumpyModel:
     >>> model = NumpyModel(ModelSpec("binary", 3, hidden=(4,), memory=8))
     >>> model(np.zeros((2, 3), np.float32)).round(6).tolist()  # the initial state: the prior
     [[0.5], [0.5]]
-    >>> sorted(model.spec)[:3]
-    ['dense_0/bias', 'dense_0/kernel', 'heads/bias']
+    >>> ", ".join(sorted(model.spec)[:3])  # its weights' names, as Keras names them
+    'dense_0/bias, dense_0/kernel, heads/bias'
     """
 
     def __init__(self, model: ModelSpec) -> None:
