@@ -27,12 +27,16 @@ def add_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     exp.add_argument("--model", help="model name (default: the only model)")
     exp.add_argument("--version", type=int, help="version to export (default: the latest)")
-    exp.add_argument("--output", required=True, help="FILE.keras, or a directory (savedmodel)")
+    exp.add_argument(
+        "--output", required=True, help="FILE.keras, a directory (savedmodel), FILE.safetensors"
+    )
     exp.add_argument(
         "--format",
-        choices=["keras", "savedmodel"],
+        choices=["keras", "savedmodel", "safetensors"],
         default="keras",
-        help="keras: one .keras file; savedmodel: a TF SavedModel directory for TF Serving",
+        help="keras: one .keras file; savedmodel: a TF SavedModel directory for TF Serving; "
+        "safetensors: the weights as published, with the model's spec "
+        "(streamlearn.online.OnlineModel.load opens it)",
     )
 
     pin = command("pin", PIN_HELP, _pin)

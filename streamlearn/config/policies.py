@@ -170,8 +170,8 @@ _LEARNING = LearningSpec()  # the library's defaults are the table's
 
 class LearningConfig(Frozen):
     """How a model learns around each step (`[models.NAME.learning]`, defaults in a
-    top-level `[learning]`): the library's `LearningSpec` and the step's clipping. Until
-    0.3 these were keys of `[learner]`, still read there with a warning."""
+    top-level `[learning]`): the library's `LearningSpec` and the step's clipping. They
+    were keys of `[learner]`, where they are still read, with a warning, until 0.3."""
 
     replay_ratio: float = Field(
         _LEARNING.replay_ratio,

@@ -15,11 +15,15 @@ graph Keras cannot rebuild, a factory's subclassed model, is saved as it is: its
 layers need their code, and streamlearn for `Standardize`, where it is loaded; so does a
 model of named inputs, whose `Encode` layer, imputing missing inputs and one-hot encoding
 categorical ones, is streamlearn's (`streamlearn.online.encode`).) `--format savedmodel`
-writes a TensorFlow SavedModel directory for TF Serving instead (`serve` endpoint).
+writes a TensorFlow SavedModel directory for TF Serving instead (`serve` endpoint);
+`--format safetensors` the version's weights blob as published, with the model's spec in
+its metadata, which the library opens as it is (`OnlineModel.load`: a served version in a
+notebook).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -30,10 +34,11 @@ import numpy as np
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
 from streamlearn.nn import networks
-from streamlearn.online import codec, hedge, memory, network, standardize, steps, tensors
+from streamlearn.online import codec, hedge, memory, network, spec, standardize, steps, tensors
 from streamlearn.online.memory import Memory
+from streamlearn.online.numpy_model import NumpyModel
 
-Format = Literal["keras", "savedmodel"]
+Format = Literal["keras", "savedmodel", "safetensors"]
 # Layers whose standalone form is built from built-in layers as it is called.
 BUILT_AS_CALLED = (hedge.Heads, hedge.HedgeMix, Memory, steps.Steps)
 
@@ -66,8 +71,9 @@ def export(
 ) -> Exported:
     """Write version `version` (default: the latest) of `cfg`'s model to `output`."""
     output = Path(output)
-    if fmt == "keras" and output.suffix != ".keras":
-        raise StreamlearnError(f"--output of the keras format must end in .keras, got {output}")
+    suffix = {"keras": ".keras", "safetensors": ".safetensors"}.get(fmt)
+    if suffix and output.suffix != suffix:
+        raise StreamlearnError(f"--output of the {fmt} format must end in {suffix}, got {output}")
     found = store.fetch(version)
     if found is None:
         if version is None:
@@ -79,6 +85,9 @@ def export(
     version, blob = found
     arrays, meta = codec.decode(blob)
     variant = meta.get("variant", BASE_VARIANT)
+    if fmt == "safetensors":
+        output.write_bytes(with_spec(cfg.variant(variant), arrays, meta))
+        return Exported(output, version, variant, fmt)
     model = loaded(cfg.variant(variant), arrays)
     served = standalone(model)
     if fmt == "keras":
@@ -90,6 +99,18 @@ def export(
     else:
         served.export(str(output), format="tf_saved_model", verbose=False)
     return Exported(output, version, variant, fmt)
+
+
+def with_spec(cfg: ModelConfig, arrays: dict[str, np.ndarray], meta: dict[str, str]) -> bytes:
+    """A published blob with `cfg`'s spec in its metadata (what `OnlineModel.to_bytes`
+    writes), checked as an actor checks it; a factory's model has no spec to give."""
+    if cfg.factory:
+        raise StreamlearnError(
+            f"--format safetensors: built-in architectures only (the library builds them); "
+            f"model {cfg.name!r} comes from factory {cfg.factory}"
+        )
+    codec.check_fits(arrays, NumpyModel(cfg.spec).spec)
+    return codec.encode(arrays, {**meta, "spec": json.dumps(spec.to_dict(cfg.spec))})
 
 
 def loaded(cfg: ModelConfig, arrays: dict[str, np.ndarray]) -> keras.Model:

@@ -119,6 +119,8 @@ class OnlineModel:
         if self.spec.fields is not None and not isinstance(xs, np.ndarray):
             xs = list(xs)
             if xs and all(isinstance(x, Mapping) for x in xs):
+                if self.spec.window is not None:  # a sample is a window of steps
+                    raise ValueError(f"x: each sample an array of shape {shape}, not a dict")
                 named = [self._named(x) for x in xs if isinstance(x, Mapping)]
                 return np.array(named, np.float32).reshape(-1, *shape)
         try:
@@ -147,7 +149,11 @@ class OnlineModel:
         return row
 
     def _targets(self, ys: Iterable[float] | np.ndarray, n: int) -> np.ndarray:
-        y = np.array(list(ys) if not isinstance(ys, np.ndarray) else ys, np.float32).reshape(-1)
+        try:
+            y = np.array(list(ys) if not isinstance(ys, np.ndarray) else ys, np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"y: numbers expected ({exc})") from None
+        y = y.reshape(-1)
         if len(y) != n:
             raise ValueError(f"y: {n} targets expected, got {len(y)}")
         if not np.isfinite(y).all():

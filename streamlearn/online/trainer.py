@@ -1,8 +1,8 @@
 """The trainer: `train_on_batch` on padded batches, scored before it learns, guarded.
 
 The one facade over the learning algorithms: the learner role feeds it batches drained
-from the stream (`step`, `replay_step` in spare time); the in-process benchmark a message
-at a time (`learn`, `predict`). Both read `figures`.
+from the stream (`step`, `replay_step` in spare time); the library's `OnlineModel` a
+message at a time (`learn`, `predict`). Both read `figures`.
 
 - Shapes: batches are padded to a few bucket sizes (`batch`), each traced once at start
   (`warm_up`), so no step retraces afterwards; `guard.TrainProbe` counts traces to show it.
@@ -53,7 +53,7 @@ STACKED = "stacked"  # the replay's stacked steps, in `Trainer.cold`
 
 class Trainer:
     """One model's training step, its guard and its counters (`state`): the facade that
-    the learner role and the in-process benchmark both drive (`step`, `replay_step`;
+    the learner role and `OnlineModel` both drive (`step`, `replay_step`;
     `learn`, `predict`, `figures`)."""
 
     def __init__(

@@ -23,7 +23,7 @@ from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.errors import NoWeightsError, StreamlearnError, WeightsError
 from streamlearn.nn import export, networks
-from streamlearn.online import codec, hedge, standardize, tensors
+from streamlearn.online import OnlineModel, codec, hedge, standardize, tensors
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, eventually, settled
@@ -95,9 +95,15 @@ def test_an_exported_file_predicts_what_the_actor_replies_for_that_version(
     config = tmp_path / "streamlearn.toml"
     for name, value in settings.as_env().items():
         monkeypatch.setenv(name, value)
-    for output, fmt in ((out_file, "keras"), (out_dir, "savedmodel")):
+    out_blob = tmp_path / "e.safetensors"
+    for output, fmt in ((out_file, "keras"), (out_dir, "savedmodel"), (out_blob, "safetensors")):
         argv = ["export", "--version", str(reply["version"]), "--output", str(output)]
         assert cli.main([*argv, "--format", fmt, "--config", str(config)]) == 0
+    # the library opens the weights as published, spec and all: a served version in a notebook
+    notebook = OnlineModel.load(out_blob)
+    assert notebook.spec == _cfg().spec
+    served_y = np.array(reply["y"])[:, 0]
+    np.testing.assert_allclose(notebook.predict_many(probe), served_y, rtol=1e-4, atol=1e-5)
 
     loaded = subprocess.run(
         [sys.executable, "-c", LOAD, str(out_file), str(out_dir), json.dumps(probe.tolist())],
