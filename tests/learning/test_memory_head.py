@@ -2,8 +2,9 @@
 replay buffer in spare time, mixed by Hedge with the others, served and exported as the
 learner scores it.
 
-The learner's own training component (`Trainer`) with default settings, a 40-sample message
-at a time with its spare time after each, as the service runs (`test_linear_head.learn`).
+The learner's own training component as the library's `OnlineModel` with default settings,
+a 40-sample message at a time with its spare time after each, as the service runs
+(`test_linear_head.learn`).
 """
 
 from __future__ import annotations
@@ -12,22 +13,18 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.config import ModelConfig
-from streamlearn.learner.step import build_trainer
 from streamlearn.nn import export
-from streamlearn.online import memory
+from streamlearn.online import ModelSpec, OnlineModel, memory
 from streamlearn.online.batch import padded
 from streamlearn.online.forward import Forward
-from streamlearn.online.trainer import Trainer
 from tests.learning.test_linear_head import MESSAGE, learn
 
 
-def trainer_for(task: str, inputs: int, size: int = 500, classes: int | None = None) -> Trainer:
-    keras.utils.set_random_seed(0)
-    cfg = ModelConfig(name="mem", inputs=inputs, task=task, memory=size, classes=classes)
-    trainer = build_trainer(cfg, lambda *_: None)
-    trainer.warm_up()
-    return trainer
+def model_for(task: str, inputs: int, size: int = 500, classes: int | None = None) -> OnlineModel:
+    spec = ModelSpec(task, inputs, classes=classes, memory=size, name="mem")
+    model = OnlineModel(spec, seed=0)
+    model.warm_up()
+    return model
 
 
 def moving_centroids(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -52,18 +49,19 @@ def test_a_concept_that_moves_is_followed():
     x, y = moving_centroids(3000, seed=0)
     scores = {}
     for size in (500, 0):
-        trainer = trainer_for("binary", 5, size)
-        right = (learn(trainer, x, y) > 0.5) == (y > 0.5)
+        model = model_for("binary", 5, size)
+        right = (learn(model, x, y) > 0.5) == (y > 0.5)
         scores[size] = float(right[1000:].mean())
     assert scores[500] >= 0.92, scores
     assert scores[500] >= scores[0] + 0.03, scores
-    assert trainer.memory is None  # memory = 0: no such head
+    assert model.trainer.memory is None  # memory = 0: no such head
 
 
 def test_the_memory_holds_the_newest_samples_and_answers_with_their_labels():
     """Before any sample the head predicts the prior; after, a point at a cluster's centre
     gets that cluster's label, and the slots hold the newest `memory` samples."""
-    trainer = trainer_for("binary", 2, size=100)
+    model = model_for("binary", 2, size=100)
+    trainer = model.trainer
     head = memory.find(trainer.model)
     centres = np.array([[-3.0, 0.0], [3.0, 0.0]], np.float32)
     alone = keras.Model(trainer.model.inputs[0], head.output)
@@ -71,7 +69,7 @@ def test_the_memory_holds_the_newest_samples_and_answers_with_their_labels():
     rng = np.random.default_rng(1)
     label = rng.integers(0, 2, 400)
     x = (centres[label] + rng.normal(0, 0.5, (400, 2))).astype(np.float32)
-    learn(trainer, x, label.astype(np.float32))
+    learn(model, x, label.astype(np.float32))
     assert trainer.memory.writes == 400 // MESSAGE
     near = alone(centres).numpy().ravel()
     assert near[0] < 0.05 and near[1] > 0.95, near
@@ -89,8 +87,10 @@ def test_the_multiclass_memory_is_what_the_actors_and_the_export_serve(tmp_path)
     rng = np.random.default_rng(3)
     x = rng.normal(0, 1, (300, 5)).astype(np.float32)
     y = np.argmax(x[:, :3], axis=1).astype(np.float32)
-    trainer = trainer_for("multiclass", 5, classes=3)
-    learn_multiclass(trainer, x, y)
+    model = model_for("multiclass", 5, classes=3)
+    for lo in range(0, len(y), MESSAGE):
+        model.learn_many(x[lo : lo + MESSAGE], y[lo : lo + MESSAGE])
+    trainer = model.trainer
     assert trainer.memory.writes > 0
     served = Forward(trainer.model, (5,))(x[:50])
     export.standalone(trainer.model).save(tmp_path / "model.keras")
@@ -99,18 +99,10 @@ def test_the_multiclass_memory_is_what_the_actors_and_the_export_serve(tmp_path)
     np.testing.assert_allclose(plain.predict(x[:50], verbose=0), served, rtol=1e-4, atol=1e-4)
 
 
-def learn_multiclass(trainer: Trainer, x: np.ndarray, y: np.ndarray) -> None:
-    for lo in range(0, len(y), MESSAGE):
-        trainer.step(padded([x[lo : lo + MESSAGE]], [y[lo : lo + MESSAGE]], trainer.buckets, ()))
-        while trainer.replay_step():
-            pass
-
-
 def test_a_head_held_at_the_floor_does_not_serve():
     """Hedge keeps every weight at or above its floor so that a head can come back; the
     model serves what each holds above it, and an undo reads the same weights back."""
-    trainer = trainer_for("binary", 4)
-    mix = trainer.hedge
+    mix = model_for("binary", 4).trainer.hedge
     others = len(mix.alpha) - 1
     for _ in range(50):  # head 0 far better than the others
         mix.update(40, np.array([0.05] + [0.7] * others))
@@ -130,8 +122,9 @@ def test_the_learner_scores_what_the_actors_serve():
     sample, where the detector sees the clusters' movement as a drift and every head
     starts afresh."""
     x, y = moving_centroids(1040, seed=1)
-    trainer = trainer_for("binary", 5, size=300)
-    learn(trainer, x[:1000], y[:1000])
+    model = model_for("binary", 5, size=300)
+    trainer = model.trainer
+    learn(model, x[:1000], y[:1000])
     weights = trainer.hedge.alpha
     assert weights[-1] == max(weights) and weights[-1] > 0.5, weights
     xs, ys = x[1000:], y[1000:]
