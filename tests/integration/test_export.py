@@ -102,7 +102,7 @@ def test_an_exported_file_predicts_what_the_actor_replies_for_that_version(
     # the library opens the weights as published, spec and all: a served version in a notebook
     notebook = OnlineModel.load(out_blob)
     assert notebook.spec == _cfg().spec
-    served_y = np.array(reply["y"])[:, 0]
+    served_y = np.array(reply["y"])
     np.testing.assert_allclose(notebook.predict_many(probe), served_y, rtol=1e-4, atol=1e-5)
 
     loaded = subprocess.run(
