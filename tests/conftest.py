@@ -227,7 +227,7 @@ def eventually(check: Callable[[], T], timeout_s: float = 30, what: str = "condi
 def served(client: Client, body: dict, version: int, timeout_s: float = 30) -> dict:
     """The reply to `body` once it comes from `version` or a newer one: the actors swap a new
     version in within moments, which a busy machine stretches to seconds, and a learner that
-    has acknowledged every sample may still publish once more (publish_min_ms later)."""
+    has acknowledged every sample may still publish once more (publish.min_ms later)."""
 
     def check() -> dict | None:
         reply = client.request(body)

@@ -42,7 +42,7 @@ _EXAMPLES = {
     "window": 16,
     "factory": "mypackage.models:build",
     "buckets": [16, 64, 256],
-    "checkpoint_dir": "checkpoints",
+    "dir": "checkpoints",
     "clip_norm": 1.0,
     "tensorboard_dir": "tensorboard",
 }
@@ -92,10 +92,7 @@ def render(name: str, data: Inferred, source: str) -> str:
         else:
             out += _setting(key, field, getattr(model, key), note)
     for section in _NESTED:
-        policy = getattr(model, section)
-        out += ["", f"# {_doc(type(policy))}", f"[models.{name}.{section}]"]
-        for key, field in type(policy).model_fields.items():
-            out += _setting(key, field, getattr(policy, key))
+        out += _table(f"models.{name}.{section}", getattr(model, section))
     out += [
         "",
         f"# {ModelConfig.model_fields['variants'].description}; e.g.:",
@@ -110,6 +107,22 @@ def render(name: str, data: Inferred, source: str) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _table(path: str, policy: BaseModel) -> list[str]:
+    """`[path]` with every field of `policy`, then a table of its own for each group
+    (`[models.NAME.learner.publish]`)."""
+    out = ["", f"# {_doc(type(policy))}", f"[{path}]"]
+    groups = []
+    for key, field in type(policy).model_fields.items():
+        value = getattr(policy, key)
+        if isinstance(value, BaseModel):
+            groups.append((key, value))
+        else:
+            out += _setting(key, field, value)
+    for key, value in groups:
+        out += _table(f"{path}.{key}", value)
+    return out
 
 
 def _example(data: Inferred) -> str:

@@ -35,7 +35,7 @@ from streamlearn.config.policies import (
     LearningConfig,
     PromotionConfig,
     describe_error,
-    moved_to_learning,
+    upgraded,
 )
 from streamlearn.config.variants import (
     VariantConfig,
@@ -161,12 +161,11 @@ class ModelConfig(Frozen):
 
     @model_validator(mode="before")
     @classmethod
-    def _learning_keys_of_learner(cls, data: Any) -> Any:
-        """`learner.replay_ratio` and the other keys that moved to `learning`: read there
-        until 0.3, with a warning naming the new key; set in both, an error."""
-        if isinstance(data, dict) and isinstance(data.get("learner"), dict):
-            where = f"models.{data.get('name', 'NAME')}."
-            data = {**data, **moved_to_learning(data["learner"], data.get("learning"), where)}
+    def _moved_keys(cls, data: Any) -> Any:
+        """`learner.replay_ratio`, `learner.publish_min_ms` and the other keys that moved:
+        read there until 0.3, with a warning naming the new place (`upgraded`)."""
+        if isinstance(data, dict):
+            data = upgraded(data, f"models.{data.get('name', 'NAME')}.")
         return data
 
     @model_validator(mode="before")
@@ -277,7 +276,7 @@ class ModelConfig(Frozen):
         model = self.model_dump()
         for section in ("learner", "learning"):  # field by field over the model's
             if section in overrides:
-                overrides[section] = {**model[section], **overrides[section]}
+                overrides[section] = overlaid(model[section], overrides[section])
         return ModelConfig.model_validate({**model, **overrides, "variants": {}})
 
     @property
@@ -371,7 +370,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
 
     Top-level `[ingest]`, `[learner]`, `[learning]` and `[actor]` tables are defaults
     that each `[models.NAME.*]` table overrides field by field (a key of `[learner]` that
-    moved to `[learning]` first moves there: `moved_to_learning`).
+    moved first moves to its new place: `upgraded`).
     """
     unknown = set(data) - {"models", *_SECTIONS}
     if unknown:
@@ -382,7 +381,7 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
     models = data.get("models")
     if not isinstance(models, dict) or not models:
         raise ConfigError(f"{source}: models: at least one [models.NAME] table is required")
-    data = {**data, **moved_to_learning(data.get("learner", {}), data.get("learning"), "")}
+    data = upgraded(data, "")
     merged: dict[str, Any] = {}
     for name, table in models.items():
         if not isinstance(table, dict):
@@ -397,17 +396,30 @@ def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
                 raise ConfigError(
                     f"{source}: models.{name}.{section}: must be a table, got {table[section]!r}"
                 )
-        table = {"name": name, **table}
+        table = upgraded({"name": name, **table}, f"models.{name}.")
         for section in _SECTIONS:
             base = data.get(section, {})
             if base or section in table:
-                table[section] = {**base, **table.get(section, {})}
+                table[section] = overlaid(base, table.get(section, {}))
         check_variant_tables(table, f"{source}: models.{name}")
         merged[name] = table
     try:
         return AppConfig(models=merged)
     except ValidationError as exc:
         raise ConfigError(f"{source}: {describe_error(exc)}") from None
+
+
+def overlaid(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` laid on `base` field by field, a table within (`[learner.publish]`) too.
+
+    >>> overlaid({"a": 1, "p": {"x": 1, "y": 2}}, {"p": {"y": 3}})
+    {'a': 1, 'p': {'x': 1, 'y': 3}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = overlaid(out[key], value) if both else value
+    return out
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:

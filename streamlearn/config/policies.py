@@ -50,8 +50,61 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class PublishPolicy(Frozen):
+    """`[learner.publish]`: when the learner publishes its weights as a new version."""
+
+    every_steps: int = Field(
+        50, ge=1, description="under a backlog, publish weights after this many train steps"
+    )
+    every_ms: float = Field(250, gt=0, description="or after this many ms, whichever comes first")
+    min_ms: float = Field(
+        10,
+        ge=0,
+        description="caught up with the stream, the learner publishes what it learned at "
+        "once, at most once per this many ms (under a backlog, every_* rule); raise it "
+        "for a large model, whose every version is a blob written to Redis",
+    )
+
+
+class HistoryPolicy(Frozen):
+    """`[learner.history]`: the versions Redis keeps, for the actors, `pin` and `export`."""
+
+    newest: int = Field(5, ge=1, description="newest weights versions kept in Redis")
+    versions: int = Field(
+        60,
+        ge=0,
+        description="besides the newest, versions kept one per every_s for pin and "
+        "export (default: an hour); each costs one blob of memory in Redis",
+    )
+    every_s: float = Field(60, gt=0, description="seconds between history versions")
+
+
+class CheckpointPolicy(Frozen):
+    """`[learner.checkpoint]`: the learner's checkpoints, when `dir` is set."""
+
+    dir: str | None = Field(
+        None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
+    )
+    every_s: float = Field(10, gt=0, description="seconds between checkpoints")
+    every_samples: int = Field(
+        50_000,
+        ge=1,
+        description="or sooner, after this many samples: entries are acknowledged at each "
+        "checkpoint, so keep it below ingest.max_backlog_samples",
+    )
+
+
 class LearnerConfig(Frozen):
-    """Micro-batching and publish policy of the learner."""
+    """The learner's plumbing: micro-batching, publishing, the versions kept, checkpoints,
+    its reports. How the model learns is `LearningConfig`'s."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_keys(cls, data: Any) -> Any:
+        """`publish_min_ms` and the other keys now in a group: read until 0.3, warned."""
+        if isinstance(data, dict):
+            return upgraded({"learner": data}, "", groups_only=True)["learner"]
+        return data
 
     max_batch: int = Field(256, ge=1, description="samples per train step, at most")
     max_wait_ms: float = Field(
@@ -63,27 +116,8 @@ class LearnerConfig(Frozen):
     buckets: tuple[int, ...] | None = Field(
         None, description="padded batch sizes; default: powers of 4 from 16 up to max_batch"
     )
-    publish_every_steps: int = Field(
-        50, ge=1, description="under a backlog, publish weights after this many train steps"
-    )
-    publish_every_ms: float = Field(
-        250, gt=0, description="or after this many ms, whichever comes first"
-    )
-    publish_min_ms: float = Field(
-        10,
-        ge=0,
-        description="caught up with the stream, the learner publishes what it learned at "
-        "once, at most once per this many ms (under a backlog, publish_every_* rule); raise it "
-        "for a large model, whose every version is a blob written to Redis",
-    )
-    keep_versions: int = Field(5, ge=1, description="newest weights versions kept in Redis")
-    history_versions: int = Field(
-        60,
-        ge=0,
-        description="besides the newest, versions kept one per history_every_s for pin and "
-        "export (default: an hour); each costs one blob of memory in Redis",
-    )
-    history_every_s: float = Field(60, gt=0, description="seconds between history versions")
+    publish: PublishPolicy = Field(PublishPolicy(), description="when weights are published")
+    history: HistoryPolicy = Field(HistoryPolicy(), description="which versions Redis keeps")
     status_every_ms: float = Field(
         1000,
         gt=0,
@@ -98,15 +132,8 @@ class LearnerConfig(Frozen):
         "backlog the next read still goes out while a batch trains); unset: 2 with 4 CPU "
         "cores or more, else 0 (on 2 cores the thread cost more than it saved)",
     )
-    checkpoint_dir: str | None = Field(
-        None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
-    )
-    checkpoint_every_s: float = Field(10, gt=0, description="seconds between checkpoints")
-    checkpoint_every_samples: int = Field(
-        50_000,
-        ge=1,
-        description="or sooner, after this many samples: entries are acknowledged at each "
-        "checkpoint, so keep it below ingest.max_backlog_samples",
+    checkpoint: CheckpointPolicy = Field(
+        CheckpointPolicy(), description="the learner's own checkpoints (off by default)"
     )
     tensorboard_dir: str | None = Field(
         None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
@@ -206,41 +233,64 @@ class LearningConfig(Frozen):
     )
 
 
-MOVED_TO_LEARNING = tuple(LearningConfig.model_fields)  # from `[learner]`, read until 0.3
+# keys of `[learner]` until 0.2 -> where they are now, from the model's table (read there
+# until 0.3, with a warning: `upgraded`)
+MOVED = {
+    **{key: ("learning", key) for key in LearningConfig.model_fields},
+    "publish_every_steps": ("learner", "publish", "every_steps"),
+    "publish_every_ms": ("learner", "publish", "every_ms"),
+    "publish_min_ms": ("learner", "publish", "min_ms"),
+    "keep_versions": ("learner", "history", "newest"),
+    "history_versions": ("learner", "history", "versions"),
+    "history_every_s": ("learner", "history", "every_s"),
+    "checkpoint_dir": ("learner", "checkpoint", "dir"),
+    "checkpoint_every_s": ("learner", "checkpoint", "every_s"),
+    "checkpoint_every_samples": ("learner", "checkpoint", "every_samples"),
+}
 
 
-def moved_to_learning(
-    learner: dict[str, Any], learning: Any, where: str = "models.NAME."
-) -> dict[str, Any]:
-    """`learner` without the keys that moved to `learning` (`MOVED_TO_LEARNING`), and
-    `learning` with them, each with a `FutureWarning` naming its new key; a key set in
-    both is a ConfigError. Nothing moved: `{}` (the tables stay as they are).
+def upgraded(table: dict[str, Any], where: str, groups_only: bool = False) -> dict[str, Any]:
+    """`table` (a model's, the top level's, a variant's) with each key of its `learner`
+    that moved (`MOVED`) in its new place, and a `FutureWarning` naming that place; a key
+    set in both places is a ConfigError naming both. `groups_only`: the moves within
+    `learner` alone (a `LearnerConfig` made from keywords).
 
     >>> import warnings
     >>> with warnings.catch_warnings(record=True) as seen:
     ...     warnings.simplefilter("always")
-    ...     moved_to_learning({"max_batch": 8, "replay_ratio": 4}, None, "")
-    {'learner': {'max_batch': 8}, 'learning': {'replay_ratio': 4}}
+    ...     upgraded({"learner": {"max_batch": 8, "replay_ratio": 4, "publish_min_ms": 5}}, "")
+    {'learner': {'max_batch': 8, 'publish': {'min_ms': 5}}, 'learning': {'replay_ratio': 4}}
     >>> str(seen[0].message)
-    'learner.replay_ratio: moved to learning.replay_ratio (read from learner until 0.3)'
+    'learner.replay_ratio: now learning.replay_ratio (read from learner until 0.3)'
     """
-    moved = {k: v for k, v in learner.items() if k in MOVED_TO_LEARNING}
-    if not moved:
-        return {}
-    learning = dict(learning) if isinstance(learning, dict) else {}
-    for key in moved:
-        if key in learning and learning[key] != moved[key]:
+    learner = table.get("learner")
+    if not isinstance(learner, dict) or not MOVED.keys() & learner.keys():
+        return table
+    out = {**table, "learner": {k: v for k, v in learner.items() if k not in MOVED}}
+    for old, path in MOVED.items():
+        if old not in learner or (groups_only and path[0] != "learner"):
+            if old in learner:
+                out["learner"][old] = learner[old]  # (left for the model's table to move)
+            continue
+        *tables, key = path
+        place = out
+        for name in tables:
+            inner = place.get(name)
+            place[name] = dict(inner) if isinstance(inner, dict) else {}
+            place = place[name]
+        new = where + ".".join(path)
+        if key in place and place[key] != learner[old]:
             raise ConfigError(
-                f"{where}learner.{key}: moved to {where}learning.{key}, which is set too "
-                f"({learning[key]!r}); remove learner.{key}, got {moved[key]!r}"
+                f"{where}learner.{old}: now {new}, which is set too ({place[key]!r}); "
+                f"remove learner.{old}, got {learner[old]!r}"
             )
+        place[key] = learner[old]
         warnings.warn(
-            f"{where}learner.{key}: moved to {where}learning.{key} (read from learner until 0.3)",
+            f"{where}learner.{old}: now {new} (read from learner until 0.3)",
             FutureWarning,
             stacklevel=2,
         )
-    rest = {k: v for k, v in learner.items() if k not in moved}
-    return {"learner": rest, "learning": {**learning, **moved}}
+    return out
 
 
 class ActorConfig(Frozen):

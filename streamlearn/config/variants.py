@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from streamlearn.config.policies import Frozen, moved_to_learning
+from streamlearn.config.policies import Frozen, upgraded
 from streamlearn.errors import ConfigError
 
 # What a variant may change: how it learns. What its samples look like is the stream's.
@@ -74,13 +74,9 @@ class VariantConfig(Frozen):
     )
 
     def overrides(self) -> dict[str, Any]:
-        """The fields set, a learning key set in `learner` moved to `learning`."""
+        """The fields set, a key that moved out of `learner` in its new place."""
         found = {k: v for k in VARIANT_FIELDS if (v := getattr(self, k)) is not None}
-        where = "variants.VNAME."
-        return {
-            **found,
-            **moved_to_learning(found.get("learner", {}), found.get("learning"), where),
-        }
+        return upgraded(found, "variants.VNAME.")
 
 
 def check_variant_tables(table: dict[str, Any], where: str) -> None:

@@ -158,7 +158,7 @@ class Names:
 
     @property
     def history_key(self) -> str:
-        """Sorted set: one version per `learner.history_every_s`, scored by publish time (ms)."""
+        """Sorted set: one version per `learner.history.every_s`, scored by publish time (ms)."""
         return self.key(f"{self._weights}:history")
 
     @property

@@ -1,8 +1,8 @@
 """When the learner may acknowledge entries: once the state that learned them is durable.
 
-That state is a checkpoint when `checkpoint_dir` is set (every training variable and the
-counters, `checkpoint_every_s` / `checkpoint_every_samples`), else a published version
-(`publish_every_steps` / `publish_every_ms`). Until then the entries stay pending in the
+That state is a checkpoint when `checkpoint.dir` is set (every training variable and the
+counters, `checkpoint.every_s` / `checkpoint.every_samples`), else a published version
+(`publish.every_steps` / `publish.every_ms`). Until then the entries stay pending in the
 stream, so a crash loses nothing: the restarted learner resumes from that state (its
 checkpoint, else its latest published weights: `state`) and trains again on what is
 still pending. Non-finite weights are never published nor checkpointed.
@@ -47,7 +47,7 @@ class Durability:
         self.clock = clock
         where = [cfg.name] if variant == BASE_VARIANT else [cfg.name, "variants", variant]
         self.checkpoints = (
-            CheckpointDir(Path(policy.checkpoint_dir, *where)) if policy.checkpoint_dir else None
+            CheckpointDir(Path(policy.checkpoint.dir, *where)) if policy.checkpoint.dir else None
         )
         self.steps_since_publish = self._samples_since_checkpoint = 0
         self._last_publish = self._last_checkpoint = clock()
@@ -56,7 +56,7 @@ class Durability:
     def every_s(self) -> float:
         """How often the state becomes durable, at most (seconds)."""
         policy = self.policy
-        return policy.checkpoint_every_s if self.checkpoints else policy.publish_every_ms / 1000
+        return policy.checkpoint.every_s if self.checkpoints else policy.publish.every_ms / 1000
 
     def resume(self) -> str:
         """The trainer's counters and variables from the checkpoint, else from the latest
@@ -88,8 +88,8 @@ class Durability:
     def caught_up(self) -> None:
         """Nothing fresh is waiting: publish what was learned (fresh or replayed steps) now
         rather than at the next cadence, so that actors answer with weights that know the
-        newest samples, at most once per `publish_min_ms`. Under a backlog the learner is
-        never caught up, and `publish_every_*` alone rule. The heads set from the replay
+        newest samples, at most once per `publish.min_ms`. Under a backlog the learner is
+        never caught up, and `publish.every_*` alone rule. The heads set from the replay
         buffer are set first (spare time, a few ms): a version published between a step
         and its spare time would serve them as they were before its samples (at a stream's
         start, the prior), until the next publish."""
@@ -98,7 +98,7 @@ class Durability:
 
     def pausing(self) -> None:
         """The learner stops for a while (a trace: a second or more): what it learned is
-        published now, whatever `publish_min_ms` says (the heads set first, as above)."""
+        published now, whatever `publish.min_ms` says (the heads set first, as above)."""
         if self.steps_since_publish and self.writes.publishing.due():
             self.publish(heads=True)
 
@@ -108,16 +108,16 @@ class Durability:
         if not self.steps_since_publish or not self.writes.publishing.due():
             return None
         since_ms = (self.clock() - self._last_publish) * 1000
-        return max(0.0, self.policy.publish_min_ms - since_ms) / 1000
+        return max(0.0, self.policy.publish.min_ms - since_ms) / 1000
 
     def publish_due(self) -> bool:
-        """Whether `tick` publishes now (`publish_every_steps` or `_ms` reached)."""
+        """Whether `tick` publishes now (`publish.every_steps` or `every_ms` reached)."""
         policy = self.policy
         return bool(
             self.steps_since_publish
             and (
-                self.steps_since_publish >= policy.publish_every_steps
-                or (self.clock() - self._last_publish) * 1000 >= policy.publish_every_ms
+                self.steps_since_publish >= policy.publish.every_steps
+                or (self.clock() - self._last_publish) * 1000 >= policy.publish.every_ms
             )
             and self.writes.publishing.due()
         )
@@ -131,8 +131,8 @@ class Durability:
             if self.writes.unacked and not self.steps_since_publish:
                 self.writes.made_durable()  # dead letters only
         elif (self._samples_since_checkpoint or self.writes.unacked) and (
-            now - self._last_checkpoint >= policy.checkpoint_every_s
-            or self._samples_since_checkpoint >= policy.checkpoint_every_samples
+            now - self._last_checkpoint >= policy.checkpoint.every_s
+            or self._samples_since_checkpoint >= policy.checkpoint.every_samples
         ):
             self.checkpoint()
         self.writes.maybe_trim()

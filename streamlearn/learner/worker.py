@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         redis,
         names,
         variant if model.variants else None,
-        keep=cfg.learner.keep_versions,
-        history=cfg.learner.history_versions,
-        history_every_s=cfg.learner.history_every_s,
+        keep=cfg.learner.history.newest,
+        history=cfg.learner.history.versions,
+        history_every_s=cfg.learner.history.every_s,
     )
     # one worker of a multi-host learner (docs/scaling.md): its own partitions; only the
     # chief reports and competes

@@ -4,7 +4,7 @@ dead letters; each one that Redis refuses is tried again later, never fatal.
 Redis full (`maxmemory` with `noeviction`) refuses the writes that take memory (a weights
 blob, a report, a dead letter) and takes those that free it: reads and acknowledgements
 run in scripts flagged `allow-oom` (`streamlearn.store.stream`), and trims need no memory. So
-a learner with `checkpoint_dir` goes on training, checkpointing, acknowledging and
+a learner with `checkpoint.dir` goes on training, checkpointing, acknowledging and
 trimming while Redis is full, which frees memory for ingest; without one, entries are
 acknowledged only with a published version, so they wait until the publish goes through.
 """

@@ -2,7 +2,7 @@
 
 The hash `sl:{model}:weights:blobs` holds each blob under its version,
 `sl:{model}:weights:versions` the newest versions (the last `keep`),
-`sl:{model}:weights:history` one version per `history_every_s` (the last `history`, scored
+`sl:{model}:weights:history` one version per `history.every_s` (the last `history`, scored
 by publish time: what an operator rolls back to minutes later, however fast the learner
 publishes), `sl:{model}:weights:latest` the newest complete version, and the channel
 `sl:{model}:weights` announces the version actors should load. The store assigns versions:

@@ -21,7 +21,7 @@ task = "regression"
 hidden = [8]
 
 [models.b.learner]
-publish_every_ms = 100
+publish.every_ms = 100
 """
 
 

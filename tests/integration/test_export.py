@@ -37,8 +37,8 @@ hidden = [16]
 [models.e.learner]
 max_batch = 32
 max_wait_ms = 5
-publish_every_ms = 200
-keep_versions = 50
+publish.every_ms = 200
+history.newest = 50
 """
 # Raw features far from zero mean and unit scale: standardisation changes the prediction.
 CENTRE, SPREAD = np.array([10.0, -5.0, 100.0]), np.array([2.0, 0.5, 20.0])

@@ -75,7 +75,7 @@ def regression(**learner: object) -> ModelConfig:
 def make_learner(redis, settings, cfg: ModelConfig, consumer: str = "t", **kw) -> Learner:
     names = Names(cfg.name, settings.topic_prefix, settings.key_prefix)
     queue = SampleStream(redis, names, cfg.sample_shape)
-    store = WeightsStore(redis, names, keep=cfg.learner.keep_versions)
+    store = WeightsStore(redis, names, keep=cfg.learner.history.newest)
     return Learner(cfg, queue, store, consumer=consumer, **kw)
 
 
@@ -187,11 +187,9 @@ def test_a_redelivered_or_repeated_id_is_stored_once(start_role, client_for, red
 def test_learner_acknowledges_entries_only_once_their_state_is_durable(
     redis, settings, tmp_path, durable
 ):
-    policy = {"publish_every_ms": 3_600_000, "publish_every_steps": 10_000}
+    policy: dict = {"publish": {"every_ms": 3_600_000, "every_steps": 10_000}}
     if durable == "checkpoint":
-        policy.update(
-            checkpoint_dir=str(tmp_path), checkpoint_every_s=3600, checkpoint_every_samples=10**6
-        )
+        policy["checkpoint"] = {"dir": str(tmp_path), "every_s": 3600, "every_samples": 10**6}
     learner = make_learner(redis, settings, regression(**policy))
     n = fill(learner.queue, 40)
     learner.start()
@@ -226,7 +224,7 @@ def test_the_stream_gets_shorter_but_never_below_a_lagging_group(redis, settings
 
 def test_a_caught_up_learner_trims_what_it_acknowledged_last(redis, settings, tmp_path):
     # a full Redis frees memory only by trimming: the last acknowledged entries must go too
-    policy = {"checkpoint_dir": str(tmp_path), "checkpoint_every_s": 0.05}
+    policy = {"checkpoint": {"dir": str(tmp_path), "every_s": 0.05}}
     learner = make_learner(redis, settings, regression(**policy))
     key, stop = learner.queue.key, threading.Event()
     learner.start()

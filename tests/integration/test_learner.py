@@ -37,7 +37,7 @@ def regression(**learner: object) -> ModelConfig:
 def make_learner(redis, settings, cfg: ModelConfig, consumer: str = "t") -> Learner:
     names = Names(cfg.name, settings.topic_prefix, settings.key_prefix)
     queue = SampleStream(redis, names, cfg.sample_shape)
-    store = WeightsStore(redis, names, keep=cfg.learner.keep_versions)
+    store = WeightsStore(redis, names, keep=cfg.learner.history.newest)
     return Learner(cfg, queue, store, consumer=consumer)
 
 
@@ -138,7 +138,7 @@ def test_a_new_learners_first_samples_wait_for_no_trace_and_are_published_before
     """A backlog at start (a device's samples sent while the learner imported TensorFlow):
     the first step takes what the traced step holds, at once; the version with it is out
     before the next bucket is traced (seconds), and then the batches grow."""
-    learner = make_learner(redis, settings, regression(max_batch=64, publish_every_steps=1000))
+    learner = make_learner(redis, settings, regression(max_batch=64, publish={"every_steps": 1000}))
     fill(learner, 50)
     learner.start()
     assert learner.store.latest_version() == 1  # the initial weights, before any trace
@@ -161,8 +161,8 @@ def test_a_new_learners_first_samples_wait_for_no_trace_and_are_published_before
 
 
 def test_bad_samples_are_dead_lettered_and_never_published(redis, settings):
-    # keep_versions: every version stays readable; publish after every step.
-    cfg = regression(max_batch=8, publish_every_steps=1, keep_versions=1000)
+    # history.newest: every version stays readable; publish after every step.
+    cfg = regression(max_batch=8, publish={"every_steps": 1}, history={"newest": 1000})
     learner = make_learner(redis, settings, cfg)
     rng = np.random.default_rng(2)
     bad = {3: ("x", np.nan), 6: ("y", np.inf), 9: ("x", 1e30), 12: ("y", 1e30), 15: ("x", 1e15)}
@@ -229,7 +229,7 @@ def test_a_read_sent_ahead_when_a_run_stops_is_trained_by_the_next_run(redis, se
 
 
 def test_resumes_from_its_checkpoint_with_optimizer_state(redis, settings, tmp_path):
-    cfg = regression(checkpoint_dir=str(tmp_path), checkpoint_every_s=1000)
+    cfg = regression(checkpoint={"dir": str(tmp_path), "every_s": 1000})
     learner = make_learner(redis, settings, cfg)
     fill(learner, 100)
     learner.start()
@@ -272,7 +272,7 @@ def test_checkpoint_file_is_atomic_and_safe(tmp_path):
 def test_unusable_checkpoint_is_ignored(redis, settings, tmp_path):
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "checkpoint.safetensors").write_bytes(b"not a checkpoint at all")
-    learner = make_learner(redis, settings, regression(checkpoint_dir=str(tmp_path)))
+    learner = make_learner(redis, settings, regression(checkpoint={"dir": str(tmp_path)}))
     fill(learner, 20)
     learner.start()
     assert learner.run(max_steps=2) == 2 and learner.state.samples_seen == 20

@@ -31,9 +31,9 @@ hidden = [16]
 [models.k.learner]
 max_batch = 32
 max_wait_ms = 5
-publish_every_ms = 100
-checkpoint_dir = "{dir}"
-checkpoint_every_s = 0.3
+publish.every_ms = 100
+checkpoint.dir = "{dir}"
+checkpoint.every_s = 0.3
 """
 
 
@@ -117,7 +117,7 @@ from streamlearn.contract.records import Samples
 from streamlearn.store.weights import WeightsStore
 
 url, prefix = sys.argv[1:3]
-policy = dict(max_batch=50, max_wait_ms=5, publish_every_steps=1000, prefetch_batches=0)
+policy = dict(max_batch=50, max_wait_ms=5, publish={"every_steps": 1000}, prefetch_batches=0)
 mirrored = LearnerConfig(distribute="mirrored", devices=["/cpu:0", "/cpu:1"], **policy)
 cfg = ModelConfig(name="m", inputs=3, task="binary", hidden=(8,), learner=mirrored)
 client = redis.Redis.from_url(url)

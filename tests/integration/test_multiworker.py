@@ -53,7 +53,7 @@ replay_ratio = 0       # no replay between turns: it depends on timing
 distribute = "multi_worker"
 max_batch = 64
 prefetch_batches = 0   # one entry a turn each, in order: the batches are known
-keep_versions = 100    # version 1 (the initial weights) stays for the reference
+history.newest = 100    # version 1 (the initial weights) stays for the reference
 """
 
 
@@ -236,7 +236,7 @@ def test_when_a_worker_dies_the_other_stops_and_both_resume_from_the_chief(
     redis, settings, mw, tmp_path
 ):
     config, cfg, names = mw
-    checkpoints = f"checkpoint_dir = '{tmp_path / 'checkpoints'}'\ncheckpoint_every_s = 1\n"
+    checkpoints = f"checkpoint.dir = '{tmp_path / 'checkpoints'}'\ncheckpoint.every_s = 1\n"
     config.write_text(TOML + checkpoints)  # entries acknowledged at them
     write(redis, names, cfg, (1, 2))
     workers = start_workers(settings, config)

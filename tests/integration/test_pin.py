@@ -38,10 +38,10 @@ hidden = [8]
 [models.p.learner]
 max_batch = 32
 max_wait_ms = 5
-publish_every_ms = 100
-keep_versions = {KEEP}
-history_versions = 2
-history_every_s = 1
+publish.every_ms = 100
+history.newest = {KEEP}
+history.versions = 2
+history.every_s = 1
 
 [models.p.actor]
 reload_check_ms = 50

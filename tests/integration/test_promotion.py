@@ -37,7 +37,7 @@ heads = "last"  # one head: a solved linear head or a memory head learns without
 
 [models.r.learner]
 max_batch = 64
-publish_every_ms = 200
+publish.every_ms = 200
 status_every_ms = 300
 
 [models.r.actor]

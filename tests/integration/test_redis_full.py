@@ -31,7 +31,7 @@ hidden = [8]
 [models.full.learner]
 max_batch = 64
 max_wait_ms = 5
-publish_every_ms = 100
+publish.every_ms = 100
 status_every_ms = 200
 retry_max_ms = 300
 {extra}
@@ -176,8 +176,8 @@ def test_a_full_redis_frees_itself_when_the_learner_checkpoints(
     frees itself, and ingest goes on without anyone raising maxmemory."""
     names = Names(MODEL, settings.topic_prefix, settings.key_prefix)
     # The ids ingest remembers to drop duplicates take memory too, for dedup_window_s.
-    extra = f"""checkpoint_dir = "{tmp_path / "ckpt"}"
-checkpoint_every_s = 0.2
+    extra = f"""checkpoint.dir = "{tmp_path / "ckpt"}"
+checkpoint.every_s = 0.2
 [models.full.ingest]
 dedup_window_s = 5
 """

@@ -210,9 +210,9 @@ HOLDING_LEARNER = (
     DEMO_TOML
     + """
 [models.demo.learner]
-publish_every_steps = 1000000
-publish_every_ms = 3600000
-publish_min_ms = 3600000
+publish.every_steps = 1000000
+publish.every_ms = 3600000
+publish.min_ms = 3600000
 """
 )
 

@@ -43,7 +43,7 @@ optimizer = "adam"
 learning_rate = 0.01
 
 [models.r.variants.fast.learner]
-publish_every_steps = 7
+publish.every_steps = 7
 
 [models.r.promotion]
 margin = 0.2
@@ -71,7 +71,7 @@ def test_a_variant_overrides_how_it_learns_and_inherits_the_rest():
     assert (fast.inputs, fast.task, fast.name) == (3, "regression", "r")
     # The variant's learner table lies over the model's, itself over the top-level one.
     assert (fast.learner.max_batch, fast.learner.max_wait_ms) == (32, 1)
-    assert fast.learner.publish_every_steps == 7 and model.learner.publish_every_steps == 50
+    assert fast.learner.publish.every_steps == 7 and model.learner.publish.every_steps == 50
     assert fast.variants == {} and fast.promotion == model.promotion
     assert model.promotion.on == "metric" and model.promotion.margin == 0.2
     with pytest.raises(ConfigError, match="no variant 'slow'"):

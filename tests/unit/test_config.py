@@ -62,8 +62,8 @@ def test_defaults_fill_everything_else(tmp_path):
     model = load_config(write(tmp_path, DESIGN_TOML)).model("demo")
     assert model.optimizer == "adam" and model.classes is None and model.window is None
     assert model.learner.max_batch == 256 and model.learner.max_wait_ms == 0
-    assert model.learner.publish_every_steps == 50 and model.learner.publish_every_ms == 250
-    assert model.learner.keep_versions == 5
+    assert model.learner.publish.every_steps == 50 and model.learner.publish.every_ms == 250
+    assert model.learner.history.newest == 5
     assert model.learner.status_every_ms <= 2000  # status is refreshed at least every 2 s
     assert model.actor.max_batch == 64 and model.actor.max_wait_ms == 2
     assert model.ingest.max_payload_bytes == 1_048_576
@@ -130,7 +130,7 @@ inputs = 2
     a, b = cfg.model("a"), cfg.model("b")
     assert (a.learner.max_batch, a.learner.max_wait_ms) == (8, 5)
     assert (b.learner.max_batch, b.learner.max_wait_ms) == (32, 5)
-    assert a.learner.publish_every_steps == 50  # untouched fields keep their defaults
+    assert a.learner.publish.every_steps == 50  # untouched fields keep their defaults
     assert a.actor.max_batch == b.actor.max_batch == 8
     assert (a.ingest.max_payload_bytes, a.ingest.max_samples_per_message) == (4096, 3)
     assert (b.ingest.max_payload_bytes, b.ingest.max_samples_per_message) == (4096, 10_000)
@@ -436,8 +436,8 @@ replay_batch = 64
     with pytest.warns(FutureWarning) as seen:
         cfg = parse_config(tomllib.loads(toml)).model("m")
     said = sorted({str(w.message) for w in seen})
-    assert "learner.drift_detection: moved to learning.drift_detection" in said[0]
-    assert "models.m.learner.replay_ratio: moved to models.m.learning.replay_ratio" in "".join(said)
+    assert "learner.drift_detection: now learning.drift_detection" in said[0]
+    assert "models.m.learner.replay_ratio: now models.m.learning.replay_ratio" in "".join(said)
     assert (cfg.learning.replay_ratio, cfg.learning.drift_detection) == (4, False)
     variant = cfg.variant("v")
     assert (variant.learning.replay_batch, variant.learning.replay_ratio) == (64, 4)
@@ -452,9 +452,7 @@ replay_ratio = 4
 [models.m.learning]
 replay_ratio = 8
 """
-    with pytest.raises(
-        ConfigError, match=r"learner\.replay_ratio: moved to .*learning\.replay_ratio"
-    ):
+    with pytest.raises(ConfigError, match=r"learner\.replay_ratio: now .*learning\.replay_ratio"):
         parse_config(tomllib.loads(toml))
 
 
@@ -475,3 +473,37 @@ replay_ratio = 0
     assert cfg.variant("v").learning_spec().replay_ratio == 0
     with pytest.raises(ConfigError, match=r"learning\.replay_ratio.*-1"):
         parse_config(tomllib.loads(toml.replace("replay_ratio = 2", "replay_ratio = -1")))
+
+
+def test_the_learners_groups_and_their_flat_keys_of_before():
+    """`[learner.publish]`, `[learner.history]`, `[learner.checkpoint]`: a top-level group
+    and a model's merge field by field, a variant's over the model's; the flat keys of
+    0.1 (`publish_min_ms`) are read into them with a warning naming the new key."""
+    toml = """
+[learner.publish]
+every_ms = 100
+[models.m]
+inputs = 2
+[models.m.learner]
+publish.min_ms = 5
+checkpoint.dir = "ckpt"
+[models.m.variants.v.learner.publish]
+every_steps = 7
+"""
+    cfg = parse_config(tomllib.loads(toml)).model("m")
+    publish = cfg.learner.publish
+    assert (publish.every_ms, publish.min_ms, publish.every_steps) == (100, 5, 50)
+    assert cfg.learner.checkpoint.dir == "ckpt" and cfg.learner.checkpoint.every_s == 10
+    fast = cfg.variant("v").learner.publish
+    assert (fast.every_ms, fast.min_ms, fast.every_steps) == (100, 5, 7)
+    old = "[models.m]\ninputs = 2\n[models.m.learner]\npublish_min_ms = 5\nkeep_versions = 9\n"
+    with pytest.warns(
+        FutureWarning,
+        match=r"models\.m\.learner\.publish_min_ms: now models\.m\.learner\.publish\.min_ms",
+    ):
+        cfg = parse_config(tomllib.loads(old)).model("m")
+    assert (cfg.learner.publish.min_ms, cfg.learner.history.newest) == (5, 9)
+    with pytest.warns(
+        FutureWarning, match=r"learner\.checkpoint_every_s: now learner\.checkpoint\.every_s"
+    ):
+        assert LearnerConfig(checkpoint_every_s=2).checkpoint.every_s == 2
