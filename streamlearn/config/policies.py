@@ -276,6 +276,8 @@ def upgraded(table: dict[str, Any], where: str, groups_only: bool = False) -> di
         place = out
         for name in tables:
             inner = place.get(name)
+            if isinstance(inner, BaseModel):  # (given as a config object: what was set)
+                inner = inner.model_dump(exclude_unset=True)
             place[name] = dict(inner) if isinstance(inner, dict) else {}
             place = place[name]
         new = where + ".".join(path)
