@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,24 @@ def test_a_notebook_learns_the_built_in_model_a_sample_at_a_time_without_the_ser
     assert found["late"] >= 0.85, found  # a linear boundary, learned within 150 samples
     expected = ["tensorflow"] if backend == "tensorflow" else []
     assert found["loaded"] == expected, f"the library pulled in: {found['loaded']}"
+
+
+def test_the_docs_reference_is_written_without_keras_or_tensorflow():
+    """`bash run.sh docs` installs the `docs` extra alone (no TensorFlow: ~2 GB less): the
+    generated reference pages are written in a fresh interpreter where Keras and
+    TensorFlow cannot be imported (issue 64)."""
+    code = (
+        "import json, runpy, sys\n"
+        "sys.modules['keras'] = sys.modules['tensorflow'] = None\n"
+        "pages = runpy.run_path('docs/gen_reference.py', run_name='gen_reference')['pages']()\n"
+        "print(json.dumps(sorted(pages)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "reference/configuration.md" in json.loads(out.stdout.strip().splitlines()[-1])
