@@ -108,6 +108,12 @@ def default(info: FieldInfo) -> str:
     return f"`{value:_}`" if isinstance(value, int) and value >= 10_000 else f"`{value}`"
 
 
+# What the page shows is the TOML, not the model that validates it: a model's `name` is its
+# table's name (`<name>`), never a key; `inputs` is written as a count or a list of names.
+NOT_IN_TOML = {("models.<name>", "name")}
+TOML_TYPES = {("models.<name>", "inputs"): "integer, or array of string (the inputs' names)"}
+
+
 def configuration() -> str:
     from streamlearn.config.app import AppConfig
     from streamlearn.config.settings import Settings
@@ -117,9 +123,11 @@ def configuration() -> str:
     out = [GENERATED, "# Configuration reference", "", _CONFIG_INTRO]
     sections: dict[str, tuple[type[BaseModel], list[tuple[str, ...]]]] = {}
     for path, model, name, info in walk(AppConfig):
+        if (path, name) in NOT_IN_TOML:
+            continue
         full = f"{path}.{name}" if path else name
-        row = (f"`{full}`", type_name(info.annotation), default(info), bounds(info),
-               info.description or "")  # fmt: skip
+        kind = TOML_TYPES.get((path, name)) or type_name(info.annotation)
+        row = (f"`{full}`", kind, default(info), bounds(info), info.description or "")
         sections.setdefault(path or "(top level)", (model, []))[1].append(row)
     for path, (model, rows) in sections.items():
         doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from streamlearn.cli.main import _parser
 from streamlearn.config import environment, tfconfig
-from streamlearn.config.app import AppConfig
+from streamlearn.config.app import AppConfig, ModelConfig
 from streamlearn.config.settings import Settings
 from streamlearn.contract.names import Names
 from streamlearn.observe.catalog import METRICS
@@ -71,6 +71,8 @@ def test_every_config_field_is_in_the_configuration_page(pages):
     assert len(CONFIG_MODELS) >= 9
     for model in CONFIG_MODELS - {Settings}:
         for name, info in model.model_fields.items():
+            if model is ModelConfig and name == "name":
+                continue  # a model's table name, never a key (below)
             rows = re.findall(rf"^\| `(?:[\w.<>\[\]]*\.)?{name}` \|.*$", page, re.M)
             assert any(str(info.description) in row.replace("\\|", "|") for row in rows), (
                 f"{model.__name__}.{name} is not in the configuration page with its description"
@@ -89,6 +91,9 @@ def test_paths_name_the_toml_tables(pages):
     ):
         assert f"| `{path}` |" in page
     assert "| `models.<name>.ingest.partitions` | integer | `1` | >= 1, <= 64 |" in page
+    # the TOML, not the model that validates it: no `name` key, `inputs` a count or names
+    assert "| `models.<name>.name` |" not in page
+    assert "| `models.<name>.inputs` | integer, or array of string (the inputs' names) |" in page
     assert 'one of `"regression"`, `"binary"`, `"multiclass"`' in page
 
 
