@@ -262,8 +262,8 @@ def client() -> str:
     return "\n".join(out) + "\n"
 
 
-_CLIENT_INTRO = """`pip install streamlearn` installs the client alone (paho-mqtt only):
-publish samples and labels, ask for predictions over MQTT v5. These are the names
+_CLIENT_INTRO = """`pip install .` in a checkout (the package is not on PyPI) installs the client
+alone (paho-mqtt only): publish samples and labels, ask for predictions over MQTT v5. These are the names
 `streamlearn` exports (`from streamlearn import Client`); given no URL, a client reads the
 [environment](environment.md) (`STREAMLEARN_MQTT_URL`, ...), else the stack a running
 `streamlearn up` recorded."""
