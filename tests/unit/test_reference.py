@@ -262,3 +262,52 @@ def test_the_alerts_and_the_dashboard_query_only_catalogued_metrics():
             base = re.sub(r"_(bucket|sum|count)$", "", name)
             histogram = base in METRICS and METRICS[base].kind == "histogram"
             assert name in METRICS or histogram, f"{path} queries {name}, not in the catalog"
+
+
+# -- the hand-written docs against the code ------------------------------------------------
+
+HAND_WRITTEN = [
+    p
+    for p in sorted((ROOT / "docs").rglob("*.md"))
+    if p.name not in ("modules.md", "learning-log.md", "changelog.md")  # history, by design
+] + [ROOT / "README.md"]
+TABLES = ("learner", "learning", "actor", "ingest", "labels", "promotion")
+
+
+def _config_keys() -> set[str]:
+    """Every config key as the docs write it: from a table on (`learner.publish.min_ms`)."""
+    from streamlearn.config.tables import walk
+
+    keys = set()
+    for path, _, name, _ in walk(AppConfig):
+        parts = f"{path}.{name}".split(".")
+        keys |= {".".join(parts[i:]) for i, part in enumerate(parts) if part in TABLES}
+    return keys
+
+
+def test_every_config_key_and_variable_the_guides_name_exists():
+    """A key the hand-written docs name (`learner.publish.min_ms`, `actor.max_batch`) is a
+    field of the config, and a `STREAMLEARN_*` variable is in the registry: a renamed or
+    removed one fails here, not in a reader's config (`actor.inbox` and the like name
+    modules of `streamlearn/`)."""
+    keys = _config_keys()
+    variables = set(environment.VARIABLES) | {v.name for v in Settings.variables()}
+    wrong = []
+    for path in HAND_WRITTEN:
+        text = path.read_text(encoding="utf-8")
+        for token in re.findall(rf"`((?:{'|'.join(TABLES)})\.[a-z_][a-z_.]*[a-z_])", text):
+            module = ROOT / "streamlearn" / (token.replace(".", "/") + ".py")
+            if token not in keys and not module.exists() and not token.endswith(".py"):
+                wrong.append(f"{path.relative_to(ROOT)}: {token}")
+        for name in re.findall(r"STREAMLEARN_[A-Z0-9_]*[A-Z0-9]", text):
+            if name not in variables:
+                wrong.append(f"{path.relative_to(ROOT)}: {name}")
+    assert wrong == [], "names in the docs that the code does not have"
+
+
+def test_the_configuration_guide_points_to_the_generated_reference():
+    """It keeps no copy of the fields, their defaults or the variables (copies drifted):
+    it links to the pages written from the code."""
+    guide = (ROOT / "docs" / "guides" / "configuration.md").read_text(encoding="utf-8")
+    assert "../reference/configuration.md" in guide and "../reference/environment.md" in guide
+    assert "| learner |" not in guide and "| variable |" not in guide
