@@ -263,10 +263,10 @@ def client() -> str:
 
 
 _CLIENT_INTRO = """`pip install .` in a checkout (the package is not on PyPI) installs the client
-alone (paho-mqtt only): publish samples and labels, ask for predictions over MQTT v5. These are the names
-`streamlearn` exports (`from streamlearn import Client`); given no URL, a client reads the
-[environment](environment.md) (`STREAMLEARN_MQTT_URL`, ...), else the stack a running
-`streamlearn up` recorded."""
+alone (paho-mqtt only): publish samples and labels, ask for predictions over MQTT v5. These
+are the names `streamlearn` exports (`from streamlearn import Client`); given no URL, a
+client reads the [environment](environment.md) (`STREAMLEARN_MQTT_URL`, ...), else the
+stack a running `streamlearn up` recorded."""
 
 
 # -- the library --------------------------------------------------------------------------
