@@ -18,7 +18,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from streamlearn.config import environment
-from streamlearn.config.app import ModelConfig, load_config
+from streamlearn.config.app import ModelConfig
+from streamlearn.config.loading import load_config
 from streamlearn.config.settings import Settings, load_settings
 from streamlearn.contract.names import Names
 from streamlearn.errors import ConfigError

@@ -179,7 +179,7 @@ def add_command(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streamlearn.client.client import Client
-    from streamlearn.config.app import load_config
+    from streamlearn.config.loading import load_config
     from streamlearn.config.settings import load_settings
     from streamlearn.contract.names import Names
 

@@ -215,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from streamlearn.config.app import load_config
+    from streamlearn.config.loading import load_config
     from streamlearn.config.settings import load_settings
     from streamlearn.stack import runlog
     from streamlearn.stack.supervisor import DEFAULT_DASHBOARD_PORT, Stack
@@ -270,7 +270,7 @@ def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, C
         model = light.model(args.config, args.model)
         print(light.which_stack(), file=sys.stderr)
         return model, Client()
-    from streamlearn.config.app import load_config
+    from streamlearn.config.loading import load_config
     from streamlearn.config.settings import load_settings
 
     model = load_config(args.config).model(args.model)

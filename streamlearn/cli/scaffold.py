@@ -23,8 +23,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from streamlearn.cli.columns import TARGET, Inferred, infer
-from streamlearn.config.app import ModelConfig, parse_config
+from streamlearn.config.app import ModelConfig
 from streamlearn.config.defaults import DEFAULT_CONFIG
+from streamlearn.config.loading import parse_config
 from streamlearn.errors import ConfigError, StreamlearnError
 
 _NESTED = ("ingest", "learner", "learning", "actor", "promotion", "labels")

@@ -9,7 +9,8 @@ import sys
 import time
 
 from streamlearn.cli import versions
-from streamlearn.config.app import AppConfig, load_config
+from streamlearn.config.app import AppConfig
+from streamlearn.config.loading import load_config
 from streamlearn.config.settings import load_settings
 from streamlearn.observe.monitor import (
     actor_line,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from streamlearn.config.app import ModelConfig, load_config
+from streamlearn.config.app import ModelConfig
+from streamlearn.config.loading import load_config
 from streamlearn.config.settings import load_settings
 from streamlearn.contract.names import Names
 

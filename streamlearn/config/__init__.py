@@ -18,19 +18,13 @@ if TYPE_CHECKING:
         SEQUENCE_ARCHITECTURES,
         AppConfig,
         ModelConfig,
-        load_config,
-        parse_config,
     )
     from streamlearn.config.defaults import DEFAULT_CONFIG, DEMO_TOML
     from streamlearn.config.ingest import IngestConfig
     from streamlearn.config.inputs import LabelsConfig, SourceConfig
-    from streamlearn.config.policies import (
-        ActorConfig,
-        Frozen,
-        LearnerConfig,
-        LearningConfig,
-        PromotionConfig,
-    )
+    from streamlearn.config.learning import LearningConfig
+    from streamlearn.config.loading import load_config, parse_config
+    from streamlearn.config.policies import ActorConfig, Frozen, LearnerConfig, PromotionConfig
     from streamlearn.config.settings import Settings, load_settings
     from streamlearn.config.variants import STREAM_FIELDS, VARIANT_FIELDS, VariantConfig
 
@@ -46,9 +40,9 @@ __all__, __getattr__ = exports(
         "ModelConfig": "app",
         "Settings": "settings",
         "VariantConfig": "variants",
-        "load_config": "app",
+        "load_config": "loading",
         "load_settings": "settings",
-        "parse_config": "app",
+        "parse_config": "loading",
         "LabelsConfig": "inputs",
         "SourceConfig": "inputs",
         "DEFAULT_CONFIG": "defaults",
@@ -57,7 +51,7 @@ __all__, __getattr__ = exports(
         "Frozen": "policies",
         "IngestConfig": "ingest",
         "LearnerConfig": "policies",
-        "LearningConfig": "policies",
+        "LearningConfig": "learning",
         "PromotionConfig": "policies",
     },
 )

@@ -7,16 +7,11 @@ message that names the field and echoes the value.
 
 from __future__ import annotations
 
-import os
 import re
-import sys
-import tomllib
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
-from streamlearn.config.defaults import DEMO_TOML, NO_CONFIG, config_path
 from streamlearn.config.ingest import IngestConfig
 from streamlearn.config.inputs import (
     MAX_CATEGORIES,
@@ -28,18 +23,18 @@ from streamlearn.config.inputs import (
     SourceConfig,
     check_fields,
 )
+from streamlearn.config.learning import LearningConfig
+from streamlearn.config.moved import upgraded
 from streamlearn.config.policies import (
     ActorConfig,
     Frozen,
     LearnerConfig,
-    LearningConfig,
     PromotionConfig,
     describe_error,
-    upgraded,
 )
+from streamlearn.config.tables import overlaid
 from streamlearn.config.variants import (
     VariantConfig,
-    check_variant_tables,
 )
 from streamlearn.errors import ConfigError
 from streamlearn.online.spec import (
@@ -360,83 +355,3 @@ class AppConfig(Frozen):
             raise ConfigError(
                 f"no model {name!r} in the config; known: {list(self.models)}"
             ) from None
-
-
-_SECTIONS = ("ingest", "learner", "learning", "actor")
-
-
-def parse_config(data: dict[str, Any], source: str = "config") -> AppConfig:
-    """Validate a parsed TOML document.
-
-    Top-level `[ingest]`, `[learner]`, `[learning]` and `[actor]` tables are defaults
-    that each `[models.NAME.*]` table overrides field by field (a key of `[learner]` that
-    moved first moves to its new place: `upgraded`).
-    """
-    unknown = set(data) - {"models", *_SECTIONS}
-    if unknown:
-        raise ConfigError(f"{source}: unknown top-level table(s) {sorted(unknown)}")
-    for section in _SECTIONS:
-        if not isinstance(data.get(section, {}), dict):
-            raise ConfigError(f"{source}: {section}: must be a table, got {data[section]!r}")
-    models = data.get("models")
-    if not isinstance(models, dict) or not models:
-        raise ConfigError(f"{source}: models: at least one [models.NAME] table is required")
-    data = upgraded(data, "")
-    merged: dict[str, Any] = {}
-    for name, table in models.items():
-        if not isinstance(table, dict):
-            raise ConfigError(f"{source}: models.{name}: must be a table, got {table!r}")
-        if "name" in table:
-            raise ConfigError(
-                f"{source}: models.{name}.name: not allowed, the table name "
-                f"is the model name, got {table['name']!r}"
-            )
-        for section in _SECTIONS:
-            if not isinstance(table.get(section, {}), dict):
-                raise ConfigError(
-                    f"{source}: models.{name}.{section}: must be a table, got {table[section]!r}"
-                )
-        table = upgraded({"name": name, **table}, f"models.{name}.")
-        for section in _SECTIONS:
-            base = data.get(section, {})
-            if base or section in table:
-                table[section] = overlaid(base, table.get(section, {}))
-        check_variant_tables(table, f"{source}: models.{name}")
-        merged[name] = table
-    try:
-        return AppConfig(models=merged)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {describe_error(exc)}") from None
-
-
-def overlaid(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """`over` laid on `base` field by field, a table within (`[learner.publish]`) too.
-
-    >>> overlaid({"a": 1, "p": {"x": 1, "y": 2}}, {"p": {"y": 3}})
-    {'a': 1, 'p': {'x': 1, 'y': 3}}
-    """
-    out = dict(base)
-    for key, value in over.items():
-        both = isinstance(value, dict) and isinstance(out.get(key), dict)
-        out[key] = overlaid(out[key], value) if both else value
-    return out
-
-
-def load_config(path: str | os.PathLike[str] | None = None) -> AppConfig:
-    """Load `path`, else `$STREAMLEARN_CONFIG`, else `./streamlearn.toml`, else the
-    built-in demo model (and say so on stderr): `defaults.config_path`."""
-    path = config_path(path)
-    if path is None:
-        print(NO_CONFIG, file=sys.stderr)
-        return parse_config(tomllib.loads(DEMO_TOML), "built-in demo config")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return parse_config(data, str(path))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import warnings
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,9 +21,8 @@ from pydantic import (
     model_validator,
 )
 
-from streamlearn.errors import ConfigError
+from streamlearn.config.moved import upgraded
 from streamlearn.online import buckets
-from streamlearn.online.spec import LearningSpec
 
 PREFETCH_MIN_CORES = 4  # the learner's reading thread is on by default from this many cores
 
@@ -190,109 +188,6 @@ class LearnerConfig(Frozen):
         """The sorted padded sizes every train step uses (so it never retraces): powers of
         4 from 16 up to `max_batch` unless `buckets` are given (`streamlearn.online.buckets`)."""
         return buckets.ladder(self.max_batch, smallest=16, replicas=replicas, given=self.buckets)
-
-
-_LEARNING = LearningSpec()  # the library's defaults are the table's
-
-
-class LearningConfig(Frozen):
-    """How a model learns around each step (`[models.NAME.learning]`, defaults in a
-    top-level `[learning]`): the library's `LearningSpec` and the step's clipping. They
-    were keys of `[learner]`, where they are still read, with a warning, until 0.3."""
-
-    replay_ratio: float = Field(
-        _LEARNING.replay_ratio,
-        ge=0,
-        description="samples replayed from the replay buffer per fresh sample, at most, in "
-        "the learner's spare time (no fresh batch waiting); 0: no replay",
-    )
-    replay_batch: int = Field(
-        _LEARNING.replay_batch,
-        ge=1,
-        description="samples per replayed step (rounded up to a bucket size)",
-    )
-    replay_buffer: int = Field(
-        _LEARNING.replay_buffer,
-        ge=1,
-        description="the most recent fresh samples kept to replay from",
-    )
-    standardize_horizon: int = Field(
-        _LEARNING.standardize_horizon,
-        ge=1,
-        description="input statistics are exact over the first N samples, then forget "
-        "exponentially with this horizon (models with standardize)",
-    )
-    drift_detection: bool = Field(
-        _LEARNING.drift_detection,
-        description="watch the served prediction's online error for a lasting rise; on "
-        "one, forget the replay buffer's samples from before it",
-    )
-
-    clip_norm: float | None = Field(
-        None, gt=0, description="clip gradients to this global norm (built-in architectures)"
-    )
-
-
-# keys of `[learner]` until 0.2 -> where they are now, from the model's table (read there
-# until 0.3, with a warning: `upgraded`)
-MOVED = {
-    **{key: ("learning", key) for key in LearningConfig.model_fields},
-    "publish_every_steps": ("learner", "publish", "every_steps"),
-    "publish_every_ms": ("learner", "publish", "every_ms"),
-    "publish_min_ms": ("learner", "publish", "min_ms"),
-    "keep_versions": ("learner", "history", "newest"),
-    "history_versions": ("learner", "history", "versions"),
-    "history_every_s": ("learner", "history", "every_s"),
-    "checkpoint_dir": ("learner", "checkpoint", "dir"),
-    "checkpoint_every_s": ("learner", "checkpoint", "every_s"),
-    "checkpoint_every_samples": ("learner", "checkpoint", "every_samples"),
-}
-
-
-def upgraded(table: dict[str, Any], where: str, groups_only: bool = False) -> dict[str, Any]:
-    """`table` (a model's, the top level's, a variant's) with each key of its `learner`
-    that moved (`MOVED`) in its new place, and a `FutureWarning` naming that place; a key
-    set in both places is a ConfigError naming both. `groups_only`: the moves within
-    `learner` alone (a `LearnerConfig` made from keywords).
-
-    >>> import warnings
-    >>> with warnings.catch_warnings(record=True) as seen:
-    ...     warnings.simplefilter("always")
-    ...     upgraded({"learner": {"max_batch": 8, "replay_ratio": 4, "publish_min_ms": 5}}, "")
-    {'learner': {'max_batch': 8, 'publish': {'min_ms': 5}}, 'learning': {'replay_ratio': 4}}
-    >>> str(seen[0].message)
-    'learner.replay_ratio: now learning.replay_ratio (read from learner until 0.3)'
-    """
-    learner = table.get("learner")
-    if not isinstance(learner, dict) or not MOVED.keys() & learner.keys():
-        return table
-    out = {**table, "learner": {k: v for k, v in learner.items() if k not in MOVED}}
-    for old, path in MOVED.items():
-        if old not in learner or (groups_only and path[0] != "learner"):
-            if old in learner:
-                out["learner"][old] = learner[old]  # (left for the model's table to move)
-            continue
-        *tables, key = path
-        place = out
-        for name in tables:
-            inner = place.get(name)
-            if isinstance(inner, BaseModel):  # (given as a config object: what was set)
-                inner = inner.model_dump(exclude_unset=True)
-            place[name] = dict(inner) if isinstance(inner, dict) else {}
-            place = place[name]
-        new = where + ".".join(path)
-        if key in place and place[key] != learner[old]:
-            raise ConfigError(
-                f"{where}learner.{old}: now {new}, which is set too ({place[key]!r}); "
-                f"remove learner.{old}, got {learner[old]!r}"
-            )
-        place[key] = learner[old]
-        warnings.warn(
-            f"{where}learner.{old}: now {new} (read from learner until 0.3)",
-            FutureWarning,
-            stacklevel=2,
-        )
-    return out
 
 
 class ActorConfig(Frozen):

@@ -47,3 +47,16 @@ def _models_in(annotation: Any) -> Iterator[tuple[str, type[BaseModel]]]:
     else:
         for arg in args:
             yield from _models_in(arg)
+
+
+def overlaid(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` laid on `base` field by field, a table within (`[learner.publish]`) too.
+
+    >>> overlaid({"a": 1, "p": {"x": 1, "y": 2}}, {"p": {"y": 3}})
+    {'a': 1, 'p': {'x': 1, 'y': 3}}
+    """
+    out = dict(base)
+    for key, value in over.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = overlaid(out[key], value) if both else value
+    return out

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from streamlearn.config.policies import Frozen, upgraded
+from streamlearn.config.moved import upgraded
+from streamlearn.config.policies import Frozen
 from streamlearn.errors import ConfigError
 
 # What a variant may change: how it learns. What its samples look like is the stream's.

@@ -507,3 +507,10 @@ every_steps = 7
         FutureWarning, match=r"learner\.checkpoint_every_s: now learner\.checkpoint\.every_s"
     ):
         assert LearnerConfig(checkpoint_every_s=2).checkpoint.every_s == 2
+
+
+def test_the_moved_learning_keys_are_the_learning_tables_fields():
+    from streamlearn.config.learning import LearningConfig
+    from streamlearn.config.moved import LEARNING_KEYS
+
+    assert set(LEARNING_KEYS) == set(LearningConfig.model_fields)
