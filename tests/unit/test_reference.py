@@ -311,3 +311,22 @@ def test_the_configuration_guide_points_to_the_generated_reference():
     guide = (ROOT / "docs" / "guides" / "configuration.md").read_text(encoding="utf-8")
     assert "../reference/configuration.md" in guide and "../reference/environment.md" in guide
     assert "| learner |" not in guide and "| variable |" not in guide
+
+
+def test_the_site_search_finds_identifiers_by_their_parts():
+    """The search plugin's separator (mkdocs.yml) splits a dotted TOML path and a metric's
+    full name into words, so `kept_versions`, `http_port` and `request_latency_seconds`
+    find their reference rows (lunr splits the query by the same separator)."""
+    site = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")  # (python tags: no safe_load)
+    split = re.compile(re.search(r"\n  - search:\n      separator: '(.+)'\n", site)[1])
+
+    def words(text: str) -> list[str]:
+        return [w for w in split.split(text) if w]
+
+    for query, row in (
+        ("kept_versions", "models.&lt;name&gt;.actor.kept_versions"),
+        ("http_port", "models.&lt;name&gt;.actor.http_port"),
+        ("request_latency_seconds", "streamlearn_actor_request_latency_seconds"),
+    ):
+        assert set(words(query)) <= set(words(row)), (query, words(row))
+    assert words("publish.min_ms = 0.5") == ["publish", "min", "ms", "0.5"]
