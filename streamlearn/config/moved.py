@@ -57,9 +57,10 @@ def upgraded(table: dict[str, Any], where: str, groups_only: bool = False) -> di
         return table
     out = {**table, "learner": {k: v for k, v in learner.items() if k not in MOVED}}
     for old, path in MOVED.items():
-        if old not in learner or (groups_only and path[0] != "learner"):
-            if old in learner:
-                out["learner"][old] = learner[old]  # (left for the model's table to move)
+        if old not in learner:
+            continue
+        if groups_only and path[0] != "learner":
+            out["learner"][old] = learner[old]  # left for the model's table to move
             continue
         *tables, key = path
         place = out

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import keras
 import numpy as np
@@ -121,7 +121,7 @@ class OnlineModel:
             if xs and all(isinstance(x, Mapping) for x in xs):
                 if self.spec.window is not None:  # a sample is a window of steps
                     raise ValueError(f"x: each sample an array of shape {shape}, not a dict")
-                named = [self._named(x) for x in xs if isinstance(x, Mapping)]
+                named = [self._named(cast(Mapping[str, Any], x)) for x in xs]
                 return np.array(named, np.float32).reshape(-1, *shape)
         try:
             x = np.array(xs, np.float32)
