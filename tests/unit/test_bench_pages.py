@@ -140,3 +140,14 @@ def test_a_variant_is_shown_beside_the_default_run_not_in_its_place(gen: ModuleT
     variant = section(page, "quality --message-size 1 --no-service")
     assert "`python -m bench.quality --message-size 1 --no-service`" in variant
     assert "(#quality-message-size-1-no-service)" in page
+
+
+def test_the_benches_page_keeps_no_copy_of_the_latest_figures(gen: ModuleType):
+    """Its performance table gives each bench's figures and goals and links to the section
+    written from the history (a hand-kept "latest" column drifted: 242k against 295k)."""
+    index = (ROOT / "docs" / "benchmarks" / "index.md").read_text(encoding="utf-8")
+    rows = [line for line in index.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| command | figure | goal |"
+    for bench in ("ingest", "learner", "serve"):
+        assert f"`.venv/bin/python -m bench.{bench}` ([latest](results.md#{bench}))" in index
+        assert bench in gen.ORDER

@@ -39,13 +39,17 @@ def test_the_readme_shows_the_quick_start_pages_three_steps():
 
 
 def test_the_readme_is_a_front_page():
+    """Its first screen says for whom, how mature, what the set-up installs and the two
+    commands (run it, test it); the rest is short and points into docs/."""
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 200, f"README.md has {len(lines)} lines: its detail goes to docs/"
-    first = next(i for i, line in enumerate(lines) if line.startswith((".venv/", "python3 ")))
-    assert first < 40, f"the first command is on line {first + 1}"
-    body = "\n".join(lines)
+    screen = "\n".join(lines[:24])
     for command in ("bash run.sh up ", "bash run.sh test "):  # CI runs the second
-        assert f"\n{command}" in body, command
+        assert f"\n{command}" in screen, f"{command!r} in the first screen"
+    for said in ("For engineers", "MQTT", "Pre-1.0", "Debian", "GB"):
+        assert said in screen, said
+    first = next(i for i, line in enumerate(lines) if line.startswith((".venv/", "python3 ")))
+    assert first < 45, f"the first install command is on line {first + 1}"
 
 
 def test_the_readmes_links_reach_files():
