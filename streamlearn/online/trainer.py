@@ -22,10 +22,9 @@ message at a time (`learn`, `predict`). Both read `figures`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import keras
@@ -44,11 +43,11 @@ from streamlearn.online.multistep import STEPS, MultiStep
 from streamlearn.online.replay import Replay
 from streamlearn.online.spec import LearningSpec, ModelSpec
 from streamlearn.online.stepsize import StepSize
+from streamlearn.online.warmup import STACKED, WarmUp
 
 log = logging.getLogger(__name__)
 
 Undone = Callable[[str, Batch], None]  # a step undone: why, and its batch
-STACKED = "stacked"  # the replay's stacked steps, in `Trainer.cold`
 
 
 class Trainer:
@@ -94,9 +93,7 @@ class Trainer:
         # replayed steps `STEPS` to a call where the backend allows (`multistep`)
         self.multistep = MultiStep.of(model, self.replicas, collective)
         self.metric_name: str | None = None
-        self.warm_traces = 0
-        self.cold: list[int | str] = []  # steps not traced yet (`warm_up(later=True)`)
-        self._retraces_meanwhile: int | None = None  # while one of them is traced
+        self.warmup = WarmUp(self)
         self.stats = standardize.statistics(model, learning.standardize_horizon)
         self.y_tail = () if spec.task == "multiclass" else (1,)
         self.replay = Replay(
@@ -124,86 +121,39 @@ class Trainer:
         self.heads_in_replay = True
 
     def warm_up(self, later: bool = False) -> None:
-        """Trace the step once per bucket with zero sample weights, then undo its effects.
-
-        With `later`, the smallest bucket only (a live stream's): each other one, and the
-        stacked replay steps, is traced by `warm_next` in spare time or by its first step,
-        whichever comes first, and counted as warm-up, not as a retrace. A new model's
-        first trained version then waits for one trace, not for all (seconds each)."""
-        before = tensors.snapshot(self.variables)
-        for size in self.buckets[:1] if later else self.buckets:
-            x, y = self._zeros(size)
-            if self.replicas > 1 and size == self.buckets[0] and not self.collective:
-                # Keras builds the compiled loss and metrics from a plain (undivided) batch.
-                self.model.train_on_batch(x, y, sample_weight=np.zeros(size, np.float32))
-            elif size == self.buckets[0] and not self.collective:
-                # built before the first trace, so that one trace makes the step (built
-                # inside it, `probe.complete` must trace it again: a second, at start)
-                self.model._symbolic_build(data_batch=(x, y, np.zeros(size, np.float32)))
-            logs = self.fit(x, y, np.zeros(size, np.float32))
-            if size == self.buckets[0] and not self.collective:
-                self.probe.complete()  # the metrics, built by that step, zeroed by the next
-                logs = self.fit(x, y, np.zeros(size, np.float32))
-        stacked = self.multistep is not None and self.replay.capacity
-        self.cold = [*self.buckets[1:], *([STACKED] if stacked else [])] if later else []
-        if stacked and not later:
-            self._trace_stacked()
-        tensors.restore(self.variables, before)
+        """Trace the step once per bucket with zero sample weights, then undo its effects;
+        with `later`, the smallest bucket only, the others in spare time (`warm_next`) or
+        at their first step (`warmup`)."""
+        logs = self.warmup.trace(later)
         if self.hedge is not None:
             self.hedge.read(seen=self.state.samples_seen)
         self._forward = Forward(self.model, self.sample_shape)  # for a drift's step
         self._forward(np.zeros((1, *self.sample_shape), np.float32))  # traced now
         skip = ("loss", FINITE, hedge.HEAD_LOSSES)
         self.metric_name = next((k for k in logs if k not in skip), None)
-        self.warm_traces = self.probe.traces
+        self.warmup.traces = self.probe.traces
 
     def warm_next(self) -> bool:
-        """Trace one step `warm_up(later=True)` left, its effects undone (spare time);
-        False when none is left."""
-        if not self.cold:
-            return False
-        size = self.cold.pop(0)
-        before = tensors.snapshot(self.variables)
-        with self._tracing():
-            if isinstance(size, str):  # STACKED
-                self._trace_stacked()
-            else:
-                self.fit(*self._zeros(size), np.zeros(size, np.float32))
-        tensors.restore(self.variables, before)  # (the Hedge weights kept: no `read`)
-        return True
+        """Trace one step `warm_up(later=True)` left (spare time); False when none is left."""
+        return self.warmup.next()
+
+    @property
+    def cold(self) -> list[int | str]:
+        """The steps not traced yet (`warm_up(later=True)`)."""
+        return self.warmup.cold
 
     @property
     def traced_size(self) -> int:
-        """The largest batch a traced step takes (the larger ones wait in `cold`)."""
-        return max(size for size in self.buckets if size not in self.cold)
+        return self.warmup.traced_size
 
-    def _zeros(self, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """A batch of `size` zero rows and targets: what a step is traced on."""
-        y = (size,) if self.task == "multiclass" else (size, 1)
-        return np.zeros((size, *self.sample_shape), np.float32), np.zeros(y, np.float32)
-
-    @contextlib.contextmanager
-    def _tracing(self) -> Iterator[None]:
-        """A step traced as warm-up: its traces are not retraces, also while it runs (the
-        metrics are read from another thread)."""
-        self._retraces_meanwhile = self.retraces
-        traces = self.probe.traces
-        try:
-            yield
-        finally:
-            self.warm_traces += self.probe.traces - traces
-            self._retraces_meanwhile = None
-
-    def _trace_stacked(self) -> None:
-        assert self.multistep is not None
-        self.multistep.trace(self.replay.batch, self.sample_shape, self.replay.y.shape[1:])
+    @property
+    def warm_traces(self) -> int:
+        return self.warmup.traces
 
     @property
     def retraces(self) -> int:
         """Traces after warm-up: 0 unless a batch came in a shape not traced."""
-        if self._retraces_meanwhile is not None:
-            return self._retraces_meanwhile
-        return self.probe.traces - self.warm_traces
+        return self.warmup.retraces
 
     def step(self, batch: Batch) -> bool:
         """One step on `batch` of fresh samples, scored before it learns; a non-finite
@@ -352,9 +302,8 @@ class Trainer:
         (`Replay.sample`)."""
         stacked = x.ndim == len(self.sample_shape) + 2
         first = STACKED if stacked else len(x)
-        if self.cold and first in self.cold:  # its trace, not yet made: warm-up, not a retrace
-            self.cold.remove(first)
-            with self._tracing():
+        if self.warmup.first_of(first):  # its trace, not yet made: warm-up, not a retrace
+            with self.warmup.tracing():
                 return self.fit(x, y, w, rates)
         if stacked:
             assert self.multistep is not None  # stacked batches come only with one

@@ -336,7 +336,8 @@ def _named_flags(text: str) -> list[tuple[str, str]]:
     """(command, flag) for each `--flag` written after `streamlearn COMMAND` on its line,
     up to the line's end, its code span's end, a comment or the next command (` | `)."""
     found = []
-    for commands, rest in re.findall(r"\bstreamlearn ([a-z][a-z-]*(?:\|[a-z][a-z-]*)*)([^`\n]*)", text):
+    named = r"\bstreamlearn ([a-z][a-z-]*(?:\|[a-z][a-z-]*)*)([^`\n]*)"
+    for commands, rest in re.findall(named, text):
         rest = re.split(r" \| | #|  +[a-z]", rest, maxsplit=1)[0]
         found += [(c, f) for c in commands.split("|") for f in re.findall(r"--[a-z][a-z-]*", rest)]
     return found
