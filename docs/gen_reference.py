@@ -117,8 +117,9 @@ TOML_TYPES = {("models.<name>", "inputs"): "integer, or array of string (the inp
 def configuration() -> str:
     from streamlearn.config.app import AppConfig
     from streamlearn.config.settings import Settings
-    from streamlearn.config.tables import walk
+    from streamlearn.config.tables import examples, walk
 
+    shown = examples(AppConfig)
     head = ("TOML path", "type", "default", "bounds", "description")
     out = [GENERATED, "# Configuration reference", "", _CONFIG_INTRO]
     sections: dict[str, tuple[type[BaseModel], list[tuple[str, ...]]]] = {}
@@ -134,6 +135,8 @@ def configuration() -> str:
         title = f"[[{path[:-2]}]]" if path.endswith("[]") else f"[{path}]"
         out += ["", f"## `{title}`" if path != "(top level)" else "## Top level", "", doc, ""]
         out.append(table(head, rows))
+        example = shown["" if path == "(top level)" else path]
+        out += ["", "```toml", example, "```"]
     rows = [
         (f"`{var.name}`", type_name(info.annotation), default(info), bounds(info), var.meaning)
         for var, info in zip(Settings.variables(), Settings.model_fields.values(), strict=True)
@@ -147,7 +150,9 @@ _CONFIG_INTRO = """Every field of `streamlearn.toml`, from the models that valid
 (`streamlearn/config/`). `<name>` is a model's table name, `<variant>` a variant's; `[]`
 marks an array of tables (`[[models.<name>.sources]]`). Top-level `[ingest]`, `[learner]`,
 `[learning]` and `[actor]` tables hold defaults for every model's, overridden field by
-field. An invalid value fails the start with a message naming the field and echoing the value."""
+field. An invalid value fails the start with a message naming the field and echoing the value.
+Each table's example sets its fields at their defaults (a field without one at an example
+value), in a config that loads as shown: a test loads each."""
 
 _SETTINGS_INTRO = """Connections and naming come from the environment, not the TOML
 (`streamlearn.config.settings.Settings`); see also the [environment](environment.md)."""
@@ -212,7 +217,7 @@ def arguments(parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
 
 
 def commands() -> str:
-    from streamlearn.cli.main import _parser
+    from streamlearn.cli.main import EXAMPLES, _parser
 
     parser = _parser()
     out = [GENERATED, "# Commands reference", "", _COMMANDS_INTRO, "", "## `streamlearn`", ""]
@@ -220,13 +225,15 @@ def commands() -> str:
     for name, (text, sub) in subcommands(parser).items():
         text = text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
         out += ["", f"## `streamlearn {name}`", "", text, ""]
+        out += ["```sh", EXAMPLES[name], "```", ""]
         out.append(table(("argument", "default", "help"), arguments(sub)))
     return "\n".join(out) + "\n"
 
 
 _COMMANDS_INTRO = """Every `streamlearn` command and its arguments, from the parser
 (`streamlearn/cli/main.py`; the roles' from `streamlearn.runtime.role_parser`).
-`streamlearn COMMAND --help` says the same."""
+`streamlearn COMMAND --help` says the same; each command's example line is declared beside
+the parser (`EXAMPLES`), and a test parses each."""
 
 
 # -- metrics ------------------------------------------------------------------------------
@@ -237,16 +244,19 @@ def metrics() -> str:
 
     out = [GENERATED, "# Metrics reference", "", _METRICS_INTRO]
     for role in ROLES:
-        rows = [(f"`{m.full_name}`", m.kind, ", ".join(f"`{x}`" for x in m.labels), m.help)
-                for m in METRICS.values() if m.role == role]  # fmt: skip
-        out += ["", f"## {role}", "", table(("metric", "type", "labels", "help"), rows)]
+        rows = [(f"`{m.full_name}`", m.kind, ", ".join(f"`{x}`" for x in m.labels), m.help,
+                 m.healthy) for m in METRICS.values() if m.role == role]  # fmt: skip
+        head = ("metric", "type", "labels", "help", "healthy")
+        out += ["", f"## {role}", "", table(head, rows)]
     return "\n".join(out) + "\n"
 
 
 _METRICS_INTRO = """What each worker serves on `/metrics` with `STREAMLEARN_METRICS_PORT`
 set, declared in `streamlearn/observe/catalog.py`. Counters end in `_total`; a histogram
 `NAME` is scraped as `NAME_bucket`, `NAME_sum` and `NAME_count`. A figure without a value
-yet (a learner's served score before any label, say) is left out of a scrape."""
+yet (a learner's served score before any label, say) is left out of a scrape. *healthy* says
+what a healthy value looks like, where that is known; what a bad one means:
+[Troubleshooting](../troubleshooting.md)."""
 
 
 # -- client -------------------------------------------------------------------------------

@@ -36,6 +36,23 @@ SERVICE_MODULES = frozenset(
 BENCHES = (
     "ingest learner serve soak hostile device mutants quality coldstart startup scaling multiworker"
 )
+# A command line of each command, as the commands reference shows it (docs/gen_reference.py);
+# tests/unit/test_reference_examples.py parses each with the parser below.
+EXAMPLES = {
+    "up": "streamlearn up --demo --data-dir ./state",
+    "ingest": "streamlearn ingest --config streamlearn.toml --model machines",
+    "learner": "streamlearn learner --model machines --variant wide",
+    "actor": "streamlearn actor --model machines --instance actor-1",
+    "publish": "streamlearn publish examples/machines.csv --rate 200 --batch 10",
+    "predict": "streamlearn predict --model machines --id m1-0915 '[88.0, 6.1, 1500, 0.9]'",
+    "bench": "streamlearn bench serve",
+    "status": "streamlearn status --watch",
+    "export": "streamlearn export --model machines --version 40 --output m.keras",
+    "pin": "streamlearn pin --model machines --version 40",
+    "unpin": "streamlearn unpin --model machines",
+    "init": "streamlearn init examples/machines.csv --target y",
+    "evaluate": "streamlearn evaluate examples/machines.csv --label-delay 50",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +195,11 @@ def _parser() -> argparse.ArgumentParser:
     pred.add_argument("--id", help="the request's id: a label published later joins it")
     pred.add_argument("--key", help="a device key: x is its newest observation (windowed models)")
     pred.add_argument("--seq", type=float, help="with --key: the observation's sequence number")
+    pred.add_argument(
+        "--client-id",
+        help="ask as this client id: a device's own, or a gateway's that [models.NAME.gateways] "
+        "lets name other keys (with an account in the URL: its username)",
+    )
     pred.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the reply")
 
     bench = sub.add_parser("bench", help="run a benchmark of the source tree's bench/")
@@ -265,11 +287,12 @@ def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, C
     line that says which broker, and why, goes to stderr."""
     from streamlearn.client.client import Client
 
+    client_id = getattr(args, "client_id", None)  # `predict --client-id`
     model: ModelConfig | light.LightModel
     if service_missing() is not None:
         model = light.model(args.config, args.model)
         print(light.which_stack(), file=sys.stderr)
-        return model, Client()
+        return model, Client(client_id=client_id)
     from streamlearn.config.loading import load_config
     from streamlearn.config.settings import load_settings
 
@@ -279,7 +302,10 @@ def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, C
     # With an account (deploy: one per device) the client's id is its username, and its
     # requests and replies stay in what the broker lets that device use.
     return model, Client(
-        settings.mqtt, ca_file=settings.mqtt_ca_file, topic_prefix=settings.topic_prefix
+        settings.mqtt,
+        ca_file=settings.mqtt_ca_file,
+        topic_prefix=settings.topic_prefix,
+        client_id=client_id,
     )
 
 

@@ -70,6 +70,7 @@ class ModelConfig(Frozen):
     )
     inputs: int = Field(
         ge=1,
+        examples=[4],
         le=MAX_FIELDS * 64,
         description="length of x (features per step with a window); in the TOML also a list "
         "of field names, kept in `fields`",

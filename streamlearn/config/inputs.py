@@ -70,7 +70,9 @@ class SourceConfig(Frozen):
     another key unless `key_from_payload` (a gateway publishing for many devices).
     """
 
-    topic: str = Field(min_length=1, max_length=512, description="an MQTT topic filter")
+    topic: str = Field(
+        min_length=1, max_length=512, examples=["tele/+/SENSOR"], description="an MQTT topic filter"
+    )
     key: str | None = Field(None, pattern=KEY_PATTERN, description='"topic:N": level N as key')
     key_from_payload: bool = Field(
         False,

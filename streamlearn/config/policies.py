@@ -81,7 +81,9 @@ class CheckpointPolicy(Frozen):
     """`[learner.checkpoint]`: the learner's checkpoints, when `dir` is set."""
 
     dir: str | None = Field(
-        None, description="checkpoints go to DIR/{model}/; unset: resume from published weights"
+        None,
+        examples=["/var/lib/streamlearn/checkpoints"],
+        description="checkpoints go to DIR/{model}/; unset: resume from published weights",
     )
     every_s: float = Field(10, gt=0, description="seconds between checkpoints")
     every_samples: int = Field(
@@ -240,6 +242,7 @@ class ActorConfig(Frozen):
         None,
         ge=0,
         le=65535,
+        examples=[8080],
         description="serve the Open Inference Protocol (KServe V2 REST: /v2/models/NAME/infer) "
         "on this port, beside MQTT (0: any free port); unset: no HTTP",
     )

@@ -50,11 +50,15 @@ class VariantConfig(Frozen):
     architecture: str | None = Field(
         None, description="the model's `architecture` for this variant (checked once merged)"
     )
-    hidden: tuple[int, ...] | None = Field(None, description="the model's `hidden` sizes")
+    hidden: tuple[int, ...] | None = Field(
+        None, examples=[(128, 128)], description="the model's `hidden` sizes"
+    )
     heads: Literal["hedge", "last"] | None = Field(None, description="the model's `heads`")
     memory: int | None = Field(None, ge=0, description="the model's `memory` (slots)")
     steps: bool | None = Field(None, description="the model's `steps` (a steps head)")
-    learning_rate: float | None = Field(None, gt=0, description="the model's `learning_rate`")
+    learning_rate: float | None = Field(
+        None, gt=0, examples=[0.003], description="the model's `learning_rate`"
+    )
     optimizer: Literal["adam", "sgd"] | None = Field(None, description="the model's `optimizer`")
     standardize: bool | None = Field(None, description="the model's `standardize`")
     factory: str | None = Field(

@@ -39,6 +39,97 @@ Kind = Literal[
     "redis_refused",
     "other",
 ]
+# What each kind means and what to do about it: the troubleshooting page's dead letters
+# (docs/gen_troubleshooting.py). A dead letter is an entry of the model's `deadletter`
+# stream in Redis (`reason`, `kind`, `source`, the payload's first bytes), counted by
+# ingest's `deadletters_total{reason=KIND}`; its `reason` says which item and value.
+DEAD_LETTERS: dict[Kind, tuple[str, str]] = {
+    "invalid_json": (
+        "the payload is not JSON (or nested too deeply)",
+        "send one JSON object per message, UTF-8; `reason` holds the parser's words",
+    ),
+    "oversize": (
+        "the payload is larger than `ingest.max_payload_bytes`",
+        "send fewer samples per message, or raise `ingest.max_payload_bytes`",
+    ),
+    "wrong_shape": (
+        "`x` does not have the model's shape (`inputs` numbers, or `[window][inputs]`), or "
+        "`x`, `y` and `ids` differ in length",
+        "send what the config declares: `streamlearn init` on a CSV of the stream writes it",
+    ),
+    "wrong_type": (
+        "a value of the wrong JSON type: a payload that is not an object, a string where a "
+        "number belongs",
+        'send numbers as JSON numbers (`88.0`, not `"88.0"`), each message an object',
+    ),
+    "non_finite": (
+        "a number out of float32 range, NaN or infinite",
+        "filter the sensor's overflow at the device; a named sample may leave a missing "
+        "input out instead (`max_missing`)",
+    ),
+    "unknown_field": (
+        "a field the message format does not have, too many fields, or (with "
+        "`strict_fields = true`) a field the model does not use",
+        "drop the field at the sender, or set `strict_fields = false` to ignore such fields "
+        "(counted by `extra_fields_total`)",
+    ),
+    "missing_field": (
+        "a required field is missing: `x` or `y`, a keyed step's `seq`, or more than "
+        "`max_missing` of a named sample's inputs",
+        "send the field; for named samples, check the names against `fields` in the config",
+    ),
+    "bad_target": (
+        "`y` is out of the task's range: `[0, 1]` for `binary`, a class index "
+        "`0..classes-1` for `multiclass`",
+        "check the model's `task` and `classes` against the labels the devices send",
+    ),
+    "bad_string": (
+        "an id, key or categorical value that is not a valid string: too long, control "
+        "characters, whitespace in a key",
+        "send ids of 1 to 256 characters, keys of 1 to 128 without whitespace, no control "
+        "characters in either",
+    ),
+    "out_of_range": (
+        "a number past its bound: a keyed step's `seq` more than "
+        "`ingest.window_max_seq_jump` ahead of its key's newest, or an integer out of range",
+        "check the device's sequence or clock; raise `ingest.window_max_seq_jump` if its "
+        "unit is finer than it allows",
+    ),
+    "too_many_samples": (
+        "more samples in one message than `ingest.max_samples_per_message`",
+        "split the message, or raise `ingest.max_samples_per_message`",
+    ),
+    "too_many_keys": (
+        "a message naming more than `ingest.max_keys_per_message` device keys, or a sender "
+        "making more than `ingest.max_keys_per_sender` windows",
+        "publish each device on its own `samples/{client}` topic, or raise the limit",
+    ),
+    "wrong_key": (
+        "a step on `samples/{client}` names a key other than its sender's own",
+        "let each device name its own key; a gateway's keys are granted by "
+        "`[models.NAME.gateways]`, a source's by `key_from_payload = true`",
+    ),
+    "no_window": (
+        "a keyed observation (with `key`) for a model without a `window`",
+        "set the model's `window` (an `lstm` or `conv1d` model), or send whole samples",
+    ),
+    "unknown_id": (
+        "a label whose id matches no kept prediction: never served, expired "
+        "(`labels.ttl_s`), evicted, or asked by another client",
+        "publish a label on `labels/{client}` for a prediction asked on `predict/{client}` "
+        "(bare `labels` for bare `predict` and HTTP), within `labels.ttl_s`",
+    ),
+    "redis_refused": (
+        "Redis refused to store the message for good: full (`maxmemory`), or an error that "
+        "would repeat",
+        "make room in Redis (Troubleshooting, *Redis*); the message was acknowledged, not retried",
+    ),
+    "other": (
+        "any other rejection; with `source` `learner`, the samples of a step the learner "
+        "undid (a non-finite loss) or stream entries it could not read",
+        "read the dead letter's `reason`; for the learner's, see `rollbacks_total`",
+    ),
+}
 
 
 @dataclass(frozen=True)

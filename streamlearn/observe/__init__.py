@@ -1,7 +1,8 @@
 """What the workers tell the world: liveness and readiness (`health`), Prometheus
 metrics (`metrics`, each declared in `catalog`) on a bounded HTTP server (`httpd`, also the
 dashboard's), retained presence markers (`presence`), the broker's delay of a QoS 1 request's reply
-(`broker_delay`), and the status the commands read back (`monitor`).
+(`broker_delay`), the status the commands read back (`monitor`), and the troubles a user
+meets, each with what it means and what to do (`troubles`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ logged once. Every family has the label `model`; names are as scraped
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Kind = Literal["counter", "gauge", "histogram"]
@@ -24,6 +24,7 @@ class Metric:
     kind: Kind
     help: str
     label: str | None = None  # the extra label of a dict-valued figure
+    healthy: str = ""  # what a healthy value looks like, where that is known (`HEALTHY`)
 
     @property
     def full_name(self) -> str:
@@ -180,4 +181,50 @@ _ACTOR = [
     Metric("actor", "batch_size", "histogram", "rows per forward pass"),
 ]
 
-METRICS: dict[str, Metric] = {m.full_name: m for m in (*_INGEST, *_LEARNER, *_ACTOR)}
+# What a healthy value looks like, by full name: only what the code's behaviour says (a
+# count that stays flat, a bound that holds); the metrics reference shows it beside the help.
+_FLAT = "flat: a rise is a fault (Troubleshooting)"
+_ZERO = "0"
+HEALTHY = {
+    "streamlearn_ingest_deadletters_total": "flat: a rise is a sender's bad payloads, its "
+    "`reason` label says which (Troubleshooting)",
+    "streamlearn_ingest_redis_errors_total": _FLAT,
+    "streamlearn_ingest_back_pressure_pauses_total": "flat: each is a spell of the learner "
+    "behind by `max_backlog_samples`",
+    "streamlearn_ingest_qos0_dropped_total": _FLAT,
+    "streamlearn_ingest_dedup_share_exceeded_total": _FLAT,
+    "streamlearn_ingest_backlog_samples": "small and not growing; above `max_backlog_samples` "
+    "ingest holds back",
+    "streamlearn_ingest_holding": _ZERO,
+    "streamlearn_ingest_inbox_messages": "well under `max_inbox_messages`",
+    "streamlearn_learner_rollbacks_total": _FLAT,
+    "streamlearn_learner_dead_lettered_samples_total": _FLAT,
+    "streamlearn_learner_retraces_total": _ZERO,
+    "streamlearn_learner_version": "rising while samples come",
+    "streamlearn_learner_redis_oom": _ZERO,
+    **{
+        f"streamlearn_learner_{call}_failures_total": _FLAT
+        for call in ("publish", "ack", "trim", "status", "read", "deadletter")
+    },
+    "streamlearn_learner_backlog_samples": "small and not growing",
+    "streamlearn_learner_latest_version": "rising while samples come",
+    "streamlearn_actor_error_replies_total": "flat: each is a request the service refused "
+    "or could not answer",
+    "streamlearn_actor_unsent_replies_total": _FLAT,
+    "streamlearn_actor_expired_requests_total": _FLAT,
+    "streamlearn_actor_shed_requests_total": _FLAT,
+    "streamlearn_actor_failed_requests_total": _FLAT,
+    "streamlearn_actor_keep_failures_total": _FLAT,
+    "streamlearn_actor_refused_versions_total": _FLAT,
+    "streamlearn_actor_weights_age_seconds": "under a second while samples come (a new "
+    "version at least every `learner.publish.every_ms`); it grows while none come",
+    "streamlearn_actor_queued_requests": "well under `max_queued_requests`",
+    "streamlearn_actor_broker_delay_seconds": "under 0.01 (about 0.001: a tuned broker; about "
+    "0.04: Nagle's algorithm)",
+    "streamlearn_actor_http_peer_refused_total": _FLAT,
+}
+
+METRICS: dict[str, Metric] = {
+    m.full_name: replace(m, healthy=HEALTHY.get(m.full_name, ""))
+    for m in (*_INGEST, *_LEARNER, *_ACTOR)
+}
