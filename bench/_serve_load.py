@@ -1,4 +1,5 @@
-"""The serving bench's load: MQTT requests (`bench.loadgen`), and both doors at once.
+"""The serving bench's load: MQTT requests (`bench.loadgen`), the actor's other doors
+(`bench._http`, `bench._grpc`), and HTTP and MQTT at once.
 
 `measure_rate` is an open loop (latency from each request's scheduled send, so a stalled
 actor cannot hide its backlog), `measure_max` a closed loop; `mixed` runs MQTT and HTTP
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Protocol
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from bench import _grpc, _http
 from bench._http import delta, rate_row, scrape
 from bench._http import measure_rate as http_rate
 from bench._stack import Stack
@@ -24,11 +28,37 @@ INFER = "/v2/models/demo/infer"
 
 
 class Door(Protocol):
-    """An actor serving both doors: its topics, HTTP port and metrics port."""
+    """An actor serving every door: its topics, HTTP, gRPC and metrics ports."""
 
     names: Names
     http_port: int | None
+    grpc_port: int | None
     metrics_port: int | None
+
+
+class DoorLoad(NamedTuple):
+    """How one of an actor's other doors is loaded: an open loop `rate(rate, secs)`, and a
+    closed loop `max(secs)` at its most requests in flight."""
+
+    rate: Callable[[int, float], dict]
+    max: Callable[[float], dict]
+
+
+def door_loads(door: Door, model: str, rows: list[list[float]]) -> dict[str, DoorLoad]:
+    """The HTTP and gRPC doors' loads, each request one of `rows`."""
+    assert door.http_port is not None and door.grpc_port is not None
+    bodies, messages = _http.infer_body(rows), _grpc.infer_messages(model, rows)
+    path = f"/v2/models/{model}/infer"
+    return {
+        "http": DoorLoad(
+            partial(http_rate, door.http_port, path, bodies),
+            partial(_http.measure_max, door.http_port, path, bodies),
+        ),
+        "grpc": DoorLoad(
+            partial(_grpc.measure_rate, door.grpc_port, messages),
+            partial(_grpc.measure_max, door.grpc_port, messages),
+        ),
+    }
 
 
 def _latencies(scheduled: list[float], client: LoadClient) -> tuple[np.ndarray, int]:

@@ -48,10 +48,16 @@
 #            `streamlearn pin --label`), SUBSCRIBE to channel sl:*:weights; read-only
 #            ZREVRANGEBYSCORE of sl:*:window:* (the stored steps of key-only requests), through
 #            its read-only Lua script (EVALSHA_RO, SCRIPT LOAD; it runs with the actor's rights).
-#            Read-write only sl:*:pending* (each served prediction of a request with an id,
+#            Read-write sl:*:pending* (each served prediction of a request with an id,
 #            kept for its label, the index that bounds them and each client's index and
 #            bytes for its share; a Lua script: SET EX, ZADD, ZREM, ZREMRANGEBYSCORE/
-#            ZREMRANGEBYRANK, INCRBY/DECRBY, UNLINK).
+#            ZREMRANGEBYRANK, INCRBY/DECRBY, UNLINK). The HTTP door's labels route joins
+#            labels as ingest does (streamlearn/actor/labels.py): MGET of sl:*:pending*,
+#            the exactly-once append script on sl:*:samples (XADD; the backlog's XINFO,
+#            XPENDING, XRANGE, XLEN) and its de-duplication keys sl:*:ingest:*, and the
+#            join's script on sl:*:served*. As ingest's, these rights on the other keys are
+#            in a selector: the actor cannot delete or overwrite the stream, and writes no
+#            dead letters.
 # Selectors (Redis 7): ingest's and the learner's rights on their other keys (UNLINK, DEL,
 # SET, EXPIRE, ...) are each in a `(...)` selector limited to those keys, so a leaked
 # ingest or learner password cannot delete or overwrite the sample stream or the dead
@@ -91,6 +97,8 @@ conn='+ping +hello +client|setname +cluster|info +cluster|slots'  # cluster: mod
 # The keys other than the streams that ingest and the learner write (selectors below).
 ingest_keys='~sl:*:ingest:* ~sl:*:window:* ~sl:*:pending* ~sl:*:served* ~sl:*:fields'
 learner_keys='~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants'
+actor_reads='%R~sl:*:weights* %R~sl:*:window:*'
+actor_keys='~sl:*:pending* ~sl:*:ingest:* ~sl:*:served*'
 ingest=$(hash_of REDIS_INGEST_PASSWORD)
 learner=$(hash_of REDIS_LEARNER_PASSWORD)
 actor=$(hash_of REDIS_ACTOR_PASSWORD)
@@ -105,7 +113,7 @@ trap 'rm -f "$tmp"' EXIT
     # sample stream or the dead letters, directly or from a script.
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrem +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hmget +hset +hdel)"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
-    echo "user actor on #$actor resetkeys resetchannels %R~sl:*:weights* %R~sl:*:window:* ~sl:*:pending* &sl:*:weights -@all $conn +get +hget +hkeys +hgetall +subscribe +unsubscribe +zrevrangebyscore +evalsha_ro +script|load +evalsha +eval +set +expire +unlink +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby"
+    echo "user actor on #$actor resetkeys resetchannels ~sl:*:samples $actor_reads $actor_keys &sl:*:weights -@all $conn +subscribe +unsubscribe +evalsha_ro +script|load +evalsha +eval +xadd +xlen +xinfo +xpending +xrange ($actor_reads +get +hget +hkeys +hgetall +zrevrangebyscore) ($actor_keys +get +mget +set +expire +unlink +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby +smismember +sadd +hget +hmget +hset +hincrby +hincrbyfloat +lpush +ltrim)"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

@@ -3,13 +3,19 @@
     GET  /v2/health/live, /v2/health/ready, /v2
     GET  /v2/models/{model}[/versions/{v}]          metadata: inputs, output, versions kept
     GET  /v2/models/{model}[/versions/{v}]/ready
+    GET  /v2/models/{model}[/versions/{v}]/config   the model as Triton's tools read it
     POST /v2/models/{model}[/versions/{v}]/infer    `{v}`: a version, a label, `latest`
+    POST /v2/models/{model}/labels                  an extension: labels that come later
 
 The documents are `streamlearn.actor.oip`'s. An inference request is read in the door's
 thread and queued in the actor's inbox beside the MQTT requests, under the same bounds, an
 address having a client's share: a full inbox sheds it at once (503), and it waits at most
-`request_deadline_ms` (504). The serving loop batches both doors' requests together and
-hands an HTTP request's reply back to its waiting handler.
+`request_deadline_ms` (504; a request's own `timeout` may shorten it). The serving loop
+batches both doors' requests together and hands an HTTP request's reply back to its
+waiting handler. A one-row request with an `id`
+keeps its prediction for its label in its caller's namespace (`names.http_owner`: its
+token's, else its address's), which only that caller's labels route joins
+(`streamlearn.actor.labels`), under the same body bound as MQTT's label messages.
 
 A client costs the door no more than a valid request: at most `actor.http_max_connections`
 connections (one more is answered 503 and closed, unread), each body refused unread when
@@ -17,7 +23,8 @@ its Content-Length passes the model's largest valid request (`streamlearn.actor.
 413) or the inbox has no room for it (503), read whole within `actor.http_body_timeout_ms`
 (408, connection closed), scanned for width before it is decoded (400). With a bearer
 token set (`STREAMLEARN_HTTP_TOKEN[_FILE]`) every route but the two health probes asks
-for it (401). Every error is the protocol's `{"error": ...}`, counted by status.
+for it (401). Every error is the protocol's `{"error": ...}`, counted by status; Redis
+unreachable (the versions metadata lists) is a 503 that says so.
 
 With a token, the door asks before it counts, and one address holds at most its share
 (`actor.http_max_connections_per_peer`; `streamlearn.actor.connections`).
@@ -39,12 +46,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import redis
 from aiohttp import web
 
 from streamlearn.actor import oip
 from streamlearn.actor.bodies import BodyBounds
 from streamlearn.actor.connections import Connections, Refused
 from streamlearn.actor.inbox import Pending
+from streamlearn.actor.labels import DoorLabels
+from streamlearn.contract.names import http_owner
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import version_ref
 from streamlearn.errors import PayloadError
@@ -71,6 +81,7 @@ class HttpDoor:
         self.parser = PayloadParser(actor.cfg)
         self.bounds = BodyBounds(actor.cfg)
         self.token = None if token is None else token.encode()
+        self.labels = DoorLabels(actor.cfg, actor.keeper.store.redis, actor.names)
         self.responses: dict[str, int] = {}  # by status code
         self.conns = Connections(
             self.cfg.actor.http_max_connections,
@@ -147,7 +158,9 @@ class HttpDoor:
         for path in (model, versioned):
             app.router.add_get(path, self._metadata)
             app.router.add_get(path + "/ready", self._model_ready)
+            app.router.add_get(path + "/config", self._config)
             app.router.add_post(path + "/infer", self._infer)
+        app.router.add_post(model + "/labels", self._labels)
         app.middlewares.extend([self._count, self._authorize])
         return app
 
@@ -160,6 +173,8 @@ class HttpDoor:
             response = self._error(413 if exc.kind == "too_large" else 400, str(exc))
         except web.HTTPException as exc:  # 404 of an unknown path, 405
             response = self._error(exc.status, exc.reason)
+        except redis.RedisError as exc:  # the versions kept, asked of Redis
+            response = self._error(503, f"Redis unreachable: {exc}")
         except Exception:
             log.exception("HTTP request %s %s", request.method, request.path)
             response = self._error(500, "internal error")
@@ -209,6 +224,10 @@ class HttpDoor:
         kept = await asyncio.to_thread(self.actor.versions.store.versions)
         return web.json_response(oip.model_metadata(self.cfg, kept))
 
+    async def _config(self, request: web.Request) -> web.Response:
+        problem = self._unknown(request)
+        return problem or web.json_response(oip.model_config(self.cfg))
+
     async def _model_ready(self, request: web.Request) -> web.Response:
         problem = self._unknown(request)
         if problem is not None:
@@ -245,7 +264,7 @@ class HttpDoor:
         except TimeoutError:
             timeout_ms = self.cfg.actor.http_body_timeout_ms
             return self._error(408, f"body not received within http_body_timeout_ms={timeout_ms:g}")
-        x, rid = oip.read_infer(self.cfg, self.parser, body, header)
+        x, rid, wanted = oip.read_infer(self.cfg, self.parser, body, header)
         loop = asyncio.get_running_loop()
         replied: asyncio.Future[dict[str, Any]] = loop.create_future()
 
@@ -255,6 +274,9 @@ class HttpDoor:
         pending = Pending(
             arrived, x, True, rid, None, None, version=version, answer=answer, peer=peer
         )
+        pending.client = http_owner(self.token, peer)  # its id's namespace, for its label
+        if wanted.timeout_s is not None:  # its own, when shorter than request_deadline_ms
+            pending.deadline = arrived + wanted.timeout_s
         if not self.actor.inbox.offer(pending, len(body)):
             return self._error(503, _SHED)
         wait_s = pending.deadline - time.monotonic() + 1.0  # the loop answers expiry itself
@@ -264,7 +286,39 @@ class HttpDoor:
             return self._error(504, "no reply within the request's deadline")
         if "error" in reply:
             return self._error(oip.status_of(reply["error"]), reply["error"])
-        return _json(oip.response(self.cfg, reply, rid))
+        doc, tail = oip.response(self.cfg, reply, rid, wanted)
+        if not wanted.binary:
+            return _json(doc)
+        head = json.dumps(doc).encode()
+        response = web.Response(body=head + tail, content_type="application/octet-stream")
+        response.headers["Inference-Header-Content-Length"] = str(len(head))
+        return response
+
+    async def _labels(self, request: web.Request) -> web.Response:
+        """Labels for the caller's predictions (`streamlearn.actor.labels`): bounded as a
+        label message on MQTT (`ingest.max_payload_bytes`: 413), read within
+        `http_body_timeout_ms` (408), refused while the learner is behind (503)."""
+        problem = self._unknown(request)
+        if problem is not None:
+            return problem
+        limit = self.cfg.ingest.max_payload_bytes
+        declared = request.content_length
+        if declared is not None and declared > limit:
+            raise PayloadError(
+                f"a body of {declared} bytes: a labels body of model {self.cfg.name!r} holds "
+                f"at most {limit} (ingest.max_payload_bytes); refused unread",
+                "too_large",
+            )
+        try:
+            body = await self._read(request, limit)
+        except TimeoutError:
+            timeout_ms = self.cfg.actor.http_body_timeout_ms
+            return self._error(408, f"body not received within http_body_timeout_ms={timeout_ms:g}")
+        held = await asyncio.to_thread(self.labels.held_back)
+        if held is not None:
+            return self._error(503, held)
+        owner = http_owner(self.token, request.remote or "")
+        return _json(await asyncio.to_thread(self.labels.take, body, owner))
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -226,8 +226,9 @@ class Pending:
     answer: Answer | None = None
     deadline: float = math.inf  # time.monotonic(); past it, answered with an error
     done: bool = False  # answered
-    # The requester's level of `predict/{client}` (None: bare `predict`, the HTTP door):
-    # the namespace its kept prediction's id is in (`names.owned`).
+    # The requester's level of `predict/{client}` (None: bare `predict`), or an HTTP
+    # client's owner (`names.http_owner`): the namespace its kept prediction's id is in
+    # (`names.owned`).
     client: str | None = None
     peer: str | None = None  # an HTTP request's client address
 

@@ -7,7 +7,10 @@ a client that sends its label the moment the reply arrives finds the prediction 
 failure there costs the labels of that batch (counted, logged), never a reply.
 
 Only single-sample requests without a key: a batched request's one id names no single
-prediction, and a keyed request's window is the device's, kept by ingest already.
+prediction, and a keyed request's window is the device's, kept by ingest already. An HTTP
+request (the protocol's tensors always have a batch dimension) is single when it has one
+row, and is kept only in its client's owner namespace (`names.http_owner`), never the
+anonymous one of bare `predict`.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class Keeper:
         values: list[bytes] = []
         row = 0
         for p in batch:
-            if p.id is not None and not p.batched and p.key is None:
+            if p.id is not None and p.key is None and _single(p):
                 ids.append(owned(p.client, p.id))
                 values.append(encode(p.x[0].ravel(), np.atleast_1d(y[row]), version, now))
             row += len(p.x)
@@ -67,3 +70,11 @@ class Keeper:
         self.kept += len(ids)
         self.evicted += pool
         self.evicted_own += own
+
+
+def _single(p: Pending) -> bool:
+    """Whether a request's id names one prediction: an MQTT request of one sample (not a
+    batch, even of one); a door's (HTTP) of one row, with an owner namespace of its own."""
+    if p.answer is None:
+        return not p.batched
+    return p.client is not None and len(p.x) == 1

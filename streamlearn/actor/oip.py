@@ -12,19 +12,25 @@ An inference request holds `inputs: [{name, shape, datatype, data}]`:
 Numbers may come as any numeric datatype (`FP32` is the usual); Triton's binary tensor
 extension is read too (`Inference-Header-Content-Length`, `binary_data_size`). The
 response holds one output, `y`, `FP32` of shape `[rows, 1]` (`[rows, classes]` for
-multiclass), always as JSON, and the version that computed it as `model_version`.
+multiclass), and the version that computed it as `model_version`. What a request asks of
+it (`Wanted`): the output in binary (`binary_data`, `binary_data_output`: what
+`tritonclient` asks by default), as its top classes (`classification`: `BYTES`
+`"score:class"`), and a deadline of its own (`timeout`, microseconds). `model_config`
+is the model as Triton's tools (perf_analyzer, Model Analyzer) read it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from streamlearn.actor.bodies import BodyBounds
+from streamlearn.actor.tensors import read_tensors
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import request_id
@@ -32,27 +38,35 @@ from streamlearn.errors import PayloadError
 
 OUTPUT = "y"
 POSITIONAL = "x"
-# The protocol's numeric datatypes, as numpy reads their binary form (little-endian).
-NUMERIC = {
-    "BOOL": "<u1",
-    "UINT8": "<u1",
-    "UINT16": "<u2",
-    "UINT32": "<u4",
-    "UINT64": "<u8",
-    "INT8": "<i1",
-    "INT16": "<i2",
-    "INT32": "<i4",
-    "INT64": "<i8",
-    "FP16": "<f2",
-    "FP32": "<f4",
-    "FP64": "<f8",
-}
 MAX_INPUTS = 1024  # a request's inputs, at most (`streamlearn.config.inputs.MAX_FIELDS`)
+# Triton's extensions served (their names as Triton's server metadata gives them), and
+# streamlearn's own: labels that come later (`POST /v2/models/{model}/labels`).
+EXTENSIONS = ["binary_tensor_data", "classification", "model_configuration", "labels"]
+TRITON_TYPES = {"FP32": "TYPE_FP32", "BYTES": "TYPE_STRING"}  # a model config's data_type
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What a request asks of its response, beyond its inputs."""
+
+    binary: bool = False  # the output as binary data after the JSON
+    classification: int = 0  # the top K classes instead of the probabilities (0: not)
+    timeout_s: float | None = None  # its own deadline, when shorter than the actor's
+
+
+class Infer(NamedTuple):
+    x: np.ndarray  # (rows, *sample_shape)
+    id: str | None
+    wanted: Wanted
 
 
 def server_metadata() -> dict[str, Any]:
     """`GET /v2`."""
-    return {"name": "streamlearn", "version": metadata.version("streamlearn"), "extensions": []}
+    return {
+        "name": "streamlearn",
+        "version": metadata.version("streamlearn"),
+        "extensions": EXTENSIONS,
+    }
 
 
 def model_metadata(cfg: ModelConfig, versions: list[int]) -> dict[str, Any]:
@@ -78,12 +92,33 @@ def model_metadata(cfg: ModelConfig, versions: list[int]) -> dict[str, Any]:
     }
 
 
+def model_config(cfg: ModelConfig) -> dict[str, Any]:
+    """`GET /v2/models/{model}/config`: the model in Triton's terms, what perf_analyzer
+    and Model Analyzer read first: inputs and output without the batch dimension, up to
+    `max_request_rows` rows a request, batched by the actor (`dynamic_batching`)."""
+    meta = model_metadata(cfg, [])
+
+    def tensor(t: dict[str, Any]) -> dict[str, Any]:
+        return {"name": t["name"], "data_type": TRITON_TYPES[t["datatype"]], "dims": t["shape"][1:]}
+
+    return {
+        "name": cfg.name,
+        "platform": meta["platform"],
+        "backend": "streamlearn",
+        "max_batch_size": cfg.actor.max_request_rows,
+        "input": [tensor(t) for t in meta["inputs"]],
+        "output": [tensor(t) for t in meta["outputs"]],
+        "dynamic_batching": {"max_queue_delay_microseconds": int(cfg.actor.max_wait_ms * 1000)},
+    }
+
+
 def read_infer(
     cfg: ModelConfig, parser: PayloadParser, body: bytes, header_length: int | None
-) -> tuple[np.ndarray, str | None]:
-    """An inference request's rows `(n, *sample_shape)` and id; PayloadError saying what
-    is wrong (a 400). `header_length`: the JSON's bytes when binary tensors follow it. The
-    JSON is decoded only when it is no wider than the model's largest request (`bodies`)."""
+) -> Infer:
+    """An inference request's rows `(n, *sample_shape)`, id and what it asks of its
+    response; PayloadError saying what is wrong (a 400). `header_length`: the JSON's bytes
+    when binary tensors follow it. The JSON is decoded only when it is no wider than the
+    model's largest request (`bodies`)."""
     head, tail = body, b""
     if header_length is not None:
         if not 0 < header_length <= len(body):
@@ -99,38 +134,58 @@ def read_infer(
         raise PayloadError(f"invalid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise PayloadError(f"the request must be a JSON object, got {type(doc).__name__}")
+    return read_document(cfg, parser, doc, tail)
+
+
+def read_document(
+    cfg: ModelConfig, parser: PayloadParser, doc: dict[str, Any], tail: bytes = b""
+) -> Infer:
+    """`read_infer` of a request decoded already (the gRPC door's message as the JSON's
+    document): `id`, `inputs`, `outputs` and `parameters` as the JSON holds them, `tail`
+    the binary tensors its inputs' `binary_data_size` count, in order."""
     rid = cast(str | None, request_id(doc.get("id"), integers=False))  # a string in OIP
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs or len(inputs) > MAX_INPUTS:
         raise PayloadError(f"inputs: a list of 1 to {MAX_INPUTS} tensors expected")
-    _check_outputs(doc.get("outputs"))
+    wanted = _wanted(cfg, doc.get("parameters"), doc.get("outputs"))
     max_rows = cfg.actor.max_request_rows
-    tensors = _tensors(inputs, tail, max_rows * max(math.prod(cfg.sample_shape), cfg.inputs))
+    tensors = read_tensors(inputs, tail, max_rows * max(math.prod(cfg.sample_shape), cfg.inputs))
     if POSITIONAL in tensors and len(tensors) == 1:
-        return _positional(cfg, tensors[POSITIONAL], max_rows), rid
+        return Infer(_positional(cfg, tensors[POSITIONAL], max_rows), rid, wanted)
     if cfg.fields is None:
         raise PayloadError(f"inputs: one tensor named {POSITIONAL!r} expected, got {list(tensors)}")
-    return _named(cfg, parser, tensors, max_rows), rid
+    return Infer(_named(cfg, parser, tensors, max_rows), rid, wanted)
 
 
-def response(cfg: ModelConfig, reply: dict[str, Any], rid: str | None) -> dict[str, Any]:
-    """The response to a request the actor answered with `reply` (no `error` in it)."""
+def response(
+    cfg: ModelConfig, reply: dict[str, Any], rid: str | None, wanted: Wanted = Wanted()
+) -> tuple[dict[str, Any], bytes]:
+    """The response to a request the actor answered with `reply` (no `error` in it): its
+    JSON document, and the binary data that follows it (empty unless `wanted.binary`)."""
     y = np.asarray(reply["y"], np.float32)
     y = y.reshape(len(y), -1)
-    return {
+    output: dict[str, Any] = {"name": OUTPUT, "datatype": "FP32", "shape": list(y.shape)}
+    values: np.ndarray | list[str] = y
+    if wanted.classification:
+        values = _top_classes(cfg, y, wanted.classification)
+        output.update(datatype="BYTES", shape=[len(y), len(values) // len(y)])
+    tail = b""
+    if not wanted.binary:
+        output["data"] = values if isinstance(values, list) else y.ravel().tolist()
+    elif isinstance(values, list):
+        tail = b"".join(len(v).to_bytes(4, "little") + v.encode() for v in values)
+    else:
+        tail = values.astype("<f4").tobytes()
+    if wanted.binary:
+        output["parameters"] = {"binary_data_size": len(tail)}
+    doc = {
         "model_name": cfg.name,
         "model_version": str(reply["version"]),
         **({"id": rid} if rid is not None else {}),
         "parameters": {"variant": reply.get("variant")},
-        "outputs": [
-            {
-                "name": OUTPUT,
-                "datatype": "FP32",
-                "shape": list(y.shape),
-                "data": y.ravel().tolist(),
-            }
-        ],
+        "outputs": [output],
     }
+    return doc, tail
 
 
 def status_of(reason: str) -> int:
@@ -150,115 +205,51 @@ def status_of(reason: str) -> int:
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _check_outputs(outputs: Any) -> None:
-    if outputs is None:
-        return
-    if not isinstance(outputs, list) or any(
-        not isinstance(o, dict) or o.get("name") != OUTPUT for o in outputs
-    ):
-        raise PayloadError(f"outputs: this model has one output, {OUTPUT!r}")
-
-
-def _tensors(inputs: list[Any], tail: bytes, max_values: int) -> dict[str, np.ndarray | list[Any]]:
-    """Each input's values by name: an array of its shape, or a list of strings (BYTES).
-    No tensor of a valid request holds more than `max_values`, nor a size past it."""
-    tensors: dict[str, np.ndarray | list[Any]] = {}
-    offset = 0
-    for i, tensor in enumerate(inputs):
-        if not isinstance(tensor, dict):
-            raise PayloadError(f"inputs.{i}: an object {{name, shape, datatype, data}} expected")
-        name, shape, datatype = tensor.get("name"), tensor.get("shape"), tensor.get("datatype")
-        where = f"inputs.{i} ({name!r})" if isinstance(name, str) else f"inputs.{i}"
-        if not isinstance(name, str) or name in tensors:
-            raise PayloadError(f"{where}: a name of its own expected")
-        if (
-            not isinstance(shape, list)
-            or not shape
-            or len(shape) > 4
-            or any(type(d) is not int or d < 0 for d in shape)
+def _wanted(cfg: ModelConfig, parameters: Any, outputs: Any) -> Wanted:
+    """The request's `parameters` (`binary_data_output`, `timeout` in microseconds, as
+    tritonclient sends them; others ignored) and its `outputs`' (`binary_data`,
+    `classification`)."""
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, dict):
+        raise PayloadError("parameters: an object expected")
+    binary = _flag(parameters, "binary_data_output", "parameters")
+    timeout = parameters.get("timeout")
+    if timeout is not None and (type(timeout) is not int or timeout < 0):
+        raise PayloadError(f"parameters.timeout: microseconds, a whole number, got {timeout!r}")
+    classes = 0
+    if outputs is not None:
+        if not isinstance(outputs, list) or any(
+            not isinstance(o, dict) or o.get("name") != OUTPUT for o in outputs
         ):
-            raise PayloadError(f"{where}: shape must be a list of 1 to 4 sizes, got {shape!r}")
-        count = math.prod(shape)
-        if count > max_values or max(shape) > max_values:
-            raise PayloadError(
-                f"{where}: shape {shape} holds more values than a request may: at most "
-                f"{max_values} (max_request_rows × inputs)"
-            )
-        params = tensor.get("parameters") or {}
-        size = params.get("binary_data_size") if isinstance(params, dict) else None
-        if size is not None:
-            if type(size) is not int or not 0 <= size <= len(tail) - offset:
-                raise PayloadError(f"{where}: binary_data_size {size!r} past the body's end")
-            raw, offset = tail[offset : offset + size], offset + size
-            tensors[name] = _binary(where, datatype, raw, shape, count)
-        else:
-            tensors[name] = _json_data(where, datatype, tensor.get("data"), shape, count)
-    return tensors
+            raise PayloadError(f"outputs: this model has one output, {OUTPUT!r}")
+        for o in outputs:
+            params = o.get("parameters") or {}
+            if not isinstance(params, dict):
+                raise PayloadError(f"outputs ({OUTPUT!r}): parameters must be an object")
+            binary = _flag(params, "binary_data", f"outputs ({OUTPUT!r})", binary)
+            classes = params.get("classification", 0)
+            if type(classes) is not int or classes < 0:
+                raise PayloadError(f"classification: a number of classes, got {classes!r}")
+    if classes and cfg.task == "regression":
+        raise PayloadError(f"classification: model {cfg.name!r} is a regression, it has no classes")
+    return Wanted(binary, classes, timeout / 1e6 if timeout else None)
 
 
-def _json_data(where: str, datatype: Any, data: Any, shape: list[int], count: int) -> Any:
-    if not isinstance(data, list):
-        raise PayloadError(f"{where}: data must be a list")
-    if datatype == "BYTES":
-        flat = _flatten(data)
-        if len(flat) != count or any(not isinstance(v, str) for v in flat):
-            raise PayloadError(f"{where}: {count} strings expected for shape {shape}")
-        return flat
-    if datatype not in NUMERIC:
-        raise PayloadError(f"{where}: datatype {datatype!r} is not one of {sorted(NUMERIC)}")
-    try:
-        with np.errstate(over="ignore"):
-            arr = np.asarray(data, dtype=np.float32)
-    except (ValueError, TypeError):
-        raise PayloadError(f"{where}: data must be numbers, flat or nested") from None
-    if arr.size != count:
-        raise PayloadError(f"{where}: {arr.size} values for shape {shape} ({count})")
-    return arr.reshape(shape)
+def _flag(params: dict[str, Any], name: str, where: str, default: bool = False) -> bool:
+    value = params.get(name, default)
+    if type(value) is not bool:
+        raise PayloadError(f"{where}.{name}: true or false, got {value!r}")
+    return value
 
 
-def _binary(where: str, datatype: Any, raw: bytes, shape: list[int], count: int) -> Any:
-    if datatype == "BYTES":
-        # `count` values at most, read no further: a body of a million empty strings costs
-        # what its shape allows (bounded by `max_request_rows`), not a walk over the million
-        if len(raw) < 4 * count:
-            raise PayloadError(
-                f"{where}: {len(raw)} bytes cannot hold the {count} strings of shape {shape}"
-            )
-        values, at = [], 0
-        for _ in range(count):  # each value: its length (uint32, little-endian), then it
-            n = int.from_bytes(raw[at : at + 4], "little") if len(raw) - at >= 4 else -1
-            if n < 0 or at + 4 + n > len(raw):  # Python ints: no uint32 wrap
-                raise PayloadError(f"{where}: malformed BYTES tensor")
-            values.append(raw[at + 4 : at + 4 + n].decode("utf-8", "replace"))
-            at += 4 + n
-        if at != len(raw):
-            raise PayloadError(
-                f"{where}: {count} strings expected for shape {shape}, and {len(raw) - at} "
-                "bytes follow them"
-            )
-        return values
-    if datatype not in NUMERIC:
-        raise PayloadError(f"{where}: datatype {datatype!r} is not one of {sorted(NUMERIC)}")
-    dtype = np.dtype(NUMERIC[datatype])
-    if len(raw) != count * dtype.itemsize:
-        raise PayloadError(f"{where}: {len(raw)} bytes for shape {shape} of {datatype}")
-    return np.frombuffer(raw, dtype).astype(np.float32).reshape(shape)
-
-
-def _flatten(data: list[Any]) -> list[Any]:
-    out: list[Any] = []
-    stack = [iter(data)]
-    while stack:
-        for value in stack[-1]:
-            if isinstance(value, list):
-                if len(stack) > 4:
-                    raise PayloadError("data nested deeper than its shape")
-                stack.append(iter(value))
-                break
-            out.append(value)
-        else:
-            stack.pop()
-    return out
+def _top_classes(cfg: ModelConfig, y: np.ndarray, k: int) -> list[str]:
+    """Each row's `k` most probable classes, `"score:class"`, most probable first (a
+    binary model's classes are 0 and 1), row-major, as Triton's classification gives."""
+    probs = np.concatenate([1 - y, y], axis=1) if cfg.task == "binary" else y
+    k = min(k, probs.shape[1])
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    return [f"{probs[r, c]:f}:{c}" for r in range(len(probs)) for c in order[r]]
 
 
 def _positional(cfg: ModelConfig, x: Any, max_rows: int) -> np.ndarray:

@@ -1,5 +1,6 @@
 """`streamlearn actor`: prediction requests over MQTT (and, with `actor.http_port`, the Open
-Inference Protocol over HTTP), answered with the latest weights."""
+Inference Protocol over HTTP; with `actor.grpc_port`, over gRPC), answered with the latest
+weights."""
 
 from __future__ import annotations
 
@@ -76,6 +77,15 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         door = HttpDoor(actor, model.actor.http_host, model.actor.http_port, settings.bearer_token)
         http_port = door.start()
         log.info("Open Inference Protocol on http://%s:%d/v2", door.host, http_port)
+    grpc_door = None
+    if model.actor.grpc_port is not None:  # the protocol's gRPC service, beside them
+        from streamlearn.actor.grpc_door import GrpcDoor  # grpcio: loaded where it serves
+
+        grpc_door = GrpcDoor(
+            actor, model.actor.grpc_host, model.actor.grpc_port, settings.bearer_token
+        )
+        grpc_port = grpc_door.start()
+        log.info("Open Inference Protocol over gRPC on %s:%d", grpc_door.host, grpc_port)
 
     def snapshot() -> metrics.Snapshot:
         figures: dict[str, float | int | None | dict[str, int]] = dict(actor.metrics())
@@ -85,9 +95,12 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
             figures["http_responses_total"] = dict(door.responses)
             figures["http_unproven_closed_total"] = door.conns.evicted
             figures["http_peer_refused_total"] = door.conns.refused_peer
+            figures.update(door.labels.metrics())  # the labels route's joins
+        if grpc_door is not None:
+            figures["grpc_responses_total"] = dict(grpc_door.responses)
         return figures
 
-    labels = {"http_responses_total": "code"}
+    labels = {"http_responses_total": "code", "grpc_responses_total": "code"}
     port = metrics.expose(
         "actor", model.name, snapshot, settings.metrics_port, labels=labels, health=health
     )
@@ -108,13 +121,15 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     try:
         actor.run(stop)
         client.unsubscribe(requests)
-        if door is not None:
-            door.stop()
+        for opened in (door, grpc_door):
+            if opened is not None:
+                opened.stop()
         drained = actor.drain()
         log.info("answered %d requests received before unsubscribing", drained)
     finally:
-        if door is not None:
-            door.stop()
+        for opened in (door, grpc_door):
+            if opened is not None:
+                opened.stop()
         if probe is not None:
             probe.stop()
         actor.clear_status()

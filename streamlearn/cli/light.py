@@ -1,83 +1,24 @@
-"""What `publish` and `predict` need with the base install alone (paho, no pydantic or
-numpy): the model's name and input width read from `streamlearn.toml` with `tomllib`,
-samples from CSV and NDJSON files with the standard library, a progress bar, and the
-broker the client resolves itself (`STREAMLEARN_MQTT_URL`, else the run file of
-`streamlearn up`, else the local default). With the service installed the commands
-validate the whole config instead (`streamlearn.config`).
+"""What `publish` and `predict` read with the base install alone (paho, no pydantic or
+numpy): samples from CSV and NDJSON files with the standard library, a request's x from
+the command line, and a progress bar. Which model and broker they talk to:
+`streamlearn.cli.target`.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import sys
 import time
-import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamlearn.config import environment, runfile
-from streamlearn.config.defaults import DEMO_TOML, config_path
+from streamlearn.cli.target import LightModel
 from streamlearn.errors import ConfigError
 
 MAX_SAMPLES = 2_000_000  # a file is held in memory: ~16 MB per input column at the cap
-
-MQTT_URL_ENV = environment.MQTT_URL
-
-
-@dataclass(frozen=True)
-class LightModel:
-    """A model as the client tools see it: its name, its inputs per sample, and with named
-    inputs their names, the label's field and the fields that carry strings."""
-
-    name: str
-    inputs: int
-    fields: tuple[str, ...] | None = None
-    target: str = "y"
-    categorical: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-def model(config: str | None, name: str | None) -> LightModel:
-    """The named model (or the only one) of `config`, `$STREAMLEARN_CONFIG` or
-    `./streamlearn.toml`; the demo model when there is none."""
-    path = config_path(config)
-    try:
-        text = DEMO_TOML if path is None else Path(path).read_text(encoding="utf-8")
-        models = tomllib.loads(text).get("models", {})
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
-    if name is None and len(models) != 1:
-        raise ConfigError(f"several models configured, pick one with --model: {list(models)}")
-    name = name or next(iter(models))
-    if name not in models:
-        raise ConfigError(f"no model {name!r} in the config; known: {list(models)}")
-    table = models[name]
-    inputs = table.get("inputs")
-    width = len(inputs) if isinstance(inputs, list) else inputs
-    if not isinstance(width, int) or width < 1:
-        raise ConfigError(f"models.{name}.inputs: a count or a list of names, got {inputs!r}")
-    if not isinstance(inputs, list):
-        return LightModel(name, width)
-    if not all(isinstance(n, str) and n for n in inputs):
-        raise ConfigError(f"models.{name}.inputs: names are non-empty strings, got {inputs!r}")
-    target = table.get("target", "y")
-    categorical = table.get("categorical", {})
-    if not isinstance(target, str) or not isinstance(categorical, dict):
-        raise ConfigError(f"models.{name}: target is a name and categorical a table")
-    values = {str(k): tuple(map(str, v)) for k, v in categorical.items() if isinstance(v, list)}
-    return LightModel(name, width, tuple(inputs), target, values)
-
-
-def which_stack() -> str:
-    """The line the client tools print on stderr: which broker, and why that one."""
-    given = os.environ.get(MQTT_URL_ENV) or None
-    stack = None if given else runfile.live()
-    url = given or (stack.mqtt_url if stack else "mqtt://localhost:1883")
-    return runfile.describe(given, stack, url, MQTT_URL_ENV)
 
 
 def csv_rows(path: str) -> Iterator[tuple[int, list[str]]]:

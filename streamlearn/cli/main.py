@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamlearn.cli import light, publish
+from streamlearn.cli import light, publish, target
 from streamlearn.config import runfile
 from streamlearn.errors import ConfigError, StreamlearnError
 
@@ -281,32 +281,8 @@ def _status(args: argparse.Namespace) -> int:
     return status.run(args)
 
 
-def _target(args: argparse.Namespace) -> tuple[ModelConfig | light.LightModel, Client]:
-    """The model and a connected client for `publish` and `predict`: with the service, the
-    validated config and settings; with the base install alone, what `light` reads. The
-    line that says which broker, and why, goes to stderr."""
-    from streamlearn.client.client import Client
-
-    client_id = getattr(args, "client_id", None)  # `predict --client-id`
-    model: ModelConfig | light.LightModel
-    if service_missing() is not None:
-        model = light.model(args.config, args.model)
-        print(light.which_stack(), file=sys.stderr)
-        return model, Client(client_id=client_id)
-    from streamlearn.config.loading import load_config
-    from streamlearn.config.settings import load_settings
-
-    model = load_config(args.config).model(args.model)
-    settings = load_settings()
-    print(settings.which_stack(), file=sys.stderr)
-    # With an account (deploy: one per device) the client's id is its username, and its
-    # requests and replies stay in what the broker lets that device use.
-    return model, Client(
-        settings.mqtt,
-        ca_file=settings.mqtt_ca_file,
-        topic_prefix=settings.topic_prefix,
-        client_id=client_id,
-    )
+def _target(args: argparse.Namespace) -> tuple[ModelConfig | target.LightModel, Client]:
+    return target.target(args, service_missing() is None)
 
 
 def _bench(args: argparse.Namespace) -> int:

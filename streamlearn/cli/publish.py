@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from streamlearn.cli import light
+from streamlearn.cli.target import LightModel
 from streamlearn.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace, target: Callable[[argparse.Namespace], tuple])
     if args.count is not None and total is not None:
         total = min(total, args.count)
     progress = light.ProgressBar(total)
-    judge = None if isinstance(model, light.LightModel) else _Refusals(model)
+    judge = None if isinstance(model, LightModel) else _Refusals(model)
     sent = messages = 0
     failure: ConfigError | None = None
     start = time.monotonic()

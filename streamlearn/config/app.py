@@ -299,6 +299,20 @@ class ModelConfig(Frozen):
         return self.classes if self.task == "multiclass" else 1  # type: ignore[return-value]
 
     @property
+    def inputs_status(self) -> dict[str, Any]:
+        """What a client needs to send this model a sample or a request, as the learner's
+        retained status carries it (contract §2.4, `inputs`), so that a client without
+        this config can (`streamlearn.cli.light.from_status`)."""
+        return {
+            "inputs": list(self.fields) if self.fields is not None else self.inputs,
+            "target": self.target,
+            "categorical": {k: list(v) for k, v in self.categorical.items()},
+            "window": self.window,
+            "task": self.task,
+            "classes": self.classes,
+        }
+
+    @property
     def spec(self) -> ModelSpec:
         """The network this table describes, as the library takes it (a factory's model:
         its task and inputs alone count)."""

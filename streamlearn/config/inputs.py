@@ -162,7 +162,7 @@ class LabelsConfig(Frozen):
         gt=0,
         le=1,
         description="the part of max_pending and of max_pending_bytes one client "
-        "(predict/{client}) may keep: past either, its own soonest to expire go, never "
-        "another's. Bare predict and the HTTP door (no device reaches them under the deploy "
-        "ACL) share the whole pool",
+        "(predict/{client}, or an HTTP caller: its token's or its address's) may keep: past "
+        "either, its own soonest to expire go, never another's. Bare predict (no device "
+        "reaches it under the deploy ACL) shares the whole pool",
     )

@@ -274,6 +274,48 @@ class ActorConfig(Frozen):
         description="a request body not received whole this long after its headers is "
         "refused (408) and its connection closed",
     )
+    grpc_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        examples=[8001],
+        description="serve the Open Inference Protocol over gRPC (KServe V2, Triton's "
+        "inference.GRPCInferenceService) on this port, beside MQTT (0: any free port); "
+        "unset: no gRPC",
+    )
+    grpc_host: ListenAddress = Field(
+        "127.0.0.1",
+        description="the address the gRPC door listens on: loopback unless a deployment asks "
+        "for more (compose, Kubernetes: 0.0.0.0)",
+    )
+    grpc_max_connections: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="open gRPC connections, at most: grpcio closes one more as it is "
+        "accepted. Those without the token count too, until idle 15 s (grpcio cannot ask "
+        "for it first)",
+    )
+    grpc_max_rpcs: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="gRPC calls in progress, at most; one more is refused RESOURCE_EXHAUSTED",
+    )
+    grpc_max_rpcs_per_peer: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="gRPC calls in progress of one IP address, at most (one more is refused "
+        "UNAVAILABLE), and streams of one connection: one host cannot take grpc_max_rpcs. "
+        "Behind a proxy, whose address every client then has, raise it to grpc_max_rpcs",
+    )
+    grpc_message_timeout_ms: float = Field(
+        10_000,
+        gt=0,
+        description="a gRPC request message not received whole this long after its call "
+        "began ends the call (DEADLINE_EXCEEDED)",
+    )
     kept_versions: int = Field(
         4,
         ge=1,

@@ -3,6 +3,7 @@ namespaces that bind request and sample ids to their sender's topic level."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
 # A sender's topic level (`predict/{client}`, `labels/{client}`, `samples/{client}`): the
@@ -26,13 +27,28 @@ def sender_problem(sender: str | None) -> str | None:
     return f"the client level has {len(sender)} characters, more than {MAX_SENDER_CHARS}"
 
 
+def http_owner(token: bytes | None, peer: str) -> str:
+    """The namespace of an HTTP client's request ids (`owned`): its bearer token's, as 16
+    hex characters of a BLAKE2b digest (never the token), else its address's. It holds a
+    `/`, which no topic level holds: no `predict/{client}` or bare `predict` takes it.
+
+    >>> http_owner(None, "10.0.0.5"), len(http_owner(b"s3cret", "10.0.0.5"))
+    ('http/a:10.0.0.5', 23)
+    """
+    if token is None:
+        return f"http/a:{peer}"
+    digest = hashlib.blake2b(token, digest_size=8, person=b"sl-http-owner").hexdigest()
+    return f"http/t:{digest}"
+
+
 def owned(sender: str | None, request_id: str | int) -> str:
     """A request id in its sender's namespace, typed, as kept predictions and labels name
-    it: `-` the anonymous namespace (bare `predict`, the HTTP door), else the sender's
-    level length-prefixed, so no level or id, whatever its characters, takes another's.
+    it: `-` the anonymous namespace (bare `predict`), else the sender's level (or an HTTP
+    client's owner, `http_owner`) length-prefixed, so no level or id, whatever its
+    characters, takes another's.
 
-    >>> owned(None, "42"), owned(None, 42), owned("dev:1", "r")
-    ('-:s:42', '-:i:42', '5:dev:1:s:r')
+    >>> owned(None, "42"), owned(None, 42), owned("dev:1", "r"), owned("http/a:::1", "r")
+    ('-:s:42', '-:i:42', '5:dev:1:s:r', '10:http/a:::1:s:r')
     """
     who = "-" if sender is None else f"{len(sender)}:{sender}"
     return f"{who}:{'i' if isinstance(request_id, int) else 's'}:{request_id}"
@@ -215,8 +231,8 @@ class Names:
     @property
     def labels_topic(self) -> str:
         """Where labels for earlier predictions arrive: `{"id", "y"}` or `{"labels": [...]}`.
-        Bare, they label the anonymous namespace's predictions; on `labels/{client}`,
-        those requested on `predict/{client}` (`sender_of`)."""
+        Bare, they label bare `predict`'s predictions; on `labels/{client}`, those
+        requested on `predict/{client}` (`sender_of`). HTTP's come over HTTP."""
         return self.topic("labels")
 
     def sender_of(self, topic: str) -> tuple[str, str | None] | None:

@@ -117,7 +117,8 @@ DEAD_LETTERS: dict[Kind, tuple[str, str]] = {
         "a label whose id matches no kept prediction: never served, expired "
         "(`labels.ttl_s`), evicted, or asked by another client",
         "publish a label on `labels/{client}` for a prediction asked on `predict/{client}` "
-        "(bare `labels` for bare `predict` and HTTP), within `labels.ttl_s`",
+        "(bare `labels` for bare `predict`; over HTTP, the labels route), within "
+        "`labels.ttl_s`",
     ),
     "redis_refused": (
         "Redis refused to store the message for good: full (`maxmemory`), or an error that "

@@ -19,7 +19,7 @@ Each message's topic decides how it is judged: the model's samples topic as abov
 `samples/{client}` too, its sample ids in that client's de-duplication namespace; a
 topic of one of the model's `sources` the same way, its device key taken from the topic
 level the source names; `labels` and `labels/{client}` as labels joined to the
-predictions kept for that sender (`streamlearn.ingest.labels`), whose samples take the
+predictions kept for that sender (`streamlearn.store.labels`), whose samples take the
 same exactly-once path.
 
 Redis failures (`streamlearn.ingest.writes`): each message of a run is written whole or
@@ -45,9 +45,9 @@ from streamlearn.contract.names import sample_id, sender_problem
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection
 from streamlearn.ingest.inbox import Delivery, IngestInbox
-from streamlearn.ingest.labels import LabelJoiner, LabelMessage
 from streamlearn.ingest.writes import IngestCounters, RunMessage, RunWriter
 from streamlearn.store.fields import FieldTotals
+from streamlearn.store.labels import LabelJoiner, LabelMessage
 from streamlearn.store.partitions import PartitionedStream, settle_layout, split
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream

@@ -51,6 +51,7 @@ class Reporter:
     ) -> None:
         """`unpublished()`: steps taken since the last published version."""
         self.model = cfg.name
+        self.inputs = cfg.inputs_status
         self.unpublished = unpublished
         self.variant = variant
         self.trainer = trainer
@@ -73,6 +74,7 @@ class Reporter:
         fields = self.read_fields()
         return {
             "model": self.model,
+            "inputs": self.inputs,
             "version": self.trainer.state.version,
             "unpublished_steps": self.unpublished(),
             **self.trainer.figures(),

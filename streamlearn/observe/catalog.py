@@ -176,6 +176,22 @@ _ACTOR = [
             "for a connection past the cap)",
             "code",
         ),
+        (
+            "grpc_responses_total",
+            "answers of the gRPC door by status code (OK, INVALID_ARGUMENT, UNAUTHENTICATED, "
+            "...), refusals included; not the calls grpcio refuses itself (past grpc_max_rpcs)",
+            "code",
+        ),
+        ("http_labels_joined_total", "labels of the HTTP labels route joined into a sample"),
+        (
+            "http_labels_duplicate_total",
+            "labels of the HTTP labels route whose prediction was joined before",
+        ),
+        (
+            "http_labels_unknown_total",
+            "labels of the HTTP labels route whose prediction is not kept (expired, evicted, "
+            "unknown, or asked by another caller)",
+        ),
     ),
     Metric("actor", "request_latency_seconds", "histogram", "arrival at the actor to reply sent"),
     Metric("actor", "batch_size", "histogram", "rows per forward pass"),

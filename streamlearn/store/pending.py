@@ -2,17 +2,18 @@
 
 An actor keeps each prediction it served for a request with an `id` under
 `pending:{ns}:{i|s}:{id}` (`Names.owned`: `ns` is `-` for the shared `predict` topic, else
-the requesting client's id, so one client's labels join only its own predictions) for
-`labels.ttl_s`: the request's features, the version, the prediction
-and the serve time, one binary value (`encode`). The sorted set `pending` (key -> expiry)
+the requesting client's id or HTTP owner, so one client's labels join only its own
+predictions) for `labels.ttl_s`: the request's features, the version, the prediction and
+the serve time, one binary value (`encode`). The sorted set `pending` (key -> expiry)
 bounds them to `labels.max_pending`, and `pending_bytes` (the index's entries' bytes,
 `entry_bytes`) to `labels.max_pending_bytes`: a keep trims the expired entries and,
-beyond either bound, the soonest to expire. A client (`predict/{client}`) keeps at most
-its `labels.sender_share` of both (its own index `pending:by:{n}:{client}` and bytes):
-past it, its own soonest to expire go first, never another's. Ingest reads them back when
-a label arrives (`streamlearn.ingest.labels`), and once a label has joined one into a
-sample it is overwritten by a one-byte tombstone that keeps its TTL, so a label repeated
-after the de-duplication window still finds it joined and adds nothing.
+beyond either bound, the soonest to expire. A client (`predict/{client}`, an HTTP owner)
+keeps at most its `labels.sender_share` of both (its own index `pending:by:{n}:{client}`
+and bytes): past it, its own soonest to expire go first, never another's. Ingest, or the
+HTTP door, reads them back when a label arrives (`streamlearn.store.labels`), and once a
+label has joined one into a sample it is overwritten by a one-byte tombstone that keeps
+its TTL, so a label repeated after the de-duplication window still finds it joined and
+adds nothing.
 
 The first join of each prediction adds to the served score, the hash `served`: `labels`
 (count), `loss_sum`, `metric_sum`, `unknown` (labels whose id was never kept or expired),

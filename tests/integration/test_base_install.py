@@ -117,3 +117,14 @@ def test_publish_and_predict_work_without_the_service_extra(base, start_role, se
     assert done.returncode == 0, (done.stdout, done.stderr)
     reply = json.loads(done.stdout)
     assert reply["version"] > 0 and isinstance(reply["y"], float), reply  # one row: a number
+
+    # No config here (an empty folder): the model's inputs come from its learner's status.
+    done = run(base, "streamlearn", "predict", "--model", "b", environ=environ)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    reply = json.loads(done.stdout)
+    assert reply["model"] == "b" and reply["version"] > 0, reply
+    unknown = run(base, "streamlearn", "predict", "--model", "nope", environ=environ)
+    assert unknown.returncode == 2, unknown
+    assert "no model 'nope': the config has ['demo']; the broker holds a status for ['b']" in (
+        unknown.stderr
+    )

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from streamlearn.cli import light
+from streamlearn.cli import light, target
 from streamlearn.contract.names import Names
 from tests.conftest import ROOT, eventually, plain_paho, role_env
 
@@ -146,7 +146,7 @@ def test_the_base_install_reads_named_inputs_with_the_standard_library(tmp_path)
     config.write_text(NAMED_TOML)
     csv = tmp_path / "press.csv"
     csv.write_text("temperature,machine_type,ENERGY.Power,failed\n70,press,100,0\n")
-    model = light.model(str(config), None)
+    model = target.model(str(config), None)
     assert model.fields == ("temperature", "machine_type", "ENERGY.Power")
     assert model.target == "failed"
     assert model.categorical == {"machine_type": ("press", "lathe", "mill")}

@@ -27,8 +27,9 @@ import redis as redis_lib
 import yaml
 
 from streamlearn import mqtt
-from streamlearn.config import LabelsConfig, Settings, load_config
-from streamlearn.contract.names import Names
+from streamlearn.actor.labels import DoorLabels
+from streamlearn.config import LabelsConfig, ModelConfig, Settings, load_config
+from streamlearn.contract.names import Names, http_owner, owned
 from streamlearn.contract.records import Samples
 from streamlearn.errors import StreamlearnError, WeightsError
 from streamlearn.observe.monitor import StatusMonitor, queue_figures
@@ -352,18 +353,28 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     assert joiner.join([pending.Joined("r1", 0.25, 1.0, 0.5)], unknown=1) == 1
     served = PendingStore(learner, names, labels).served("mae")
     assert served is not None and (served["labels"], served["unknown"]) == (1, 1)
+    # ... and the actor's HTTP door joins its callers' labels as ingest does
+    caller = http_owner(None, "10.0.0.5")
+    PendingStore(actor, names, labels).keep([owned(caller, "h1")], [value])
+    door = DoorLabels(ModelConfig(name="m", inputs=2, task="regression"), actor, names)
+    assert door.held_back() is None
+    assert door.take(b'{"labels": [{"id": "h1", "y": 1}, {"id": "h2", "y": 1}]}', caller)[
+        "results"
+    ] == ["joined", "unknown_id"]
+    assert door.take(b'{"id": "h1", "y": 1}', caller)["results"] == ["duplicate"]
+    assert int(learner.hget(names.served_key, "labels")) == 2
 
     denied = [
         (ingest, ["HSET", names.blobs_key, "2", "x"]),
         (ingest, ["XREADGROUP", "GROUP", "learners", "x", "STREAMS", names.samples_key, ">"]),
         (ingest, ["GET", names.latest_key]),
-        (actor, ["XADD", names.samples_key, "*", "n", "1"]),
+        (actor, ["XADD", names.deadletter_key, "*", "n", "1"]),
         (actor, ["SET", names.latest_key, "99"]),
         (actor, ["PUBLISH", names.weights_channel, "99"]),
         (learner, ["SET", "other", "x"]),
         (learner, ["XGROUP", "DESTROY", names.samples_key, "learners"]),
         (learner, ["HINCRBY", names.served_key, "labels", "1"]),
-        (actor, ["HINCRBY", names.served_key, "labels", "1"]),
+        (actor, ["HINCRBY", names.fields_key, "extra", "1"]),
         (actor, ["GET", names.samples_key]),
     ]
     ingest.xadd(names.deadletter_key, {"reason": "test"})
@@ -376,6 +387,16 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
             script = "return redis.call('UNLINK', KEYS[1])"
             with pytest.raises(redis_lib.exceptions.ResponseError, match="can't access"):
                 client.execute_command("EVAL", script, "1", key)
+    # the actor's too (the HTTP door's labels append to the stream, as ingest's do)
+    denied += [(actor, [cmd, names.samples_key]) for cmd in ("UNLINK", "DEL")]
+    denied += [
+        (actor, ["SET", names.samples_key, "x"]),
+        (actor, ["EXPIRE", names.samples_key, "1"]),
+    ]
+    with pytest.raises(redis_lib.exceptions.ResponseError, match="can't access"):
+        actor.execute_command(
+            "EVAL", "return redis.call('UNLINK', KEYS[1])", "1", names.samples_key
+        )
     for client in (ingest, learner, actor):
         denied += [
             (client, ["FLUSHALL"]),
@@ -478,7 +499,8 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         )
         assert answer.returncode == 0 and json.loads(answer.stdout)["version"] > 0, answer
         # The HTTP door under the actor's account: metadata (the versions kept), a version's
-        # readiness, an inference with an id (kept for its label).
+        # readiness, an inference with an id (kept for its label), and its label, joined by
+        # the door itself (the actor's account appends it, as ingest's does).
         http = f"http://127.0.0.1:{port}/v2/models/s"
         version = reply["version"]
         assert str(version) in http_json(http)["versions"]
@@ -489,6 +511,8 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
         }
         assert len(http_json(f"{http}/infer", body)["outputs"][0]["data"]) == 1
         assert http_json(f"{http}/versions/{version}/infer", body)["model_version"] == str(version)
+        labelled = http_json(f"{http}/labels", {"id": "h-1", "y": 0.4})
+        assert labelled["results"] == ["joined"], labelled
 
         # Presence under the deploy ACL: both markers reach the operator, so does the
         # learner's plain status (`status/#` covers `status` itself); a SIGKILLed learner's
@@ -497,8 +521,8 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
             eventually(lambda r=role: monitor.present("s", r), 15, f"the {role}'s presence")
             assert monitor.present("s", role)[0]["role"] == role
         eventually(lambda: monitor.learner("s").get("version", 0) > 0, 15, "the learner's status")
-        joined = lambda: (monitor.learner("s").get("served") or {}).get("labels") == 1  # noqa: E731
-        eventually(joined, 30, "the label joined and scored, in the learner's status")
+        joined = lambda: (monitor.learner("s").get("served") or {}).get("labels") == 2  # noqa: E731
+        eventually(joined, 30, "both labels joined and scored, in the learner's status")
         procs[0].stop(kill=True)
         eventually(lambda: not monitor.present("s", "learner"), 30, "the killed learner's will")
         assert monitor.present("s", "ingest") and monitor.learner("s").get("version", 0) > 0

@@ -32,6 +32,7 @@ from streamlearn.config import parse_config
 from streamlearn.contract.names import Names
 from streamlearn.nn import networks
 from streamlearn.online import codec, tensors
+from streamlearn.stack import embedded
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import eventually, launch_role, own_settings
@@ -111,6 +112,69 @@ def test_a_triton_client_reads_metadata_and_gets_the_mqtt_predictions(served, cl
         assert y.shape == (5, 1)
         np.testing.assert_allclose(y[:, 0], mqtt["y"], rtol=1e-5, atol=1e-6)
     client.close()
+
+
+def test_tritons_tools_read_the_config_and_get_binary_outputs_classes_and_deadlines(
+    served, client_for
+):
+    """What perf_analyzer and Model Analyzer read first (`get_model_config`), the binary
+    output tritonclient asks for by default, the top classes, and a request's own
+    `timeout` (microseconds): each as Triton answers it."""
+    url, _store, _config = served
+    client = triton.InferenceServerClient(url)
+    config = client.get_model_config(MODEL)
+    assert config["max_batch_size"] == 1024  # actor.max_request_rows
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [3]}]
+    assert config["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}]
+
+    x = np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32)
+    mqtt = client_for(MODEL).request({"x": x.tolist()})
+    tensor = triton.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    result = client.infer(MODEL, [tensor])  # no outputs named: binary_data_output
+    assert "data" not in result.get_response()["outputs"][0]
+    np.testing.assert_allclose(result.as_numpy("y")[:, 0], mqtt["y"], rtol=1e-5, atol=1e-6)
+
+    top = triton.InferRequestedOutput("y", class_count=2)
+    classes = client.infer(MODEL, [tensor], outputs=[top]).as_numpy("y")
+    assert classes.shape == (4, 2)
+    for row, p in zip(classes, mqtt["y"], strict=True):
+        (score, first), (rest, second) = (v.decode().split(":") for v in row)
+        assert {first, second} == {"0", "1"} and float(score) >= float(rest)
+        assert float(score) == pytest.approx(max(p, 1 - p), abs=1e-5)
+        assert first == ("1" if p >= 0.5 else "0")
+
+    with pytest.raises(InferenceServerException, match="deadline exceeded") as late:
+        client.infer(MODEL, [tensor], timeout=1)  # one microsecond: past it when served
+    assert late.value.status() == "504"
+    client.close()
+
+
+def test_redis_unreachable_is_a_503_that_says_so(mosquitto_server, tmp_path: Path):
+    """The metadata lists the versions kept in Redis: with Redis gone, the door answers
+    503 naming it, not 500 "internal error"."""
+    with embedded.redis_server(workdir=tmp_path / "redis") as own:
+        mine = own_settings(own, mosquitto_server)
+        store = WeightsStore(
+            redis_lib.Redis(port=own.port), Names(MODEL, mine.topic_prefix, mine.key_prefix)
+        )
+        port = free_port()
+        cfg = parse_config(tomllib.loads(TOML.format(port=port))).model(MODEL)
+        store.publish(codec.encode(weights(tensors.get_arrays(networks.build_model(cfg)), 1), {}))
+        config = tmp_path / "streamlearn.toml"
+        config.write_text(TOML.format(port=port))
+        actor = launch_role(mine, "actor", config)
+        try:
+            actor.wait_for(" ready")
+            url = f"http://127.0.0.1:{port}/v2/models/{MODEL}"
+            assert json.loads(urllib.request.urlopen(url, timeout=10).read())["versions"] == ["1"]
+            own.stop()
+            with pytest.raises(urllib.error.HTTPError) as gone:
+                urllib.request.urlopen(url, timeout=10)
+            assert gone.value.code == 503
+            assert json.loads(gone.value.read())["error"].startswith("Redis unreachable: ")
+        finally:
+            actor.stop()
 
 
 def test_a_kept_version_answers_as_its_exported_file_and_a_trimmed_one_names_the_kept(

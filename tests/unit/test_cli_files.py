@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from streamlearn.cli import light
+from streamlearn.cli import light, target
 from streamlearn.cli.main import main
 from streamlearn.config import runfile
 from streamlearn.errors import ConfigError
@@ -81,7 +81,7 @@ def test_publish_reads_a_file_to_one_clear_error(tmp_path, config, name, content
     status and its output are in tests/integration/test_cli.py)."""
     (tmp_path / "streamlearn.toml").write_text(config)
     (tmp_path / name).write_bytes(content)
-    model = light.model(None, None)
+    model = target.model(None, None)
     with pytest.raises(ConfigError) as caught:
         list(light.file_payloads(name, 1, model))
     assert said in str(caught.value) and "\n" not in str(caught.value)
@@ -91,7 +91,7 @@ def test_publish_refuses_a_csv_narrower_than_the_model(tmp_path):
     (tmp_path / "streamlearn.toml").write_text('[models.c]\ninputs = 3\ntask = "binary"\n')
     (tmp_path / "two.csv").write_text("a,b,y\n1,2,0\n")
     with pytest.raises(ConfigError, match="2 input columns, model c has inputs = 3"):
-        list(light.file_payloads("two.csv", 1, light.model(None, None)))
+        list(light.file_payloads("two.csv", 1, target.model(None, None)))
 
 
 def test_an_error_is_one_line_without_a_password(tmp_path, capsys, monkeypatch):

@@ -11,6 +11,8 @@ from streamlearn.config import ModelConfig
 from streamlearn.contract.names import (
     SCOPED,
     Names,
+    http_owner,
+    id_sender,
     label_id,
     owned,
     sample_id,
@@ -26,6 +28,21 @@ def test_kept_predictions_of_two_senders_or_two_id_types_never_share_a_key():
     keys = [owned(s, i) for s, i in itertools.product(SENDERS, IDS)]
     assert len(set(keys)) == len(keys)
     assert owned("dev", 42) != owned("dev", "42")
+
+
+def test_an_http_callers_namespace_is_no_topic_levels_and_never_shows_its_token():
+    """Issue 65: an HTTP caller's owner holds a `/`, which no `predict/{client}` level
+    holds, so its kept predictions and their labels' ids are nobody else's; the token's
+    namespace is a digest of it, one per token."""
+    owners = [http_owner(b"token-a", ""), http_owner(b"token-b", ""), http_owner(None, "::1")]
+    owners.append(http_owner(None, "127.0.0.1"))
+    assert all("/" in o and sender_problem(o) is None for o in owners)
+    keys = [owned(s, i) for s, i in itertools.product([*SENDERS, *owners], IDS)]
+    assert len(set(keys)) == len(keys)
+    assert all("token-a" not in o for o in owners) and len(set(owners)) == 4
+    assert http_owner(b"token-a", "10.0.0.1") == http_owner(b"token-a", "10.0.0.2")
+    assert {id_sender(label_id(owned(o, "r"))) for o in owners} == set(owners)  # own shares
+    assert all(Names("m").sender_of(f"streamlearn/m/labels/{o}") is None for o in owners)
 
 
 def test_sample_and_label_ids_live_in_spaces_no_device_sample_id_can_take():

@@ -31,7 +31,7 @@ POSITIONAL = ModelConfig(name="p", inputs=3, task="multiclass", classes=4)
 
 def read(cfg: ModelConfig, doc: dict, tail: bytes = b"") -> np.ndarray:
     head = json.dumps(doc).encode()
-    x, _ = oip.read_infer(cfg, PayloadParser(cfg), head + tail, len(head) if tail else None)
+    x, _, _ = oip.read_infer(cfg, PayloadParser(cfg), head + tail, len(head) if tail else None)
     return x
 
 
@@ -93,8 +93,8 @@ def test_binary_tensors_read_as_their_json_form():
 
 def test_the_response_is_y_rows_by_classes_with_the_version():
     reply = {"y": [[0.1, 0.2, 0.3, 0.4]], "version": 7, "variant": "base"}
-    doc = oip.response(POSITIONAL, reply, "r1")
-    assert doc["model_version"] == "7" and doc["id"] == "r1"
+    doc, tail = oip.response(POSITIONAL, reply, "r1")
+    assert doc["model_version"] == "7" and doc["id"] == "r1" and tail == b""
     out = doc["outputs"][0]
     assert (out["name"], out["datatype"], out["shape"]) == ("y", "FP32", [1, 4])
     assert out["data"] == pytest.approx([0.1, 0.2, 0.3, 0.4])
@@ -270,3 +270,67 @@ def test_the_largest_valid_request_fits_the_body_bounds(indent: int | None):
     bounds = BodyBounds(named)
     assert len(body) <= bounds.json_bytes
     bounds.check(body)
+
+
+X = {"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]}]}
+
+
+def wanted(cfg: ModelConfig, **doc: object) -> oip.Wanted:
+    body = json.dumps({**X, **doc}).encode()
+    return oip.read_infer(cfg, PayloadParser(cfg), body, None).wanted
+
+
+def test_a_response_in_binary_as_tritonclient_asks_by_default():
+    """`binary_data_output` (tritonclient's default without outputs) or an output's
+    `binary_data`: the JSON says the size, the little-endian float32 rows follow it."""
+    assert wanted(POSITIONAL) == oip.Wanted()
+    asked = wanted(POSITIONAL, parameters={"binary_data_output": True})
+    assert asked == wanted(POSITIONAL, outputs=[{"name": "y", "parameters": {"binary_data": True}}])
+    y = [[0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1]]
+    doc, tail = oip.response(POSITIONAL, {"y": y, "version": 3}, None, asked)
+    out = doc["outputs"][0]
+    assert "data" not in out and out["parameters"] == {"binary_data_size": 32} == {
+        "binary_data_size": len(tail)
+    }
+    np.testing.assert_array_equal(np.frombuffer(tail, "<f4").reshape(2, 4), np.float32(y))
+
+
+def test_classification_gives_each_rows_top_classes_as_triton_does():
+    top2 = wanted(POSITIONAL, outputs=[{"name": "y", "parameters": {"classification": 2}}])
+    y = [[0.1, 0.2, 0.3, 0.4], [0.5, 0.3, 0.1, 0.1]]
+    doc, _ = oip.response(POSITIONAL, {"y": y, "version": 3}, None, top2)
+    out = doc["outputs"][0]
+    assert (out["datatype"], out["shape"]) == ("BYTES", [2, 2])
+    assert out["data"] == ["0.400000:3", "0.300000:2", "0.500000:0", "0.300000:1"]
+    binary = ModelConfig(name="b", inputs=3, task="binary")
+    both = oip.Wanted(binary=True, classification=5)  # at most the model's classes
+    doc, tail = oip.response(binary, {"y": [[0.8]], "version": 1}, None, both)
+    assert doc["outputs"][0]["shape"] == [1, 2]
+    assert tail == b"".join(
+        len(v).to_bytes(4, "little") + v for v in (b"0.800000:1", b"0.200000:0")
+    )
+    regression = ModelConfig(name="r", inputs=3, task="regression")
+    with pytest.raises(PayloadError, match="is a regression, it has no classes"):
+        wanted(regression, outputs=[{"name": "y", "parameters": {"classification": 1}}])
+
+
+def test_a_requests_timeout_in_microseconds_and_bad_parameters():
+    assert wanted(POSITIONAL, parameters={"timeout": 2500}).timeout_s == pytest.approx(0.0025)
+    for parameters, reason in (
+        ({"timeout": -1}, "parameters.timeout: microseconds"),
+        ({"timeout": 1.5}, "parameters.timeout: microseconds"),
+        ({"binary_data_output": "yes"}, "binary_data_output: true or false"),
+        ([], "parameters: an object expected"),
+    ):
+        with pytest.raises(PayloadError, match=reason):
+            wanted(POSITIONAL, parameters=parameters)
+
+
+def test_the_model_config_is_what_perf_analyzer_reads():
+    config = oip.model_config(NAMED)
+    assert config["max_batch_size"] == NAMED.actor.max_request_rows
+    assert config["input"][2] == {"name": "kind", "data_type": "TYPE_STRING", "dims": [1]}
+    assert config["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [1]}]
+    assert oip.model_config(POSITIONAL)["input"] == [
+        {"name": "x", "data_type": "TYPE_FP32", "dims": [3]}
+    ]

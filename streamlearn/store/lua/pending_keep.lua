@@ -8,11 +8,11 @@
 -- key and as the index's member; the half for the allocator's rounding). The index is
 -- authoritative: the counter adds an entry when the index gains it and takes it off when
 -- the index drops it, expired or evicted, so it holds exactly the index's sum.
--- A sender (the client level of `predict/{client}`, in the key: `pending:{n}:{client}:...`)
--- has its own index, `pending:by:{n}:{client}`, and bytes counter (`...:bytes`), kept
--- alike; past either share its own soonest to expire go.
+-- A sender (the client level of `predict/{client}`, or an HTTP client's owner, in the key:
+-- `pending:{n}:{client}:...`) has its own index, `pending:by:{n}:{client}`, and bytes
+-- counter (`...:bytes`), kept alike; past either share its own soonest to expire go.
 -- The shared namespace (`pending:-:...`: bare `predict`, which no device may publish under
--- the deploy ACL, and the HTTP door) has none. Expired entries leave the indexes; beyond
+-- the deploy ACL) has none. Expired entries leave the indexes; beyond
 -- either bound of the pool the soonest to expire go, their values with them. Every key
 -- shares the model's hash tag (one slot).
 -- Returns {evicted to keep the pool's bounds, evicted to keep a sender's share}.

@@ -1,17 +1,20 @@
-"""Labels that come later: `{"id", "y"}` or `{"labels": [{"id", "y"}, ...]}` on
-`{prefix}/{model}/labels/{client}`, each joined by its typed id to the prediction an actor
-kept for a request on `predict/{client}` (`streamlearn.store.pending`) into a training
-sample; bare `labels` join the anonymous namespace's (bare `predict`, the HTTP door). The
-broker's ACL binds `{client}` to the sender, so no device labels another's predictions.
+"""Labels that come later: `{"id", "y"}` or `{"labels": [{"id", "y"}, ...]}`, each joined
+by its typed id to the prediction an actor kept for its requester (`streamlearn.store.pending`)
+into a training sample. Two doors take them: ingest, from `{prefix}/{model}/labels/{client}`
+(the predictions asked on `predict/{client}`; the broker's ACL binds `{client}` to the
+sender) and bare `labels` (bare `predict`'s); and the actors' HTTP door
+(`streamlearn.actor.labels`), for the predictions asked over HTTP in the caller's owner
+namespace (`names.http_owner`). A label joins only its own namespace's predictions.
 
 A joined label becomes a sample (the kept features, the label, a de-duplication id in a
 space no device's sample id can take, `names.label_id`) that takes the samples' own
-exactly-once path (`streamlearn.ingest.writes`): a repeated label is a de-duplicated
-duplicate. Once Redis holds it, the prediction is tombstoned and scored
-(`PendingStore.join`), once, and only then is the label message acknowledged. Labels of a
-run of messages are read back in one round trip. A label for an id never kept (or
-expired) is a dead letter of kind `unknown_id`; one without an id or with a target the
-task refuses is a dead letter of its kind; the good labels of the same message still join.
+exactly-once append (`streamlearn.store.appends`): a repeated label is a de-duplicated
+duplicate, whichever door it came through. Once Redis holds it, the prediction is
+tombstoned and scored (`PendingStore.join`), once, and only then is the label message
+acknowledged (the HTTP request answered). Labels of a run of messages are read back in one
+round trip. A label for an id never kept (or expired) is `unknown_id` (a dead letter on
+MQTT); one without an id or with a target the task refuses is a dead letter of its kind,
+and the good labels of the same message still join (over HTTP: a 400, none joined).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class LabelMessage:
     sender: str | None = None
     joined: list[Joined] = field(default_factory=list)
     unknown: int = 0
+    # each good label's result once joined: `joined`, `unknown_id` or `duplicate`
+    results: list[str] = field(default_factory=list)
 
 
 class LabelJoiner:
@@ -144,15 +149,19 @@ class LabelJoiner:
         for m, raw, ks in zip(messages, raws, keys, strict=True):
             found: list[Kept] = []
             ys, requests, unknown = [], [], []
+            m.results = []
             for (rid, y), key in zip(m.labels, ks, strict=True):
                 value = values[key]
                 kept = decode(value)
                 if (kept is None and value is None) or (kept and not self._fits(kept)):
                     unknown.append(rid)  # never kept, expired, or kept for another shape
+                    m.results.append("unknown_id")
                     continue
                 if kept is None or key in taken:  # joined before: a duplicate
                     self.duplicates += 1
+                    m.results.append("duplicate")
                     continue
+                m.results.append("joined")
                 taken.add(key)
                 found.append(kept)
                 ys.append(y)
@@ -162,7 +171,7 @@ class LabelJoiner:
             if unknown:
                 listed = ", ".join(repr(u)[:60] for u in unknown[:LISTED_REASONS])
                 more = f" and {len(unknown) - LISTED_REASONS} more" if len(unknown) > 5 else ""
-                whose = "bare predict or HTTP" if m.sender is None else f"predict/{m.sender}"
+                whose = "bare predict" if m.sender is None else f"predict/{m.sender}"
                 reason = (
                     f"no prediction kept for id {listed}{more} asked on {whose} "
                     "(never served, expired, or another client's)"

@@ -1,0 +1,150 @@
+"""The serving bench's gRPC side: a lean load generator for the actor's ModelInfer.
+
+As `bench._http` does for HTTP, it takes as little of the shared CPU as it can: a request
+is prebuilt serialized bytes, sent through grpc's generic unary call (no message built or
+parsed per call; a reply is left unread), every call on one `grpc.aio` loop in a thread of
+its own, on one channel (HTTP/2: the calls share one connection). `IN_FLIGHT` bounds the
+calls in progress as `bench._http`'s connections bound its requests: the open loop starts
+each call at its scheduled time once one is free, and its latency counts from that time
+(a call waiting for a slot waits on the clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from bench._http import rate_row
+from streamlearn.actor.proto import grpc_service_pb2 as pb
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+IN_FLIGHT = 32  # bench._http's connections; the door takes 64 calls of one address at once
+CALL_TIMEOUT_S = 10.0
+T = TypeVar("T")
+
+
+def infer_messages(model: str, rows: Sequence[Sequence[float]]) -> list[bytes]:
+    """One serialized ModelInferRequest per row (`x` of shape [1, inputs], FP32 in
+    `raw_input_contents`, as tritonclient.grpc sends it)."""
+    out = []
+    for row in rows:
+        request = pb.ModelInferRequest(model_name=model)
+        request.inputs.add(name="x", datatype="FP32", shape=[1, len(row)])
+        request.raw_input_contents.append(np.asarray(row, "<f4").tobytes())
+        out.append(request.SerializeToString())
+    return out
+
+
+def measure_rate(port: int, messages: list[bytes], rate: int, secs: float) -> dict:
+    """Open loop at `rate` calls/s: latency from each call's scheduled start."""
+    lat, errors = _in_thread(_open_loop(port, messages, int(rate * secs), rate))
+    return rate_row(rate, lat, errors)
+
+
+def measure_max(port: int, messages: list[bytes], secs: float) -> dict:
+    """Closed loop: `IN_FLIGHT` calls in progress, each followed by the next at once."""
+    counted, errors = _in_thread(_closed_loop(port, messages, 0.5, secs))
+    return {
+        "load": f"max ({IN_FLIGHT} in flight)",
+        "counted": counted,
+        "errors": errors,
+        "seconds": secs,
+        "replies_per_s": counted / secs,
+    }
+
+
+def _in_thread(work: Coroutine[Any, Any, T]) -> T:
+    """`work` run on an event loop in a thread of its own (grpc.aio binds its channel to
+    the loop it was made on; the caller's thread may have one of its own)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = asyncio.run(work)
+        except BaseException as exc:  # raised again in the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="grpc-load")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
+
+
+async def _infer(port: int) -> tuple[grpc.aio.Channel, Any]:
+    """A channel, connected, and its ModelInfer."""
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    await channel.channel_ready()
+    infer = channel.unary_unary(INFER)  # bytes in, bytes out: no (de)serializer
+    return channel, infer
+
+
+def _failed(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a call's error status was an answer (an error), not a missed deadline."""
+    return exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def _open_loop(
+    port: int, messages: list[bytes], count: int, rate: float
+) -> tuple[np.ndarray, int]:
+    lat = np.full(count, np.inf)
+    errors = 0
+    channel, infer = await _infer(port)
+    await infer(messages[0], timeout=CALL_TIMEOUT_S)
+    slots = asyncio.Semaphore(IN_FLIGHT)
+
+    async def call(i: int, scheduled: float) -> None:
+        nonlocal errors
+        async with slots:
+            try:
+                await infer(messages[i % len(messages)], timeout=CALL_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                errors += _failed(exc)
+                return
+            lat[i] = (time.monotonic() - scheduled) * 1000
+
+    calls = []
+    start = time.monotonic() + 0.05
+    for i in range(count):
+        scheduled = start + i / rate
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        calls.append(asyncio.create_task(call(i, scheduled)))
+    await asyncio.gather(*calls)
+    await channel.close()
+    return lat, errors
+
+
+async def _closed_loop(
+    port: int, messages: list[bytes], warmup_s: float, secs: float
+) -> tuple[int, int]:
+    """Replies counted inside the `secs` after `warmup_s`, and the calls that failed."""
+    channel, infer = await _infer(port)
+    start = time.monotonic() + warmup_s
+    end = start + secs
+    counted = errors = 0
+
+    async def caller(k: int) -> None:
+        nonlocal counted, errors
+        i = k
+        while time.monotonic() < end:
+            try:
+                await infer(messages[i % len(messages)], timeout=CALL_TIMEOUT_S)
+            except grpc.aio.AioRpcError:
+                errors += 1
+            else:
+                if start <= time.monotonic() < end:
+                    counted += 1
+            i += IN_FLIGHT
+
+    await asyncio.gather(*(caller(k) for k in range(IN_FLIGHT)))
+    await channel.close()
+    return counted, errors
