@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -212,6 +213,12 @@ def trained(settings: Settings, names: Names) -> int:
     """Samples the model's learner has trained on, as its retained status says (0: none)."""
     status = retained(settings, names.status_topic)
     return status["samples_seen"] if status else 0
+
+
+def scrape(port: int) -> str:
+    """A worker's Prometheus page, from its metrics port."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
 
 
 def eventually(check: Callable[[], T], timeout_s: float = 30, what: str = "condition") -> T:

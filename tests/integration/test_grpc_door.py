@@ -13,7 +13,6 @@ import re
 import socket
 import threading
 import tomllib
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,7 +33,7 @@ from streamlearn.nn import networks
 from streamlearn.online import codec, tensors
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
-from tests.conftest import Client, eventually, launch_role, own_settings
+from tests.conftest import Client, eventually, launch_role, own_settings, scrape
 
 MODEL = "g"
 TOML = """
@@ -70,9 +69,7 @@ class Door:
         return triton.InferenceServerClient(self.grpc)
 
     def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.read().decode()
+        return scrape(self.metrics_port)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ from streamlearn.online import codec, tensors
 from streamlearn.stack import embedded
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
-from tests.conftest import eventually, launch_role, own_settings
+from tests.conftest import eventually, launch_role, own_settings, scrape
 
 MODEL = "h"
 TOML = """
@@ -327,9 +327,7 @@ class Door:
             conn.close()
 
     def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.read().decode()
+        return scrape(self.metrics_port)
 
 
 @pytest.fixture(scope="module")
