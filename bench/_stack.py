@@ -55,6 +55,20 @@ class Stack:
         return LoadClient(self.host, self.mqtt_port, names.topic(f"replies/bench-{tag}/r"))
 
 
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system), in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now (VmRSS), in MB."""
+    with open(f"/proc/{pid}/status") as status:
+        kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return round(kb / 1024, 1)
+
+
 def broker(workdir: Path, nagle: bool) -> embedded.ServerProcess:
     """The embedded mosquitto, with TCP_NODELAY as deploy/mosquitto/mosquitto.conf sets it.
 

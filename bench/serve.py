@@ -16,6 +16,8 @@ One run over real MQTT and Redis (its own mosquitto and redis-server, loopback o
    its backlog), then `--rounds` rounds of maximum throughput (a closed loop keeping
    `--window` requests in flight), the actors' order rotating each round; the median per
    actor counts. An actor that saturates is restarted, so it carries no backlog over.
+   The batching actor's HTTP and gRPC doors (Open Inference Protocol) take the same turns
+   (`bench._http`: 32 kept-alive connections; `bench._grpc`: 32 calls in flight).
 3. Freshness: ingest, learner and actor processes with default settings; the time from a
    sample's publish to the first reply served with a version trained on it, over every
    sample published after the warm-up.
@@ -45,12 +47,13 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
-from bench import _broker_delay, _freshness, _http, _serve_load
+from bench import _broker_delay, _freshness, _grpc, _http, _serve_load
 from bench._report import exit_status, goal, report
-from bench._stack import Proc, Stack, broker
+from bench._stack import Proc, Stack, broker, cpu_s, rss_mb
 from streamlearn.actor.loop import Actor
 from streamlearn.actor.runtimes import Servable
 from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
@@ -72,6 +75,8 @@ QUICK = {
 }
 
 HTTP = "dynamic batching over HTTP (Open Inference Protocol)"
+GRPC = "dynamic batching over gRPC (Open Inference Protocol)"
+DOORS = {"http": HTTP, "grpc": GRPC}  # the batching actor's other doors, by key
 # p99 goals (ms) by open-loop rate, checked where a run measures that rate (issue 61: 4,000/s)
 P99_MQTT = {500: 20.0, 4000: 5.0}
 P99_HTTP = {500: 10.0, 4000: 10.0}
@@ -84,6 +89,7 @@ VARIANTS = {
     "predict": ("model.predict per request", 'max_batch = 1\nruntime = "tensorflow"'),
 }
 QUICK_VARIANTS = ("batching", "per_request")
+T = TypeVar("T")
 
 
 class PredictEachActor(Actor):
@@ -91,20 +97,6 @@ class PredictEachActor(Actor):
 
     def predict(self, x: np.ndarray, model: Servable | None = None) -> np.ndarray:
         return (model or self.model).model.predict(x, verbose=0)  # type: ignore[attr-defined]
-
-
-def cpu_s(pid: int) -> float:
-    """A process's CPU time so far (user + system), in seconds."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    """A process's resident memory now (VmRSS), in MB."""
-    with open(f"/proc/{pid}/status") as status:
-        kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-    return round(kb / 1024, 1)
 
 
 def _config(actor_table: str) -> ModelConfig:
@@ -161,10 +153,13 @@ class _Served:
         self.names = Names("demo", self.prefix, self.prefix)
         table = VARIANTS[variant][1]
         config = stack.workdir / f"{variant}.toml"
-        # The library's actor opens its HTTP door too: both doors measured in one process.
+        # The library's actor opens its HTTP and gRPC doors too: every door in one process.
         self.http_port = embedded.free_port() if variant == "batching" else None
+        self.grpc_port = embedded.free_port() if variant == "batching" else None
         self.metrics_port = embedded.free_port() if variant == "batching" else None
-        door = "" if self.http_port is None else f"http_port = {self.http_port}"
+        door = (
+            f"http_port = {self.http_port}\ngrpc_port = {self.grpc_port}" if self.http_port else ""
+        )
         actor = "\n".join(t for t in (table, door) if t)
         config.write_text(DEMO_TOML + (f"\n[models.demo.actor]\n{actor}\n" if actor else ""))
         self.argv = ["bench.serve", "--serve", variant, "--config", str(config)]
@@ -208,9 +203,10 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
     for variant in variants:  # one after another: each start timed alone
         actors.append(_Served(stack, variant))
         actors[-1].wait()
-    door = actors[0]  # the library's actor: its HTTP door
+    door = actors[0]  # the library's actor: its HTTP and gRPC doors
     loaded_rss: dict[str, float] = {a.variant: 0.0 for a in actors}
-    http_bodies = _http.infer_body([json.loads(p)["x"] for p in payloads])
+    x = [json.loads(p)["x"] for p in payloads]
+    http_bodies, loads = _http.infer_body(x), _serve_load.door_loads(door, "demo", x)
     rows: list[dict] = []
     saturated: dict[str, str] = {}
     try:
@@ -231,15 +227,14 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 if row["timed_out"] or row["errors"] or (row["p99_ms"] or 0) > 1000:
                     saturated[a.variant] = f"skipped: saturated at {rate}/s"
                     a.restart()
-            row = _http.measure_rate(
-                door.http_port, _serve_load.INFER, http_bodies, rate, args.seconds
-            )
-            rows.append({"actor": HTTP, **row})
-            print(
-                f"  {HTTP} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms", flush=True
-            )
-        rounds: dict[str, list[float]] = {a.variant: [] for a in actors}
-        rounds["http"] = []
+            for key in _turns(list(loads), r):
+                row, label = loads[key].rate(rate, args.seconds), DOORS[key]
+                rows.append({"actor": label, **row})
+                print(
+                    f"  {label} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms",
+                    flush=True,
+                )
+        rounds: dict[str, list[float]] = {v: [] for v in [a.variant for a in actors] + [*loads]}
         cpus: dict[str, list[float]] = {a.variant: [] for a in actors}
         for r in range(args.rounds):
             for a in _turns(actors, r):
@@ -260,12 +255,11 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 )
                 if not _drained(stack, a.names):  # what it still owes would load the next
                     a.restart()  # one's turn (model.predict's 256 in flight: ~10 s of CPU)
-            row = _http.measure_max(
-                door.http_port, _serve_load.INFER, http_bodies, args.max_seconds
-            )
-            rounds["http"].append(row["replies_per_s"])
-            rows.append({"actor": HTTP, **row, "round": r + 1})
-            print(f"  {HTTP} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True)
+            for key in _turns(list(loads), r):
+                row, label = loads[key].max(args.max_seconds), DOORS[key]
+                rounds[key].append(row["replies_per_s"])
+                rows.append({"actor": label, **row, "round": r + 1})
+                print(f"  {label} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True)
         mixed = _serve_load.mixed(stack, door, payloads, http_bodies, args.mixed_rate, args.seconds)
         rows.append(mixed)
         loaded_rss[door.variant] = max(loaded_rss[door.variant], door.rss())
@@ -287,8 +281,8 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
     }
 
 
-def _turns(actors: list[_Served], r: int) -> list[_Served]:
-    """The actors in a rotated order: none always goes first (or last)."""
+def _turns(actors: list[T], r: int) -> list[T]:
+    """The actors (or doors) in a rotated order: none always goes first (or last)."""
     k = r % len(actors)
     return actors[k:] + actors[:k]
 
@@ -403,10 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         f"HTTP max throughput from one actor >= 2,000 requests/s (got {http_max:.0f}; "
         f"MQTT {maxima['batching']:.0f}: {http_max / max(maxima['batching'], 1e-9):.2f}x)"
     ] = goal(http_max, 2000, q)
-    checks["HTTP: no failed or timed-out request at any rate"] = all(
+    grpc_p99 = {rate: by.get((GRPC, f"{rate}/s"), {}).get("p99_ms") for rate in args.rates}
+    grpc_checks, grpc_figures = _grpc.checks(grpc_p99, maxima["grpc"], http_max, q)
+    checks.update(grpc_checks)
+    checks["HTTP and gRPC doors: no failed or timed-out request at any rate"] = all(
         r.get("timed_out") == 0 and r.get("errors") == 0
         for r in rows
-        if r["actor"] == HTTP and "sent" in r
+        if r["actor"] in (HTTP, GRPC) and "sent" in r
     )
     starts = throughput["starts"]
     numpy_start = starts["batching"]
@@ -442,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         "p99_500_ms": p99_500,
         "http_max_per_s": maxima["http"],
         "http_p99_500_ms": http_500,
+        **grpc_figures,
         "actor_cpu_us_per_reply": cpu,
         "shared_batches": mixed["shared_batches"],
         "freshness_p50_ms": fresh["p50_ms"],

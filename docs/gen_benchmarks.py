@@ -23,6 +23,7 @@ ORDER = (
     "ingest",
     "learner",
     "serve",
+    "doors",
     "quality",
     "coldstart",
     "library",
@@ -53,6 +54,8 @@ ABOUT = {
     "ingest": "samples per second through one ingest process, against a raw MQTT subscriber",
     "learner": "the learner's throughput, against training from memory",
     "serve": "prediction latency and throughput of one actor, over MQTT and HTTP",
+    "doors": "NVIDIA's tritonclient against one actor's HTTP and gRPC doors at 1, 8 and 64 "
+    "requests in flight, and the same answers over HTTP, gRPC and MQTT",
     "quality": "how well the service learns, test-then-train, against River's online models",
     "coldstart": "how useful a new model is over its first samples, one sample per message",
     "library": "the library's `learn_one`/`predict_one` a sample at a time, and `learn_many` "

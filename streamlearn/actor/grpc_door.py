@@ -20,7 +20,7 @@ request (`BodyBounds`) is refused by grpcio as it arrives (RESOURCE_EXHAUSTED), 
 longer than `actor.max_reply_bytes` too; at most `actor.grpc_max_connections` connections
 (grpcio closes one more as it accepts it), each closed after `IDLE_S` without a call; at
 most `actor.grpc_max_rpcs` calls at once (RESOURCE_EXHAUSTED), of one address
-`actor.grpc_max_rpcs_per_peer` (UNAVAILABLE), and as many streams a connection. Every
+`actor.grpc_max_rpcs_per_peer` (UNAVAILABLE), twice as many streams a connection. Every
 method is served as request-streaming, so that the door acts before a message is read:
 with a token, a call without it is refused unread (UNAUTHENTICATED), as is one past its
 address's share or, for ModelInfer, one the inbox has no room for; a message not whole
@@ -34,6 +34,7 @@ connections of one address (the door caps its calls instead).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import logging
@@ -52,6 +53,7 @@ from google.protobuf.message import DecodeError, Message
 from streamlearn.actor import grpc_messages as messages
 from streamlearn.actor import oip
 from streamlearn.actor.bodies import BodyBounds
+from streamlearn.actor.handover import Handover
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.proto import grpc_service_pb2 as pb
 from streamlearn.contract.names import http_owner
@@ -118,6 +120,7 @@ class GrpcDoor:
         self.per_peer = self.cfg.actor.grpc_max_rpcs_per_peer
         self.responses: dict[str, int] = {}  # by status code's name
         self._calls: Counter[str] = Counter()  # calls in progress by address
+        self.handover = Handover()  # replies from the serving loop's thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None  # grpc.aio.Server
         self._thread: threading.Thread | None = None
@@ -130,7 +133,7 @@ class GrpcDoor:
         except BaseException:
             loop.close()
             raise
-        self._loop = loop
+        self._loop = self.handover.loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="grpc-door", daemon=True)
         self._thread.start()
         return self.port
@@ -149,7 +152,7 @@ class GrpcDoor:
         if self._thread is not None:
             self._thread.join(5.0)
         loop.close()
-        self._loop = None
+        self._loop = self.handover.loop = None
 
     async def _listen(self) -> int:
         actor = self.cfg.actor
@@ -158,7 +161,9 @@ class GrpcDoor:
             ("grpc.max_receive_message_length", self.max_message_bytes),
             ("grpc.max_send_message_length", actor.max_reply_bytes),
             ("grpc.max_allowed_incoming_connections", actor.grpc_max_connections),
-            ("grpc.max_concurrent_streams", self.per_peer),
+            # above the door's per-address cap: grpcio frees a stream's slot only after its
+            # client saw the reply (a client at the cap had streams reset, RST_STREAM)
+            ("grpc.max_concurrent_streams", 2 * self.per_peer),
             ("grpc.max_connection_idle_ms", int(IDLE_S * 1000)),
             ("grpc.server_handshake_timeout_ms", int(IDLE_S * 1000)),
             ("grpc.max_metadata_size", METADATA_BYTES),
@@ -326,12 +331,10 @@ class GrpcDoor:
         version = version_ref(request.model_version) if request.model_version else None
         doc, tail = messages.document(request)
         x, rid, wanted = oip.read_document(self.cfg, self.parser, doc, tail)
-        loop = asyncio.get_running_loop()
-        replied: asyncio.Future[dict[str, Any]] = loop.create_future()
+        replied: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
         def answer(reply: dict[str, Any]) -> None:  # the serving loop's thread
-            if not loop.is_closed():  # not after the door stopped
-                loop.call_soon_threadsafe(_settle, replied, reply)
+            self.handover.give(replied, reply)
 
         pending = Pending(
             call.arrived,
@@ -354,7 +357,8 @@ class GrpcDoor:
             raise Refused(Code.UNAVAILABLE, _SHED)
         wait_s = pending.deadline - time.monotonic() + 1.0  # the loop answers expiry itself
         try:
-            reply = await asyncio.wait_for(replied, wait_s)
+            async with asyncio.timeout(wait_s):  # (no task of its own, as wait_for makes)
+                reply = await replied
         except TimeoutError:
             raise Refused(
                 Code.DEADLINE_EXCEEDED, "no reply within the request's deadline"
@@ -365,6 +369,7 @@ class GrpcDoor:
         return messages.response(out, data)
 
 
+@functools.lru_cache(maxsize=4096)  # a connection's calls name the same peer
 def address(peer: str) -> str:
     """The IP address of grpcio's name of a call's peer (an IPv4 one as the HTTP door has
     it, when a dual-stack listener maps it into IPv6).
@@ -388,7 +393,3 @@ def address(peer: str) -> str:
 def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
 
-
-def _settle(future: asyncio.Future[dict[str, Any]], reply: dict[str, Any]) -> None:
-    if not future.done():  # not when its client went away meanwhile
-        future.set_result(reply)

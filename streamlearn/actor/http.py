@@ -52,6 +52,7 @@ from aiohttp import web
 from streamlearn.actor import oip
 from streamlearn.actor.bodies import BodyBounds
 from streamlearn.actor.connections import Connections, Refused
+from streamlearn.actor.handover import Handover
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.labels import DoorLabels
 from streamlearn.contract.names import http_owner
@@ -83,6 +84,7 @@ class HttpDoor:
         self.token = None if token is None else token.encode()
         self.labels = DoorLabels(actor.cfg, actor.keeper.store.redis, actor.names)
         self.responses: dict[str, int] = {}  # by status code
+        self.handover = Handover()  # replies from the serving loop's thread
         self.conns = Connections(
             self.cfg.actor.http_max_connections,
             token is not None,
@@ -113,7 +115,7 @@ class HttpDoor:
             loop.close()
             raise
         self.port = self._listener.sockets[0].getsockname()[1]
-        self._loop = loop
+        self._loop = self.handover.loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="http-door", daemon=True)
         self._thread.start()
         return self.port
@@ -132,7 +134,7 @@ class HttpDoor:
         if self._thread is not None:
             self._thread.join(5.0)
         loop.close()
-        self._loop = None
+        self._loop = self.handover.loop = None
 
     def _accept(self) -> asyncio.Protocol:
         """The protocol of a new connection (the loop's thread): `Connections.accept`."""
@@ -265,11 +267,10 @@ class HttpDoor:
             timeout_ms = self.cfg.actor.http_body_timeout_ms
             return self._error(408, f"body not received within http_body_timeout_ms={timeout_ms:g}")
         x, rid, wanted = oip.read_infer(self.cfg, self.parser, body, header)
-        loop = asyncio.get_running_loop()
-        replied: asyncio.Future[dict[str, Any]] = loop.create_future()
+        replied: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
         def answer(reply: dict[str, Any]) -> None:  # the serving loop's thread
-            loop.call_soon_threadsafe(_settle, replied, reply)
+            self.handover.give(replied, reply)
 
         pending = Pending(
             arrived, x, True, rid, None, None, version=version, answer=answer, peer=peer
@@ -281,7 +282,8 @@ class HttpDoor:
             return self._error(503, _SHED)
         wait_s = pending.deadline - time.monotonic() + 1.0  # the loop answers expiry itself
         try:
-            reply = await asyncio.wait_for(replied, wait_s)
+            async with asyncio.timeout(wait_s):  # (no task of its own, as wait_for makes)
+                reply = await replied
         except TimeoutError:
             return self._error(504, "no reply within the request's deadline")
         if "error" in reply:
@@ -359,10 +361,6 @@ class HttpDoor:
 def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(doc).encode(), status=status, content_type=_JSON)
 
-
-def _settle(future: asyncio.Future[dict[str, Any]], reply: dict[str, Any]) -> None:
-    if not future.done():  # not when its client went away meanwhile
-        future.set_result(reply)
 
 
 def _int(header: str | None) -> int | None:
