@@ -392,4 +392,3 @@ def address(peer: str) -> str:
 
 def _serialize(message: Message) -> bytes:
     return message.SerializeToString()
-

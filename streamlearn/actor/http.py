@@ -362,7 +362,6 @@ def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
     return web.Response(body=json.dumps(doc).encode(), status=status, content_type=_JSON)
 
 
-
 def _int(header: str | None) -> int | None:
     if header is None:
         return None
