@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from streamlearn.config.app import ModelConfig
 
 MQTT_URL_ENV = environment.MQTT_URL
+MAX_PUBLISHED = 1000  # models read from the broker's statuses, at most (a hostile broker's)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def published(client: Any, prefix: str, quiet_s: float = 0.5, most_s: float = 5.
     which every device may read), by name: each status's `inputs`, for `from_table`.
     `client`: a connected paho client. A broker sends retained messages right after the
     subscription's acknowledgement, with no end mark: the read ends after `quiet_s`
-    without one (at most `most_s`)."""
+    without one (at most `most_s`, `MAX_PUBLISHED` models)."""
     found: dict[str, Any] = {}
     arrived = threading.Event()
     topic = f"{prefix}/+/status"
@@ -106,7 +107,7 @@ def published(client: Any, prefix: str, quiet_s: float = 0.5, most_s: float = 5.
         except ValueError:
             return  # not a status: nothing to learn from it
         name = msg.topic[len(prefix) + 1 : -len("/status")]
-        if isinstance(doc, dict) and "inputs" in doc:
+        if isinstance(doc, dict) and "inputs" in doc and len(found) < MAX_PUBLISHED:
             found[name] = doc["inputs"]
         arrived.set()
 
