@@ -43,6 +43,7 @@ ROLES = ("ingest", "learner", "actor")
 WORKLOADS = ("Deployment", "StatefulSet", "Job")
 METRICS_PORT = 9100
 HTTP_PORT = 8000
+GRPC_PORT = 8001
 # The namespace label the API server sets (Kubernetes 1.21+): a name no user can forge.
 NAMESPACE_NAME = "kubernetes.io/metadata.name"
 
@@ -281,6 +282,7 @@ def test_actor_service_reaches_actor_pods_only_on_their_declared_ports(rendered,
     declared = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
     ports = {p["name"]: p for p in service["spec"]["ports"]}
     assert ports["http"]["port"] == HTTP_PORT and declared[ports["http"]["targetPort"]] == HTTP_PORT
+    assert ports["grpc"]["port"] == GRPC_PORT and declared[ports["grpc"]["targetPort"]] == GRPC_PORT
     assert declared[ports["metrics"]["targetPort"]] == METRICS_PORT
 
 
@@ -364,13 +366,19 @@ def test_config_map_is_mounted_where_args_read_it_and_loads(rendered, target, tm
     # added to ActorConfig alongside these manifests: the actor Service's port 8000.
     assert model.actor.http_port == HTTP_PORT
     assert model.actor.http_host == "0.0.0.0"
+    assert (model.actor.grpc_port, model.actor.grpc_host) == (GRPC_PORT, "0.0.0.0")
 
 
 def test_k8s_config_is_composes_with_the_http_door():
     compose = tomllib.loads((ROOT / "deploy" / "streamlearn.toml").read_text())
     base = tomllib.loads((K8S / "common" / "streamlearn.toml").read_text())
     actor = base["models"]["demo"]["actor"]
-    assert actor == {"http_port": HTTP_PORT, "http_host": "0.0.0.0"}
+    assert actor == {
+        "http_port": HTTP_PORT,
+        "http_host": "0.0.0.0",
+        "grpc_port": GRPC_PORT,
+        "grpc_host": "0.0.0.0",
+    }
     assert base == compose
     multi = tomllib.loads((K8S / "overlays" / "multi-worker" / "streamlearn.toml").read_text())
     demo = multi["models"]["demo"]
@@ -401,7 +409,7 @@ def admitted(objs: list[Obj], labels: dict[str, str]) -> dict[int, list[Obj]]:
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_network_policies_admit_metrics_http_and_workers_only(rendered, target):
+def test_network_policies_admit_metrics_the_doors_and_workers_only(rendered, target):
     objs = rendered[target]
     prometheus = [
         {
@@ -413,7 +421,8 @@ def test_network_policies_admit_metrics_http_and_workers_only(rendered, target):
         ports = admitted(objs, template["metadata"]["labels"])
         assert ports.pop(METRICS_PORT) == prometheus
         if role(template) == "actor":
-            assert {"podSelector": {}} in ports.pop(HTTP_PORT)
+            http = ports.pop(HTTP_PORT)
+            assert {"podSelector": {}} in http and ports.pop(GRPC_PORT) == http  # both doors
         if workload["kind"] == "Job":
             peer = {"matchLabels": workload["spec"]["template"]["metadata"]["labels"]}
             only_learners = ports.pop(2222)
