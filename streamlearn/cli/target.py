@@ -126,14 +126,14 @@ def published(client: Any, prefix: str, quiet_s: float = 0.5, most_s: float = 5.
 def choose(name: str | None, local: list[str], on_broker: dict, demo: bool) -> LightModel | None:
     """The model a command talks to when no local config names it: the broker's of that
     name, or its only one. With `demo` (no config file: `local` is the demo's), None for
-    the demo model when the broker holds no other. ConfigError naming what the config and
-    the broker know, otherwise."""
+    the demo model when it is the one asked for, or the broker holds no other. ConfigError
+    naming what the config and the broker know, otherwise."""
+    if demo and (name in local or (name is None and set(on_broker) <= set(local))):
+        return None  # the demo, as the local config has it: whole, with the service
     if name is None and len(on_broker) == 1:
         name = next(iter(on_broker))
     if name is not None and name in on_broker:
         return from_table(name, on_broker[name])
-    if demo and (name in local or (name is None and not on_broker)):
-        return None
     known = f"the config has {local}; the broker holds a status for {sorted(on_broker)}"
     if name is None:
         raise ConfigError(f"several models, pick one with --model: {known}")
@@ -186,10 +186,12 @@ def target(args: argparse.Namespace, service: bool) -> tuple[ModelConfig | Light
     try:
         on_broker = published(client.mqtt, client.topic_prefix)
         found = choose(args.model, names, on_broker, demo=path is None)
+        if found is None:  # the demo model, as the local (demo) config has it
+            found = model(None, args.model) if not service else cfg.model(args.model)
     except BaseException:
         client.close()
         raise
-    return found or model(None, None), client
+    return found, client
 
 
 def _names(name: str | None, models: list[str]) -> bool:

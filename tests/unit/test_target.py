@@ -39,6 +39,9 @@ def test_the_broker_decides_only_where_no_local_config_names_the_model():
     assert target.choose(None, ["demo"], {"b": {"inputs": 2}}, demo=True).name == "b"
     assert target.choose(None, ["demo"], {}, demo=True) is None  # the demo model
     assert target.choose("demo", ["demo"], on_broker, demo=True) is None
+    # `up --demo`'s feed (no config file): the demo as configured, whole, not the broker's
+    assert target.choose("demo", ["demo"], {"demo": {"inputs": 9}}, demo=True) is None
+    assert target.choose(None, ["demo"], {"demo": {"inputs": 9}}, demo=True) is None
     with pytest.raises(ConfigError, match=r"no model 'x': the config has \['m'\]; the broker"):
         target.choose("x", ["m"], on_broker, demo=False)
     with pytest.raises(ConfigError, match="several models, pick one with --model"):
