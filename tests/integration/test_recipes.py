@@ -117,7 +117,7 @@ CASES = {
     "regression": Recipe("regression.md", (("predict", 2000),), regression),
     "named-fleet": Recipe("named-fleet.md", (("predict", 800),), named_fleet),
     "delayed-labels": Recipe(
-        "delayed-labels.md", (("monitor.py 2000", 2000), ("predict", 3000)), delayed_labels
+        "delayed-labels.md", (("monitor.py 2000", 2000), ("status", 3000)), delayed_labels
     ),
     "lstm-windows": Recipe("lstm-windows.md", (("predict", 1779),), lstm_windows),
     "http-backend": Recipe("http-backend.md", (("backend.py", 3000),), http_backend),
