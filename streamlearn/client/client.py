@@ -9,18 +9,17 @@
         client.predict("machines", {"temperature": 88.0, "rpm": 1500}, id="m1-0915")
         client.label("machines", "m1-0915", 1)
 
-It needs only paho-mqtt (`pip install streamlearn`). The URL carries credentials and TLS
-(`mqtts://NAME:PASSWORD@host:8883`, the CA bundle as `ca_file`); without one, `Client()`
-reads `STREAMLEARN_MQTT_URL`, `STREAMLEARN_MQTT_CA_FILE` and `STREAMLEARN_TOPIC_PREFIX`,
-and with no URL there either, the stack a running `streamlearn up` recorded (its run file).
-With a username the client id is that username, as the deployed broker enforces (but on
-the broker of `streamlearn up`, whose one account every local tool shares), so
-requests go to `{prefix}/{model}/predict/{client id}` and replies come back under
-`{prefix}/{model}/replies/{client id}`, the one reply space a device may read. Labels go
-to `{prefix}/{model}/labels/{client id}` and join only this client id's requests (another
-process labels them with `owner=` that id); a client with an id of its own (a username
-or `client_id=`) publishes samples on `samples/{client id}`, their ids in its own
-de-duplication namespace, and one without on the bare `samples`.
+It needs only paho-mqtt (`pip install .`). The URL carries credentials and TLS
+(`mqtts://NAME:PASSWORD@host:8883`, the CA bundle as `ca_file`); without one, `Client()` reads
+`STREAMLEARN_MQTT_URL`, `STREAMLEARN_MQTT_CA_FILE` and `STREAMLEARN_TOPIC_PREFIX`, and with no
+URL there either, the stack a running `streamlearn up` recorded (its run file). With a username
+the client id is that username, as the deployed broker enforces (not on `streamlearn up`'s
+broker, whose one account every local tool shares), so requests go to
+`{prefix}/{model}/predict/{client id}` and replies come back under
+`{prefix}/{model}/replies/{client id}`, the one reply space a device may read. Labels go to
+`{prefix}/{model}/labels/{client id}` and join only this client id's requests (another process
+labels them with `owner=` that id); a client with an id of its own (a username or `client_id=`)
+publishes samples on `samples/{client id}` (its ids its own to dedupe), one without on `samples`.
 
 All requests of a client share its connection and one reply subscription; a reply finds
 its request by the MQTT v5 Correlation Data it echoes. Bounds: at most `max_pending`
