@@ -52,6 +52,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from bench._assembly import run_assembly
 from bench._labels import run_labels
 from bench._report import exit_status, goal, report
 from streamlearn.config import parse_config
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = [("live", 1, args.messages, args.rounds), ("live", 100, args.batched, args.rounds)]
     cases.append(("backlog", 1, args.messages, args.backlog_rounds))
     parsing = parse_cost()
-    rows, ratios = [parsing], {}
+    rows, ratios, raw_backlog = [parsing], {}, []
     with (
         tempfile.TemporaryDirectory(prefix="sl-bench-ingest-") as tmp,
         embedded.mosquitto(workdir=Path(tmp, "mqtt")) as broker,
@@ -381,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratios.setdefault((mode, per), []).append(ours)
                 rows += [raw | {"round": r}, ours | {"round": r}]
                 if mode == "backlog":  # named fields, against this positional round
+                    raw_backlog.append(raw["msgs/s"])
                     args_ = (broker.port, store, f"named{tag}", messages, args.publishers, 1)
                     named = run_ingest(*args_, mode, Path(tmp), named=True)
                     named["vs positional"] = named["msgs/s"] / ours["msgs/s"]
@@ -403,6 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(joining)
         print(f"labels 100/msg: {joining['labels/s']:,.0f} labels/s", flush=True)
+        assembling = run_assembly(
+            broker.port,
+            store,
+            args.messages,
+            args.publishers,
+            lambda tag: IngestProcess(broker.port, server.port, tag, Path(tmp)),
+            statistics.median(raw_backlog),
+        )
+        rows.append(assembling)
+        print(f"assembled: {assembling['samples/s']:,.0f} samples/s", flush=True)
     single = statistics.median(o["vs raw"] for o in ratios[("live", 1)])
     batched = statistics.median(o["samples/s"] for o in ratios[("live", 100)])
     capacity = statistics.median(o["vs raw"] for o in ratios[("backlog", 1)])
@@ -429,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
         f"positional single-sample messages (median of pairs {named:.2f}x)": goal(named, 0.8, q),
         f"labels, 100/message: one ingest process joins >= 20,000 labels/s "
         f"({joining['labels/s']:,.0f})": goal(joining["labels/s"], 20_000, q),
+        f"assembled (a topic per input, 4 readings a sample), backlog: ingest reads >= 0.5x "
+        f"the raw subscriber's messages/s ({assembling['vs raw']:.2f}x, "
+        f"{assembling['samples/s']:,.0f} samples/s)": goal(assembling["vs raw"], 0.5, q),
     }
     report(
         "ingest",
@@ -443,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
             "parse_vs_json_loads": slower,
             "named_vs_positional": named,
             "labels_per_s": joining["labels/s"],
+            "assembled_vs_raw": assembling["vs raw"],
+            "assembled_samples_per_s": assembling["samples/s"],
         },
         publishers=args.publishers,
         loadavg_before=load,

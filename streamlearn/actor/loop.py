@@ -49,6 +49,7 @@ from streamlearn.actor.loader import VersionLoader
 from streamlearn.actor.reloader import WeightsReloader
 from streamlearn.actor.replies import Publish, PublishMany, Replier, ReplyRoutes
 from streamlearn.actor.runtimes import Servable
+from streamlearn.actor.states import States
 from streamlearn.actor.versions import Group, KeptVersions
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
@@ -123,6 +124,7 @@ class Actor:
         )  # each turn (`streamlearn.observe.health`)
         # The broker's delay of a QoS 1 request's reply, in ms (`streamlearn.observe.broker_delay`)
         self.broker_delay_ms: Callable[[], float | None] = lambda: None
+        self.states: States | None = None  # `[models.NAME.state]`: devices' predictions
         self.inbox = inbox.Inbox(
             self.policy.max_queued_requests,
             self.policy.max_queued_bytes,
@@ -184,6 +186,8 @@ class Actor:
                     self.admission.admit(p)  # past its deadline: the deadline error reply
                 if batch:
                     self.serve(batch)
+                if self.states is not None:  # between batches, with the version serving
+                    self.states.serve(self)
         finally:
             self.loader.stop()
             self.reloader.stop()

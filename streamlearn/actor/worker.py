@@ -13,6 +13,7 @@ from paho.mqtt.properties import Properties
 from streamlearn import mqtt, runtime
 from streamlearn.actor.http import HttpDoor
 from streamlearn.actor.loop import Actor
+from streamlearn.actor.states import States, states_group
 from streamlearn.observe import metrics
 from streamlearn.observe.broker_delay import BrokerProbe
 from streamlearn.store.weights import WeightsStore
@@ -49,6 +50,13 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         every_s = model.actor.broker_probe_every_s
         probe = BrokerProbe(settings.mqtt, names, client_id, every_s, ca_file=settings.mqtt_ca_file)
         subscriptions.append((probe.ping_topic, 0))
+    on_message = actor.on_message
+    if model.state is not None:  # devices' readings, predicted into retained states
+        actor.states = states = States(model, names, publish)
+        group = states_group(settings.share_group, model.name)
+        subscriptions += [(f"$share/{group}/{topic}", 0) for topic in states.subscriptions]
+        subscriptions.append((states.retained_filter, 0))  # an earlier life's, bounded
+        on_message = states.handler(actor.on_message)
     # QoS 0 from the broker: paho acknowledges a QoS 1 message on receipt, not when it is
     # answered, and an actor's clean session loses its in-flight messages when it dies; so
     # QoS 1 would buy no delivery guarantee, only a PUBACK per request (~15% of the CPU).
@@ -57,7 +65,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         client_id,
         ca_file=settings.mqtt_ca_file,
         subscriptions=subscriptions,
-        on_message=actor.on_message,
+        on_message=on_message,
         on_connack=actor.on_connack,
         will=(actor.status_topic, b""),  # a dead actor's retained status disappears
         no_delay=True,
@@ -91,6 +99,8 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         figures: dict[str, float | int | None | dict[str, int]] = dict(actor.metrics())
         figures["pending_evicted_total"] = actor.keeper.evicted  # kept ones dropped early
         figures["pending_share_evicted_total"] = actor.keeper.evicted_own  # by their own sender
+        if actor.states is not None:
+            figures.update(actor.states.metrics())
         if door is not None:
             figures["http_responses_total"] = dict(door.responses)
             figures["http_unproven_closed_total"] = door.conns.evicted

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         AppConfig,
         ModelConfig,
     )
+    from streamlearn.config.assembly import AssemblyConfig
     from streamlearn.config.defaults import DEFAULT_CONFIG, DEMO_TOML
     from streamlearn.config.ingest import IngestConfig
     from streamlearn.config.inputs import LabelsConfig, SourceConfig
@@ -45,6 +46,7 @@ __all__, __getattr__ = exports(
         "parse_config": "loading",
         "LabelsConfig": "inputs",
         "SourceConfig": "inputs",
+        "AssemblyConfig": "assembly",
         "DEFAULT_CONFIG": "defaults",
         "DEMO_TOML": "defaults",
         "ActorConfig": "policies",

@@ -12,9 +12,9 @@ from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
+from streamlearn.config.assembly import AssemblyConfig
 from streamlearn.config.ingest import IngestConfig
 from streamlearn.config.inputs import (
-    MAX_CATEGORIES,
     MAX_FIELDS,
     Category,
     FieldName,
@@ -22,6 +22,7 @@ from streamlearn.config.inputs import (
     LabelsConfig,
     SourceConfig,
     check_fields,
+    check_named,
 )
 from streamlearn.config.learning import LearningConfig
 from streamlearn.config.moved import upgraded
@@ -32,6 +33,7 @@ from streamlearn.config.policies import (
     PromotionConfig,
     describe_error,
 )
+from streamlearn.config.state import StateConfig
 from streamlearn.config.tables import overlaid
 from streamlearn.config.variants import (
     VariantConfig,
@@ -100,6 +102,11 @@ class ModelConfig(Frozen):
     labels: LabelsConfig = Field(
         LabelsConfig(), description="predictions kept for labels that come later"
     )
+    assembly: AssemblyConfig | None = Field(
+        None,
+        description="samples assembled from a topic per input (named inputs only); unset: "
+        "a sample arrives whole",
+    )
     task: Task = Field(
         "regression",
         description="what is predicted: a number (regression), a probability of 1 (binary) "
@@ -131,6 +138,13 @@ class ModelConfig(Frozen):
         "releases before it, whose checkpoints and versions it can resume and serve",
     )
     window: int | None = Field(None, ge=1, description="steps per sample (lstm, conv1d)")
+    seq_field: FieldName = Field(
+        "seq",
+        examples=["Time"],
+        description="a window model's named step: the field its order is read from, a "
+        "number or an ISO 8601 time read as unix seconds (Tasmota's `Time`, Zigbee2MQTT's "
+        "`last_seen`); without it a step takes its arrival time",
+    )
     learning_rate: float = Field(0.01, gt=0, description="the optimizer's step size")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="the optimizer of each step")
     standardize: bool = Field(
@@ -152,6 +166,11 @@ class ModelConfig(Frozen):
     )
     promotion: PromotionConfig = Field(
         PromotionConfig(), description="when a variant replaces the champion"
+    )
+    state: StateConfig | None = Field(
+        None,
+        description="each device's prediction of its readings, retained on "
+        "{prefix}/{model}/state/{key} ([models.NAME.state]); unset: none",
     )
     _merged: dict[str, ModelConfig] = PrivateAttr(default_factory=dict)  # variants, merged once
 
@@ -181,22 +200,15 @@ class ModelConfig(Frozen):
     def _check_names(self) -> ModelConfig:
         fields = self.fields
         if fields is None:
-            for name in ("categorical", "strict_fields", "target", "max_missing"):
+            check_named(self.target, self.seq_field, self.window, self.sources, None)
+            for name in ("categorical", "strict_fields", "target", "max_missing", "seq_field"):
                 if getattr(self, name) != type(self).model_fields[name].default:
                     raise ValueError(f"{name}: only for named inputs (inputs = [names])")
             return self
         if len(fields) != self.inputs:
             raise ValueError(f"fields: {len(fields)} names for inputs = {self.inputs}")
-        own = {"x", "id", "ids", "key", "seq", "reply_to", "samples"}
-        clash = own & {*fields, self.target}
-        if clash:
-            raise ValueError(f"inputs: {sorted(clash)} name(s) the payload's own fields")
-        for name, values in self.categorical.items():
-            if not 1 <= len(values) <= MAX_CATEGORIES:
-                raise ValueError(
-                    f"categorical.{name}: 1 to {MAX_CATEGORIES} values, got {len(values)}"
-                )
         check_fields(list(fields), self.target, self.categorical)
+        check_named(self.target, self.seq_field, self.window, self.sources, list(fields))
         return self
 
     @model_validator(mode="after")
@@ -207,6 +219,8 @@ class ModelConfig(Frozen):
             raise ValueError(f"classes is only for task 'multiclass', got task {self.task!r}")
         if self.architecture in SEQUENCE_ARCHITECTURES and self.window is None:
             raise ValueError(f"architecture {self.architecture!r} needs window = W")
+        if self.assembly is not None:  # named inputs, its limits named after them
+            self.assembly.check(self.fields, self.target)
         if self.gateways and self.window is None:
             raise ValueError("gateways: only for a model with a window (keys name windows)")
         if self.factory and self.actor.runtime == "numpy":

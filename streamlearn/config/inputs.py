@@ -13,11 +13,13 @@ a label that comes later (`streamlearn.store.pending`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
 from streamlearn.config.policies import Frozen
+from streamlearn.errors import PayloadError
 
 MAX_FIELDS = 1024  # named inputs of one model, at most
 MAX_CATEGORY_CHARS = 256  # a categorical value longer than this is a dead letter
@@ -31,6 +33,8 @@ FieldName = Annotated[
 ]
 Category = Annotated[str, Field(min_length=1, max_length=MAX_CATEGORY_CHARS)]
 KEY_PATTERN = r"^topic:(\d{1,2})$"
+# A payload's own fields, which no input or target may be named
+OWN_FIELDS = frozenset(("x", "id", "ids", "key", "seq", "reply_to", "samples"))
 
 
 def check_fields(names: list[str], target: str, categorical: dict[str, tuple[str, ...]]) -> None:
@@ -52,11 +56,40 @@ def check_fields(names: list[str], target: str, categorical: dict[str, tuple[str
             raise ValueError(f"inputs: {name!r} is nested more than {MAX_DEPTH} levels deep")
     if target in seen:
         raise ValueError(f"target: {target!r} is also an input")
+    clash = OWN_FIELDS & {*names, target}
+    if clash:
+        raise ValueError(f"inputs: {sorted(clash)} name(s) the payload's own fields")
     for name, values in categorical.items():
         if name not in seen:
             raise ValueError(f"categorical.{name}: not one of the inputs {names}")
+        if not 1 <= len(values) <= MAX_CATEGORIES:
+            raise ValueError(f"categorical.{name}: 1 to {MAX_CATEGORIES} values, got {len(values)}")
         if len(set(values)) != len(values):
             raise ValueError(f"categorical.{name}: a value is listed twice, got {list(values)}")
+
+
+def check_named(
+    target: str,
+    seq_field: str,
+    window: int | None,
+    sources: Sequence[SourceConfig],
+    names: list[str] | None,
+) -> None:
+    """A window's order field and the sources' plain fields fit the model's inputs (`names`;
+    None: positional, which takes neither)."""
+    if names is None:
+        if any(source.field is not None for source in sources):
+            raise ValueError("sources.field: only for named inputs (inputs = [names])")
+        return
+    if seq_field in {*names, target}:
+        raise ValueError(f"seq_field: {seq_field!r} is also an input or the target")
+    if seq_field != "seq" and window is None:
+        raise ValueError("seq_field: only for a model with a window (it orders steps)")
+    for source in sources:
+        named = source.field
+        literal = named is not None and not named.startswith("topic:")
+        if literal and named not in {*names, target}:
+            raise ValueError(f"sources.field: {named!r} is not one of the inputs or the target")
 
 
 class SourceConfig(Frozen):
@@ -79,6 +112,15 @@ class SourceConfig(Frozen):
         description='with `key`: a step\'s own "key" field names its window (the topic level '
         "only when it has none); off, the topic level is the key and a step naming another "
         "is a dead letter (wrong_key)",
+    )
+    field: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description='plain values, one field per topic: "topic:N" (the input\'s name is level '
+        "N of the topic, as Home Assistant's statestream names its entity) or an input's "
+        "name; the body is a bare value (`21.4`, `on`, `unavailable`), read as `{name: "
+        "value}`",
     )
 
     @field_validator("topic")
@@ -111,6 +153,49 @@ class SourceConfig(Frozen):
     def key_level(self) -> int | None:
         match = re.match(KEY_PATTERN, self.key or "")
         return int(match.group(1)) if match else None
+
+    @field_validator("field")
+    @classmethod
+    def _field(cls, field: str | None) -> str | None:
+        """`"topic:N"`, or a field's name."""
+        if field is not None and field.startswith("topic:") and not re.match(KEY_PATTERN, field):
+            raise ValueError(f'"topic:N" with N a topic level (0 to 99), got {field!r}')
+        if field is not None and re.search(r"[\s\x00-\x1f\x7f]", field):
+            raise ValueError(f"a field's name has no whitespace, got {field!r}")
+        return field
+
+    def field_of(self, topic: str) -> str | None:
+        """The field a plain value on `topic` is (None: the body is an object).
+
+        >>> SourceConfig(topic="homeassistant/sensor/+/state", field="topic:2").field_of(
+        ...     "homeassistant/sensor/kitchen_temp/state")
+        'kitchen_temp'
+        """
+        return self.levels_of(topic)[1]
+
+    def levels_of(self, topic: str) -> tuple[str | None, str | None]:
+        """A message's device key and field, read from its topic's levels where this
+        source says (None: not from the topic); PayloadError naming the level a topic lacks.
+
+        >>> SourceConfig(topic="z/+/+", key="topic:1", field="topic:2").levels_of("z/d1/temp")
+        ('d1', 'temp')
+        """
+        levels = topic.split("/")
+        read: list[str | None] = []
+        for what, spec in (("key", self.key), ("field", self.field)):
+            match = re.match(KEY_PATTERN, spec or "")
+            if match is None:
+                read.append(spec if what == "field" else None)
+                continue
+            level = int(match.group(1))
+            if level >= len(levels) or not levels[level]:
+                raise PayloadError(
+                    f"topic {topic!r} has no level {level} to take the {what} from "
+                    f'(source {self.topic!r}, {what} = "{spec}")',
+                    "other",
+                )
+            read.append(levels[level])
+        return read[0], read[1]
 
     @model_validator(mode="after")
     def _payload_key(self) -> SourceConfig:

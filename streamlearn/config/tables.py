@@ -60,20 +60,27 @@ def examples(root: type[BaseModel]) -> dict[str, str]:
     for path in tables:
         holders = [p for p in tables if p and path.startswith((p + ".", p + "["))]
         holders = [p for p in dict.fromkeys(["models.<name>", *holders]) if p != path]
-        blocks = [_block(p, tables[p], required=True) for p in holders]
+        needs = getattr(tables[path], "EXAMPLE_MODEL", {})  # what the table needs of its model
+        blocks = [
+            _block(p, tables[p], True, needs if p == "models.<name>" else {}) for p in holders
+        ]
         if path:
             blocks.append(_block(path, tables[path], required=False))
         found[path] = "\n\n".join(b for b in blocks if b)
     return found
 
 
-def _block(path: str, model: type[BaseModel], required: bool) -> str:
-    """A table's header and its fields (`required`: only those without a default)."""
+def _block(
+    path: str, model: type[BaseModel], required: bool, given: dict[str, Any] | None = None
+) -> str:
+    """A table's header and its fields (`required`: only those without a default, and
+    those `given`, at the value given)."""
     lines = []
+    given = given or {}
     for name, info in model.model_fields.items():
-        if required and info.default is not PydanticUndefined:
+        if required and info.default is not PydanticUndefined and name not in given:
             continue
-        value = info.default
+        value = given.get(name, info.default)
         if value is PydanticUndefined or value is None:
             value = info.examples[0] if info.examples else None
         shown = _toml(value)

@@ -9,12 +9,15 @@ dotted name) objects of those fields plus its `target` field, instead of positio
   missing is a dead letter `missing_field`;
 - a categorical input's string becomes its index in the configured values (-1: unseen or
   missing), which the model one-hot encodes (`streamlearn.online.encode`), so an actor and
-  `export` compute the same function as the learner.
+  `export` compute the same function as the learner;
+- a boolean is 1 or 0 (as a category, the value "true" or "false"); a level of digits in
+  a dotted name indexes an array (`streamlearn.online.paths`).
 
 A message is one object, a list (`{"samples": [{...}, ...]}`, items judged one by one),
 or columnar (every field a list, the target's too). For a model with a window an object is
 one step of a device's sequence: its key is the `key` field or the source topic's level,
-its seq the `seq` field or the arrival time.
+its seq the model's `seq_field` (a number, or an ISO 8601 time read as unix seconds) or the
+arrival time.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -32,6 +36,7 @@ from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
 from streamlearn.contract.schemas import request_id, version_ref
 from streamlearn.errors import PayloadError
+from streamlearn.online.paths import Path, dig, path_of
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -57,6 +62,8 @@ class NamedFields:
     [nan, 1.0, -1.0]
     >>> dict(counts.missing), dict(counts.unseen)
     ({'t': 1}, {'kind': 1})
+    >>> named.reading({"t": True, "kind": "press", "failed": 0}, counts)
+    ({'t': 1.0, 'kind': 0.0}, 0)
     """
 
     def __init__(self, model: ModelConfig) -> None:
@@ -64,15 +71,15 @@ class NamedFields:
         self.model = model
         self.names = list(model.fields)
         self.target = model.target.split(".")
+        self.target_path = path_of(model.target)
         # per input: its name, its key (flat) or path (dotted), its categorical reader
-        self.plan: list[tuple[str, str | list[str], Callable[[Any], float | None] | None]] = []
+        self.plan: list[tuple[str, str | Path, Callable[[Any], float | None] | None]] = []
         for name in self.names:
             values = model.categorical.get(name)
-            path = name.split(".")
-            key = path[0] if len(path) == 1 else path
+            key = name if "." not in name else path_of(name)
             self.plan.append((name, key, None if values is None else _category(name, values)))
         self.paths = [name.split(".") for name in self.names]
-        self.tops = {p[0] for p in self.paths} | {self.target[0]}
+        self.tops = {p[0] for p in self.paths} | {self.target[0], model.seq_field.split(".")[0]}
         self.known = {own: frozenset(self.tops | own) for own in (SAMPLE_FIELDS, REQUEST_FIELDS)}
         self.max_missing = math.floor(model.max_missing * len(self.names) + 1e-9)
         self.field_limit = max(MIN_FIELD_LIMIT, 4 * len(self.names))
@@ -104,7 +111,7 @@ class NamedFields:
         missing: list[str] = []
         unseen: list[str] = []
         for name, key, category in self.plan:
-            value = doc.get(key) if type(key) is str else _dig(doc, key)  # type: ignore[arg-type]
+            value = doc.get(key) if type(key) is str else dig(doc, key)  # type: ignore[arg-type]
             if value is None:
                 missing.append(name)
                 x.append(math.nan)
@@ -112,6 +119,8 @@ class NamedFields:
                 kind = type(value)
                 if (kind is float or kind is int) and -_F32_MAX <= value <= _F32_MAX:
                     x.append(float(value))
+                elif kind is bool:
+                    x.append(1.0 if value else 0.0)
                 else:
                     raise _not_a_number(name, value)
             else:
@@ -130,8 +139,44 @@ class NamedFields:
             counts.add(
                 FieldCounts(missing=dict.fromkeys(missing, 1), unseen=dict.fromkeys(unseen, 1))
             )
-        y = doc.get(self.target[0]) if len(self.target) == 1 else _dig(doc, self.target)
+        y = doc.get(self.target[0]) if len(self.target) == 1 else dig(doc, self.target_path)
         return x, y
+
+    def reading(self, doc: dict[str, Any], counts: FieldCounts) -> tuple[dict[str, float], Any]:
+        """The inputs an object carries, by name (NaN: null, or a plain body's
+        "unavailable"), and its target's JSON value (None: absent): a part of a sample
+        that other messages complete (`streamlearn.ingest.assembly`). Inputs the object
+        does not carry are not in it; fields the model does not use are counted."""
+        self.check_size(doc)
+        known = self.known[SAMPLE_FIELDS]
+        counts.extra += len(doc) - len(known & doc.keys())
+        values: dict[str, float] = {}
+        for name, key, category in self.plan:
+            if type(key) is str:
+                if key not in doc:
+                    continue
+                value = doc[key]
+            else:
+                value = dig(doc, key)  # type: ignore[arg-type]
+                if value is None and not _holds(doc, key):  # type: ignore[arg-type]
+                    continue
+            if value is None:
+                values[name] = math.nan
+            elif category is None:
+                kind = type(value)
+                if (kind is float or kind is int) and -_F32_MAX <= value <= _F32_MAX:
+                    values[name] = float(value)
+                elif kind is bool:
+                    values[name] = 1.0 if value else 0.0
+                else:
+                    raise _not_a_number(name, value)
+            else:
+                number = category(value)
+                if number is None:
+                    counts.add(FieldCounts(unseen={name: 1}))
+                values[name] = -1.0 if number is None else number
+        y = doc.get(self.target[0]) if len(self.target) == 1 else dig(doc, self.target_path)
+        return values, y
 
     def columns(self, doc: dict[str, Any]) -> list[dict[str, Any]] | None:
         """A columnar object (the target a list) as one object per row; None if not one.
@@ -170,7 +215,17 @@ def _not_a_number(name: str, value: Any) -> PayloadError:
     return PayloadError(f"{name}: a number expected, got {_shown(value)}", "wrong_type")
 
 
+def _holds(doc: Any, path: Path) -> bool:
+    """Whether a dotted name's last level is there (its value null), not absent."""
+    parent = dig(doc, path[:-1]) if len(path) > 1 else doc
+    key, index = path[-1]
+    if isinstance(parent, dict):
+        return key in parent
+    return type(parent) is list and index is not None and index < len(parent)
+
+
 def _dig(doc: Any, path: list[str]) -> Any:
+    """A columnar payload's list at `path` (objects only: a column is not indexed)."""
     for part in path:
         if type(doc) is not dict:
             return doc.get(part) if isinstance(doc, dict) else None
@@ -184,7 +239,9 @@ def _category(name: str, values: tuple[str, ...]) -> Callable[[Any], float | Non
     index = {v: float(i) for i, v in enumerate(values)}
 
     def read(value: Any) -> float | None:
-        if type(value) is not str:
+        if type(value) is bool:
+            value = "true" if value else "false"
+        elif type(value) is not str:
             raise PayloadError(
                 f"{name}: a string (one of its values) expected, got {_shown(value)}",
                 "wrong_type",
@@ -221,8 +278,8 @@ class NamedPayloads:
         x, y = self.fields.row(doc, counts, SAMPLE_FIELDS)
         if self.model.window is not None:
             step_key = key.of(doc.get("key"))
-            seq = _seq(doc.get("seq"), at)
-            target = math.nan if y is None else self._target(y)
+            seq = _seq(self._order(doc), at)
+            target = math.nan if y is None else self.target_of(y)
             return Observations(
                 (step_key,),
                 np.array([seq], np.float64),
@@ -235,7 +292,7 @@ class NamedPayloads:
         rid = doc.get("id")
         return Samples(
             np.array([x], np.float32),
-            np.array([self._target(y)], np.float32),
+            np.array([self.target_of(y)], np.float32),
             None if rid is None else (_sample_id(rid),),
         )
 
@@ -276,14 +333,20 @@ class NamedPayloads:
             raise PayloadError(f"reply_to: a topic without wildcards, got {_shown(reply_to)}")
         version = version_ref(doc.get("version"))
         if "key" in doc and self.model.window is not None:
-            seq = doc.get("seq")
+            seq = self._order(doc)
             seq = None if seq is None else _seq(seq, None)
             key = sender.of(doc["key"])
             return Request(x[:1], False, rid, reply_to, key=key, seq=seq, version=version)
         return Request(x, batched, rid, reply_to, version=version)
 
-    def _target(self, y: Any) -> float:
-        """A label's value, checked for the task as `PayloadParser.check_targets` does."""
+    def _order(self, doc: dict[str, Any]) -> Any:
+        """A step's order: its `seq_field` (`seq` unless the model names another)."""
+        name = self.model.seq_field
+        return doc.get(name) if "." not in name else dig(doc, path_of(name))
+
+    def target_of(self, y: Any) -> float:
+        """A label's JSON value as the task takes it (a boolean of a binary model 0 or 1),
+        checked as `PayloadParser.check_targets` does; PayloadError naming the rule."""
         if type(y) is bool and self.model.task == "binary":
             y = int(y)
         if type(y) is not int and type(y) is not float:
@@ -365,10 +428,26 @@ def _key(value: Any) -> str:
 
 
 def _seq(value: Any, at: float | None) -> float:
+    """A step's order: a number, or an ISO 8601 time as unix seconds (UTC unless it
+    names its offset), as devices stamp their readings.
+
+    >>> _seq(7, None), _seq("2026-11-25T04:00:00", None), _seq("1970-01-01T01:00:00+01:00", 0)
+    (7.0, 1795579200.0, 0.0)
+    """
     if value is None:
         if at is None:
             raise PayloadError("seq: a keyed request or step needs a seq", "missing_field")
         return at
     if (type(value) is int or type(value) is float) and abs(value) <= 2**53:
         return float(value)
-    raise PayloadError(f"seq: a number up to 2**53, got {_shown(value)}", "wrong_type")
+    if type(value) is str and 10 <= len(value) <= 40:
+        try:
+            stamp = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            stamp = stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
+            return stamp.timestamp()
+    raise PayloadError(
+        f"seq: a number up to 2**53 or an ISO 8601 time, got {_shown(value)}", "wrong_type"
+    )

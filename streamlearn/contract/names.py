@@ -87,6 +87,17 @@ def label_id(request: str) -> str:
     return f"{SCOPED}l{request}"
 
 
+def assembled_id(sid: str) -> str:
+    """The de-duplication id of a sample ingest assembled from held readings
+    (`streamlearn.store.held`): shared by every sender, as bare `samples` is, in a space
+    no device's sample id can take.
+
+    >>> assembled_id("dev-1|3|ab12"), id_sender(assembled_id("dev-1|p7"))
+    ('\\x1fa-:dev-1|3|ab12', None)
+    """
+    return f"{SCOPED}a-:{sid}"
+
+
 @dataclass(frozen=True)
 class Names:
     """Every topic and key of `model`. `{model}` braces are a Redis Cluster hash tag.
@@ -127,6 +138,24 @@ class Names:
 
     def key(self, leaf: str) -> str:
         return f"{self.key_prefix}:{{{self.model}}}:{leaf}"
+
+    def held_key(self, leaf: str) -> str:
+        """A key of the readings held for assembly (`streamlearn.store.held`), in the
+        model's slot: `held:k:{device}` per device, `held:index` and the rest beside.
+
+        >>> Names("demo").held_key("k:dev-1")
+        'sl:{demo}:held:k:dev-1'
+        """
+        return self.key(f"held:{leaf}")
+
+    def sparkplug_key(self, leaf: str) -> str:
+        """A key of the Sparkplug B edge nodes' shared state (`streamlearn.store.sparkplug`),
+        in the model's slot: `sp:n:{group}/{node}` per node, `sp:index` and the rest beside.
+
+        >>> Names("demo").sparkplug_key("n:plant/edge-1")
+        'sl:{demo}:sp:n:plant/edge-1'
+        """
+        return self.key(f"sp:{leaf}")
 
     def stream_key(self, leaf: str) -> str:
         """A key of this partition of the sample stream: partition 0's are the model's own

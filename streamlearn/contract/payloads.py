@@ -26,6 +26,7 @@ from streamlearn.config.app import ModelConfig
 from streamlearn.contract.decoding import RequestDecoder
 from streamlearn.contract.fastparse import FastSamples
 from streamlearn.contract.named import NamedPayloads, StepKey
+from streamlearn.contract.plain import plain_object
 from streamlearn.contract.records import (
     FieldCounts,
     Kind,
@@ -82,6 +83,7 @@ class PayloadParser:
         at: float | None = None,
         key_from_payload: bool = False,
         granted: Collection[str] = (),
+        field: str | None = None,
     ) -> Parsed:
         """Split a samples message into what is accepted and what is rejected.
 
@@ -92,7 +94,8 @@ class PayloadParser:
         `key_from_payload` (then a step's own `key` comes first) or it is one of `granted`
         (a gateway's keys; "*": any). For named payloads
         (`streamlearn.contract.named`), `at` is the arrival (unix s): a step without its own
-        `key` and `seq` fields takes the topic's key and `at`.
+        `key` and `seq` fields takes the topic's key and `at`; `field` names the input of a
+        plain value's body (`streamlearn.contract.plain`).
         """
         if self._fast is not None and len(raw) <= self.model.ingest.max_payload_bytes:
             samples = self._fast.parse(raw)
@@ -101,7 +104,8 @@ class PayloadParser:
         counts = FieldCounts() if self._named is not None else None
         step = StepKey(key, key_from_payload, frozenset(granted))
         try:
-            doc = self._decode_named(raw) if self._named is not None else None
+            doc = self.reading(raw, field) if field is not None else None
+            doc = doc or (self._decode_named(raw) if self._named is not None else None)
             doc = doc or decode(raw, self.model.ingest.max_payload_bytes)
             if self._named is not None and not _positional(doc):
                 assert counts is not None  # made above for every named model
@@ -115,6 +119,19 @@ class PayloadParser:
         if isinstance(item, Observations):
             return Parsed(None, item, [])
         return Parsed(item, None, [])
+
+    def reading(self, raw: bytes, field: str | None = None) -> dict[str, Any]:
+        """A named model's message as its object: a plain value as `{field: value}`
+        (`field` given), else the JSON object; PayloadError naming why not."""
+        limit = self.model.ingest.max_payload_bytes
+        if field is not None:
+            return plain_object(raw, field, limit, field in self.model.categorical)
+        return self._decode_named(raw) or decode(raw, limit)
+
+    def target_of(self, y: Any) -> float:
+        """A named model's label value as its task takes it; PayloadError naming the rule."""
+        assert self._named is not None
+        return self._named.target_of(y)
 
     def _decode_named(self, raw: bytes) -> dict[str, Any] | None:
         """The object, decoded by pydantic's parser (faster than `json`); None: let

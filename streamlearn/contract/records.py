@@ -37,6 +37,7 @@ Kind = Literal[
     "no_window",
     "unknown_id",
     "redis_refused",
+    "bad_sparkplug",
     "other",
 ]
 # What each kind means and what to do about it: the troubleshooting page's dead letters
@@ -101,7 +102,8 @@ DEAD_LETTERS: dict[Kind, tuple[str, str]] = {
     ),
     "too_many_keys": (
         "a message naming more than `ingest.max_keys_per_message` device keys, or a sender "
-        "making more than `ingest.max_keys_per_sender` windows",
+        "making more than `ingest.max_keys_per_sender` windows (`assembly.max_keys_per_sender` "
+        "held keys)",
         "publish each device on its own `samples/{client}` topic, or raise the limit",
     ),
     "wrong_key": (
@@ -124,6 +126,12 @@ DEAD_LETTERS: dict[Kind, tuple[str, str]] = {
         "Redis refused to store the message for good: full (`maxmemory`), or an error that "
         "would repeat",
         "make room in Redis (Troubleshooting, *Redis*); the message was acknowledged, not retried",
+    ),
+    "bad_sparkplug": (
+        "a message on a Sparkplug B topic (`spBv1.0/...`) whose payload is not a Sparkplug B "
+        "protobuf payload, has more metrics than a payload may (2,048), or a seq past 255",
+        "check the edge node's Sparkplug B library and version; split a birth of more "
+        "metrics into devices",
     ),
     "other": (
         "any other rejection; with `source` `learner`, the samples of a step the learner "

@@ -1,5 +1,6 @@
 """The ingest role: MQTT sample messages in (`inbox`), validated and appended exactly once
-to the samples stream (`writes`), by the loop (`loop`); `worker` is its process.
+to the samples stream (`writes`), by the loop (`loop`); readings of several topics held
+and assembled into samples (`assembly`); `worker` is its process.
 """
 
 from __future__ import annotations

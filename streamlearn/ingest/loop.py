@@ -44,9 +44,12 @@ from streamlearn.config.ingest import IngestConfig
 from streamlearn.contract.names import sample_id, sender_problem
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection
+from streamlearn.errors import PayloadError
+from streamlearn.ingest.assembly import Assembly
 from streamlearn.ingest.inbox import Delivery, IngestInbox
 from streamlearn.ingest.writes import IngestCounters, RunMessage, RunWriter
 from streamlearn.store.fields import FieldTotals
+from streamlearn.store.held import Reading
 from streamlearn.store.labels import LabelJoiner, LabelMessage
 from streamlearn.store.partitions import PartitionedStream, settle_layout, split
 from streamlearn.store.pending import PendingStore
@@ -120,6 +123,7 @@ class Ingest:
             for i, (part, w) in enumerate(zip(parts, lanes, strict=True))
         ]
         self.writer = self.writers[0]
+        self.assembly = Assembly.of(parser, stream.redis, stream.names)  # or None
         for writer in self.writers:
             writer.waiting = lambda: self.heartbeat()  # waiting out Redis is not hung
 
@@ -152,6 +156,7 @@ class Ingest:
             "holding": int(self._holding),
             "inbox_messages": len(self.inbox),
             "inbox_bytes": self.inbox.bytes,
+            **(self.assembly.metrics() if self.assembly is not None else {}),
         }
 
     # -- the loop --------------------------------------------------------------------------
@@ -167,6 +172,8 @@ class Ingest:
             self.heartbeat()
             if self._held_back(stop):
                 continue
+            if self.assembly is not None:  # samples formed on a period
+                self.assembly.tick(self.writers, stop)
             limit = self.max_run if max_messages is None else max_messages - done
             batch = self.inbox.take(limit, self.linger_s)
             if batch and self._process(batch, stop):
@@ -280,9 +287,9 @@ class Ingest:
         """Each message judged by its topic; the label messages joined to their kept
         predictions (one round trip). None if stopped while Redis was unavailable."""
         samples_topic, parse = self.samples_topic, self.parser.parse_message
-        if all(d.topic == samples_topic for d in batch):  # the hot path
+        if self.assembly is None and all(d.topic == samples_topic for d in batch):  # hot path
             return [RunMessage(d, parse(d.payload)) for d in batch], []
-        parsed: list[Parsed | None] = []
+        parsed: list[Parsed | Reading | None] = []
         labels: list[tuple[int, LabelMessage]] = []
         for i, d in enumerate(batch):
             sent = ("samples", None) if d.topic == samples_topic else self.names.sender_of(d.topic)
@@ -293,6 +300,8 @@ class Ingest:
             elif sent[0] == "labels":
                 parsed.append(None)
                 labels.append((i, self.labels.parse(d.payload, sent[1])))
+            elif self.assembly is not None:  # a reading, held before it forms a sample
+                parsed.append(self.assembly.read(d, sent[1], None))
             else:
                 parsed.append(_scoped(self._parse_sent(d, sent[1]), sent[1]))
         if labels:
@@ -302,6 +311,11 @@ class Ingest:
                 return None
             for (i, _), p in zip(labels, joined, strict=True):
                 parsed[i] = p
+        if self.assembly is not None:  # readings held, and the samples they formed
+            held = self.assembly.settle(batch, parsed, self.writer, stop)
+            if held is None:
+                return None
+            parsed = held
         return [RunMessage(d, p) for d, p in zip(batch, parsed, strict=True)], labels  # type: ignore[arg-type]
 
     def _parse_sent(self, d: Delivery, sender: str | None) -> Parsed:
@@ -315,7 +329,7 @@ class Ingest:
         granted = parser.model.gateways.get(sender, ())
         return parser.parse_message(d.payload, key=sender, at=time.time(), granted=granted)
 
-    def _parse_source(self, d: Delivery) -> Parsed:
+    def _parse_source(self, d: Delivery) -> Parsed | Reading:
         """A message on a source topic: parsed with its device key, the topic's level
         `key_level` (when the source names one), which a step may not override unless the
         source says `key_from_payload`."""
@@ -325,18 +339,20 @@ class Ingest:
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
         self.source_messages[source.topic] += 1
         self._unwritten_sources[source.topic] = self._unwritten_sources.get(source.topic, 0) + 1
-        level = source.key_level
-        if level is None:  # a window model's step then names its key itself
-            return self.parser.parse_message(d.payload, at=time.time())
-        levels = d.topic.split("/")
-        if level >= len(levels) or not levels[level]:
-            reason = (
-                f"topic {d.topic!r} has no level {level} to take the device key from "
-                f'(source {source.topic!r}, key = "topic:{level}")'
-            )
-            return Parsed(None, None, [Rejection(reason, d.payload, "other")])
+        if self.assembly is not None:
+            return self.assembly.read(d, None, source)
+        try:
+            key, field = source.levels_of(d.topic)
+        except PayloadError as exc:
+            return Parsed(None, None, [Rejection(str(exc), d.payload, "other")])
+        if key is None:  # a window model's step then names its key itself
+            return self.parser.parse_message(d.payload, at=time.time(), field=field)
         return self.parser.parse_message(
-            d.payload, key=levels[level], at=time.time(), key_from_payload=source.key_from_payload
+            d.payload,
+            key=key,
+            at=time.time(),
+            key_from_payload=source.key_from_payload,
+            field=field,
         )
 
     def _settle(

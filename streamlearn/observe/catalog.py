@@ -77,6 +77,18 @@ _INGEST = _role(
     ("labels_joined_total", "labels joined with their kept prediction into a sample"),
     ("labels_unknown_total", "labels whose prediction is not kept (expired, evicted, unknown)"),
     ("labels_duplicate_total", "labels of predictions already joined (counted, not stored)"),
+    (
+        "assembled_samples_total",
+        "samples formed from held readings ([assembly]), by a label or on a period, before "
+        "de-duplication (a redelivered label, or every ingest process's periodic one, counts "
+        "again and is stored once)",
+    ),
+    ("periodic_samples_total", "of those, formed on a period (assembly.every_s)"),
+    (
+        "evicted_held_keys_total",
+        "held keys deleted to keep assembly.max_devices: a sender's own idlest, or the "
+        "idlest of all for a new device's first",
+    ),
     ("qos0_dropped_total", "QoS 0 messages dropped while the inbox was full"),
     ("backlog_samples", "samples in the stream not yet acknowledged by the learner"),
     ("holding", "1 while ingest holds back acknowledgements (backlog over its limit)"),
@@ -182,6 +194,25 @@ _ACTOR = [
             "...), refusals included; not the calls grpcio refuses itself (past grpc_max_rpcs)",
             "code",
         ),
+        ("states_published_total", "device states published retained ([models.NAME.state])"),
+        (
+            "state_readings_replaced_total",
+            "device readings replaced by a newer one of their key within every_s (not predicted)",
+        ),
+        (
+            "state_readings_unread_total",
+            "source messages not read into a state: not a valid reading (ingest dead-letters "
+            "it) or a key unfit for a topic level",
+        ),
+        (
+            "state_readings_failed_total",
+            "readings taken for a state but not predicted: too few stored steps of a window, "
+            "no weights yet, an error",
+        ),
+        ("state_echoes_total", "Home Assistant's echoes of our own states, ignored as readings"),
+        ("states_evicted_total", "keys dropped to keep state.max_devices (their state cleared)"),
+        ("states_cleared_total", "retained states cleared (evicted, or past the bound at start)"),
+        ("state_devices", "keys with a state this actor bounds"),
         ("http_labels_joined_total", "labels of the HTTP labels route joined into a sample"),
         (
             "http_labels_duplicate_total",

@@ -26,6 +26,7 @@ import numpy as np
 from streamlearn.online import codec, network, tensors
 from streamlearn.online.evaluate import decide
 from streamlearn.online.numpy_model import NumpyModel
+from streamlearn.online.paths import dig, path_of
 from streamlearn.online.spec import LearningSpec, ModelSpec, from_dict, to_dict
 from streamlearn.online.trainer import Trainer
 
@@ -136,12 +137,16 @@ class OnlineModel:
     def _named(self, x: Mapping[str, Any]) -> list[float]:
         row = []
         for name in self.spec.fields or ():
-            value = x[name] if name in x else _dig(x, name)
+            value = x[name] if name in x else dig(x, path_of(name))
             values = self.spec.categorical.get(name)
+            if values is not None and isinstance(value, bool):
+                value = "true" if value else "false"  # as the service reads it
             if values is not None:  # its index; unknown or missing: -1, all zeros one-hot
                 row.append(float(values.index(value)) if value in values else -1.0)
             elif value is None:
                 row.append(np.nan)  # imputed with the running mean
+            elif isinstance(value, bool):
+                row.append(1.0 if value else 0.0)
             elif isinstance(value, int | float | np.number):
                 row.append(float(value))
             else:
@@ -217,13 +222,3 @@ class OnlineModel:
         served = NumpyModel(self.spec)
         served.load(self.weights())
         return served
-
-
-def _dig(doc: Mapping[str, Any], dotted: str) -> Any:
-    """`doc["a"]["b"]` for "a.b"; None where a level is missing."""
-    value: Any = doc
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part)
-    return value

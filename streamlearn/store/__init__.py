@@ -1,6 +1,6 @@
 """Every Redis structure and its Lua: connecting (a server or a Cluster), the scripts
 (`lua/`), the samples stream and its exactly-once appends, partitions, per-device
-windows, the weights store, and calls sent ahead or retried.
+windows, readings held for assembly, the weights store, and calls sent ahead or retried.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from streamlearn._lazy import exports
 
 if TYPE_CHECKING:
     from streamlearn.store.appends import Appender
+    from streamlearn.store.held import HeldStore
     from streamlearn.store.partitions import PartitionedStream, open_stream
     from streamlearn.store.redis_client import connect
     from streamlearn.store.retries import Retried
@@ -25,6 +26,7 @@ __all__, __getattr__ = exports(
     {
         "connect": "redis_client",
         "SampleStream": "stream",
+        "HeldStore": "held",
         "Packed": "stream",
         "Entry": "stream",
         "group_of": "stream",

@@ -14,6 +14,8 @@ from streamlearn import Client, Prediction, PredictionError
 from streamlearn.config import ModelConfig, load_config
 from streamlearn.contract.names import Names, owned
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.store.fields import FieldTotals
+from streamlearn.store.stream import SampleStream
 from tests.conftest import ROOT, eventually, plain_paho, retained, trained
 
 EXAMPLES = ROOT / "examples"
@@ -26,8 +28,9 @@ def example(name: str) -> ModelConfig:
 # -- what the devices publish, as they publish it -----------------------------------------
 
 
-def tasmota_sensor(power: float, voltage: float, current: float, factor: float) -> bytes:
-    """A Tasmota plug's tele/<device>/SENSOR message (firmware 13.x, energy monitoring)."""
+def tasmota_sensor(power: object, voltage: float, current: object, factor: object) -> bytes:
+    """A Tasmota plug's tele/<device>/SENSOR message (firmware 13.x, energy monitoring);
+    a device of two channels writes lists for Power, Current and Factor."""
     return json.dumps(
         {
             "Time": "2026-11-25T04:00:00",
@@ -38,7 +41,7 @@ def tasmota_sensor(power: float, voltage: float, current: float, factor: float) 
                 "Today": 0.201,
                 "Period": 1,
                 "Power": power,
-                "ApparentPower": round(voltage * current),
+                "ApparentPower": 98,
                 "ReactivePower": 49,
                 "Factor": factor,
                 "Voltage": voltage,
@@ -48,12 +51,16 @@ def tasmota_sensor(power: float, voltage: float, current: float, factor: float) 
     ).encode()
 
 
-def zigbee_state(temperature: float, humidity: float, battery: int, **more: object) -> bytes:
-    """A Zigbee2MQTT device's zigbee2mqtt/<friendly name> message (a temperature sensor)."""
+def zigbee_state(
+    temperature: float, humidity: float, battery: int, occupancy: bool, **more: object
+) -> bytes:
+    """A Zigbee2MQTT device's zigbee2mqtt/<friendly name> message (a presence sensor that
+    measures the air too: occupancy is a JSON boolean)."""
     doc = {
         "battery": battery,
         "humidity": humidity,
         "linkquality": 132,
+        "occupancy": occupancy,
         "temperature": temperature,
         "voltage": 3000,
     }
@@ -65,36 +72,39 @@ def zigbee_state(temperature: float, humidity: float, battery: int, **more: obje
 
 def test_the_examples_load_with_their_devices_topics():
     plug = example("tasmota.toml")
-    assert plug.fields == ("ENERGY.Power", "ENERGY.Voltage", "ENERGY.Current")
-    assert plug.target == "ENERGY.Factor" and plug.task == "regression"
+    assert plug.fields == ("ENERGY.Power.0", "ENERGY.Voltage.0", "ENERGY.Current.0")
+    assert plug.target == "ENERGY.Factor.0" and plug.task == "regression"
     assert [(s.topic, s.key_level) for s in plug.sources] == [("tele/+/SENSOR", 1)]
     room = example("zigbee2mqtt.toml")
-    assert room.fields == ("temperature", "humidity", "battery")
+    assert room.fields == ("temperature", "humidity", "battery", "occupancy")
     assert room.target == "occupied" and room.task == "binary"
     assert [s.topic for s in room.sources] == ["zigbee2mqtt/+"]
 
 
-def test_a_tasmota_plugs_telemetry_parses_into_x():
-    parsed = PayloadParser(example("tasmota.toml")).parse_message(
-        tasmota_sensor(85, 231, 0.424, 0.87), key="plug-1"
-    )
-    assert parsed.rejections == [], parsed.rejections
-    assert parsed.samples is not None
-    np.testing.assert_allclose(parsed.samples.x, [[85, 231, 0.424]], rtol=1e-6)
-    np.testing.assert_allclose(parsed.samples.y, [0.87], rtol=1e-6)
+def test_a_tasmota_plugs_telemetry_parses_into_x_one_channel_or_two():
+    parser = PayloadParser(example("tasmota.toml"))
+    for raw in (
+        tasmota_sensor(85, 231, 0.424, 0.87),
+        tasmota_sensor([85, 12], 231, [0.424, 0.1], [0.87, 0.5]),
+    ):
+        parsed = parser.parse_message(raw, key="plug-1")
+        assert parsed.rejections == [], parsed.rejections
+        assert parsed.samples is not None
+        np.testing.assert_allclose(parsed.samples.x, [[85, 231, 0.424]], rtol=1e-6)
+        np.testing.assert_allclose(parsed.samples.y, [0.87], rtol=1e-6)
 
 
 def test_a_zigbee2mqtt_sensors_state_parses_into_x_and_a_request_keeps_its_id():
     parser = PayloadParser(example("zigbee2mqtt.toml"))
-    parsed = parser.parse_message(zigbee_state(21.4, 48.5, 97, occupied=1))
+    parsed = parser.parse_message(zigbee_state(21.4, 48.5, 97, True, occupied=True))
     assert parsed.rejections == [], parsed.rejections
-    np.testing.assert_allclose(parsed.samples.x, [[21.4, 48.5, 97]], rtol=1e-6)
+    np.testing.assert_allclose(parsed.samples.x, [[21.4, 48.5, 97, 1]], rtol=1e-6)
     assert parsed.samples.y.tolist() == [1.0]
     request = parser.parse_request(
-        {"temperature": 21.4, "humidity": 48.5, "battery": 97, "id": "kitchen-0915"}
+        {"temperature": 21.4, "humidity": 48.5, "battery": 97, "occupancy": False, "id": "k-1"}
     )
-    np.testing.assert_allclose(request.x, [[21.4, 48.5, 97]], rtol=1e-6)
-    assert request.id == "kitchen-0915"
+    np.testing.assert_allclose(request.x, [[21.4, 48.5, 97, 0]], rtol=1e-6)
+    assert request.id == "k-1"
 
 
 def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_later(
@@ -111,7 +121,8 @@ def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_late
             occupied = i % 2
             t = 19 + 4 * occupied + rng.uniform(-1, 1)
             h = 40 + 15 * occupied + rng.uniform(-3, 3)
-            raw = zigbee_state(round(t, 1), round(h, 1), 97, occupied=occupied)
+            moving = rng.random() < (0.7 if occupied else 0.1)  # the radar's own guess
+            raw = zigbee_state(round(t, 1), round(h, 1), 97, moving, occupied=occupied)
             device.publish(f"zigbee2mqtt/room-{i % 3}", raw, qos=1).wait_for_publish(10)
     finally:
         device.loop_stop()
@@ -124,7 +135,7 @@ def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_late
     )
 
     with Client(settings.mqtt, topic_prefix=settings.topic_prefix) as client:
-        reading = {"temperature": 23.2, "humidity": 56.0, "battery": 97}
+        reading = {"temperature": 23.2, "humidity": 56.0, "battery": 97, "occupancy": True}
         tries = iter(range(1000))
 
         def answered() -> tuple[str, Prediction] | None:
@@ -148,3 +159,87 @@ def test_a_zigbee2mqtt_room_learns_from_its_topic_and_from_labels_that_come_late
     figures = eventually(joined, 30, "the label joined to the served request")
     assert figures["labels"] == 1 and figures.get("unknown", 0) == 0, figures
     eventually(lambda: trained(settings, names) >= 301, 30, "the joined label learned")
+
+
+TWO_CHANNELS = """
+[models.meter]
+inputs = ["ENERGY.Power.0", "ENERGY.Power.1", "ENERGY.Voltage.0"]
+target = "ENERGY.Factor.0"
+
+[[models.meter.sources]]
+topic = "tele/+/SENSOR"
+key = "topic:1"
+"""
+
+
+def test_tasmota_arrays_through_the_broker_an_element_past_the_end_missing_a_word_refused(
+    start_role, settings, redis
+):
+    start_role("ingest", TWO_CHANNELS)
+    names = Names("meter", settings.topic_prefix, settings.key_prefix)
+    device = plain_paho(settings)
+    try:
+        for raw in (
+            tasmota_sensor([85, 12], 231, [0.4, 0.1], [0.87, 0.5]),  # two channels
+            tasmota_sensor(85, 231, 0.4, 0.87),  # one: Power.1 is missing, counted
+            tasmota_sensor([85, "n/a"], 231, [0.4, 0.1], [0.87, 0.5]),  # a word: wrong_type
+        ):
+            device.publish("tele/dual-1/SENSOR", raw, qos=1).wait_for_publish(10)
+    finally:
+        device.loop_stop()
+        device.disconnect()
+    totals = FieldTotals(redis, names)
+    eventually(
+        lambda: (totals.read() or {}).get("sources", {}).get("tele/+/SENSOR") == 3,
+        30,
+        "the three messages counted",
+    )
+    assert (totals.read() or {})["missing"] == {"ENERGY.Power.1": 1}
+    assert SampleStream(redis, names, (3,)).backlog() == 2
+    [(_, letter)] = redis.xrange(names.deadletter_key)
+    assert letter[b"kind"] == b"wrong_type" and b"ENERGY.Power.1" in letter[b"reason"]
+
+
+def test_a_home_assistant_statestream_through_the_broker_as_the_example_reads_it(
+    start_role, settings, redis
+):
+    """examples/homeassistant.toml: one bare value per entity topic, retained, as Home
+    Assistant publishes them; each change of the heat pump's power forms a sample of the
+    home's held values (`unavailable`: missing; an entity the model does not use: counted)."""
+    # statestream's base_topic is the user's: one of this test's own, so that no other
+    # test's ingest of homeassistant/+/+/state (sharing the broker) reads its messages
+    base = f"home-{random.randrange(10**9)}"
+    toml = (EXAMPLES / "homeassistant.toml").read_text()
+    assert 'topic = "homeassistant/+/+/state"' in toml
+    start_role("ingest", toml.replace('"homeassistant/+/+/state"', f'"{base}/+/+/state"'))
+    names = Names("home", settings.topic_prefix, settings.key_prefix)
+    states = [
+        ("sensor/outdoor_temperature", "7.5"),
+        ("sensor/living_room_temperature", "20.1"),
+        ("binary_sensor/living_room_window", "off"),
+        ("climate/living_room", "heat"),
+        ("sensor/phone_battery", "54"),  # not an input: ignored, counted
+        ("sensor/heat_pump_power", "1240"),  # the label: a sample
+        ("sensor/living_room_temperature", "unavailable"),
+        ("binary_sensor/living_room_window", "on"),
+        ("sensor/heat_pump_power", "310"),  # a second sample, the room's value missing
+    ]
+    home = plain_paho(settings)
+    try:
+        for entity, state in states:
+            topic = f"{base}/{entity}/state"
+            home.publish(topic, state, qos=1, retain=True).wait_for_publish(10)
+        totals = FieldTotals(redis, names)
+        eventually(
+            lambda: SampleStream(redis, names, (4,)).backlog() == 2, 30, "two samples assembled"
+        )
+        assert (totals.read() or {})["missing"] == {"living_room_temperature": 1}
+        assert (totals.read() or {})["extra"] == 1
+        assert redis.xlen(names.deadletter_key) == 0
+    finally:  # the broker keeps no retained state of this test for the next
+        for entity, _ in states:
+            home.publish(f"homeassistant/{entity}/state", b"", qos=1, retain=True).wait_for_publish(
+                10
+            )
+        home.loop_stop()
+        home.disconnect()

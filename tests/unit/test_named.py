@@ -69,7 +69,7 @@ def test_a_categorical_value_is_its_index_and_an_unseen_one_is_counted():
     ("change", "kind"),
     [
         ({"temperature": "hot"}, "wrong_type"),
-        ({"temperature": True}, "wrong_type"),
+        ({"temperature": [88.0]}, "wrong_type"),
         ({"temperature": 1e39}, "non_finite"),
         ({"machine_type": 3}, "wrong_type"),
         ({"failed": 2}, "bad_target"),

@@ -1,0 +1,212 @@
+"""Sparkplug B edge nodes' sessions, shared in Redis by every ingest process of a model.
+
+A shared subscription hands one node's births and data to different ingest processes, in
+no set order. So what a message means is decided in Redis, one Lua call per message
+(`lua/sparkplug_message.lua`): a birth records its node's or device's aliases (alias ->
+datatype and name) and restarts its seq; data resolves its aliases; a seq skipped and
+still missing after `reorder_timeout_s`, data before its birth or an unknown alias asks
+for a rebirth, at most once per node per `rebirth_min_interval_s` whatever the process;
+an NDEATH of the birth's bdSeq (not an earlier session's will) kills the node and its
+devices, a DDEATH its device.
+
+Keys, in the model's hash tag (`Names.sparkplug_key`), `{n}` a node key `{group}/{node}`:
+`sp:index` (node -> last message time), `sp:unborn` (nodes never born), `sp:n:{n}` (its
+session: born, bdSeq, newest seq, seqs skipped, last rebirth asked, aliases held),
+`sp:s:{n}` (seq -> time seen), `sp:d:{n}` (device -> birth time, 0 dead), `sp:a:{n}` and
+`sp:a:{n}/{device}` (alias tables). Bounds: `SparkplugConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+import redis
+
+from streamlearn.config.sparkplug import SparkplugConfig
+from streamlearn.contract.names import Names
+from streamlearn.contract.sparkplug.payloads import (
+    BD_SEQ,
+    Decoded,
+    Value,
+    rebirth_request,
+    value_of,
+)
+from streamlearn.contract.sparkplug.topics import Topic, topic_of
+from streamlearn.store import lua
+from streamlearn.store.redis_client import evalsha
+
+CONTROL = "Node Control/"  # a node's own controls (Rebirth, Reboot...): not readings
+CHUNK_ARGS = 10_000  # arguments of one script call, about (a birth's may take it past)
+US = "\x1f"  # separates a reply's parts (`lua/sparkplug_message.lua`)
+IGNORED = "-"  # the datatype of an alias of a metric skipped at its birth (a DataSet...)
+
+
+@dataclass(frozen=True)
+class Rebirth:
+    """The NCMD that asks an edge node for its births again: publish it (QoS 0 or 1)."""
+
+    topic: str
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class Handled:
+    """What one message said of its device key (`{group}/{node}[/{device}]`).
+
+    `values`: the readings it carried by metric name (None: null, a missing input); a
+    birth carries every metric, data only those that changed (the others are unchanged).
+    `times`: each reading's time, unix s (the metric's timestamp, else the payload's, else
+    the call's clock). `status`: `ok`, `birth`, `death`, `command` (nothing done),
+    `unborn` (data before its birth: its aliases unresolved), `unknown_alias`, `gap`,
+    `stale_death`, `too_many_devices`, `too_many_aliases`. `dead`: the device keys that
+    died. `late`: its seq is not the newest seen (a redelivery, or overtaken): its values
+    may be older than those held. `unknown`: metrics whose alias no birth declared.
+    """
+
+    key: str
+    status: str
+    values: dict[str, Value] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+    rebirth: Rebirth | None = None
+    dead: tuple[str, ...] = ()
+    late: bool = False
+    unknown: int = 0
+
+
+class SparkplugNodes:
+    """One model's Sparkplug B edge nodes in Redis. `wanted`: the metric names the model
+    reads (inputs and target; None: every one); the others' aliases are kept without
+    their names, and their values are not returned."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        names: Names,
+        config: SparkplugConfig | None = None,
+        wanted: Collection[str] | None = None,
+    ) -> None:
+        self.redis = client
+        self.names = names
+        self.config = config or SparkplugConfig()
+        self.wanted = None if wanted is None else frozenset(wanted)
+        self.prefix = names.sparkplug_key("")
+        self._script = lua.load(client, "sparkplug_message")
+        c = self.config  # the script's arguments that do not change, encoded once
+        self._head = [
+            str(v).encode()
+            for v in (c.ttl_s, c.max_nodes, c.max_devices_per_node, c.max_aliases_per_node)
+            + (c.rebirth_min_interval_s, c.reorder_timeout_s, self.prefix)
+        ]
+
+    def handle(self, topic: Topic, decoded: Decoded, now: float) -> Handled:
+        """What one message does to its node's state, and what it says (`Handled`)."""
+        return self.handle_many([(topic, decoded)], now)[0]
+
+    def handle_many(self, messages: Sequence[tuple[Topic, Decoded]], now: float) -> list[Handled]:
+        """`handle` for several messages, in order, in one round trip: one script call
+        per `CHUNK_ARGS` arguments (a call blocks Redis while it runs)."""
+        pipe = self.redis.pipeline(transaction=False)
+        asked: list[list[int] | None] = []
+        args: list[bytes | str | int] = []
+        for topic, decoded in messages:
+            asked.append(self._arguments(args, topic, decoded))
+            if len(args) >= CHUNK_ARGS:
+                self._queue(pipe, args, now)
+                args = []
+        if args:
+            self._queue(pipe, args, now)
+        try:
+            replies = iter([r for chunk in pipe.execute() for r in chunk])
+        except redis.exceptions.NoScriptError:  # a restarted Redis lost it: nothing ran
+            self.redis.script_load(self._script.script)
+            return self.handle_many(messages, now)
+        out = []
+        for (topic, decoded), aliases in zip(messages, asked, strict=True):
+            if aliases is None:
+                out.append(Handled(topic.key, "command"))
+            else:
+                out.append(self._handled(topic, decoded, aliases, next(replies), now))
+        return out
+
+    def _queue(
+        self, pipe: redis.client.Pipeline, args: list[bytes | str | int], now: float
+    ) -> None:
+        keys = [self.prefix + "index", self.prefix + "unborn"]
+        evalsha(pipe, self._script.sha, keys, repr(float(now)), *self._head, *args)
+
+    def _arguments(
+        self, args: list[bytes | str | int], topic: Topic, decoded: Decoded
+    ) -> list[int] | None:
+        """Add the message's arguments of the script to `args`; the aliases it asks to
+        resolve (None: a command or a STATE, which changes nothing)."""
+        if topic.type in ("NCMD", "DCMD", "STATE"):
+            return None
+        args += [topic.type, topic.node_key, topic.device or ""]
+        args += ["" if decoded.seq is None else decoded.seq]
+        args += ["" if decoded.bd_seq is None else decoded.bd_seq]
+        items: list[str | int] = []
+        aliases: list[int] = []
+        if topic.type in ("NBIRTH", "DBIRTH"):
+            for m in decoded.metrics:
+                if m.alias is not None:
+                    name = m.name if self._reads(m.name) else ""
+                    items += [m.alias, f"{'' if m.datatype is None else m.datatype} {name}"]
+            for alias in decoded.ignored:
+                items += [alias, f"{IGNORED} "]
+        elif topic.type in ("NDATA", "DDATA"):
+            unnamed = (m.alias for m in decoded.metrics if m.name is None)
+            aliases = list(dict.fromkeys(a for a in unnamed if a is not None))
+            items += aliases
+        args.append(len(items))
+        args += items
+        return aliases
+
+    def _reads(self, name: str | None) -> bool:
+        """Is `name` a reading the model takes (not a control, nor bdSeq)?"""
+        if name is None or name == BD_SEQ or name.startswith(CONTROL):
+            return False
+        return self.wanted is None or name in self.wanted
+
+    def _handled(
+        self, topic: Topic, decoded: Decoded, aliases: list[int], reply: bytes, now: float
+    ) -> Handled:
+        status, rebirth, late, n, *rest = reply.decode().split(US)
+        dead, resolved = rest[: int(n)], rest[int(n) :]
+        table = {a: r.split(" ", 1) for a, r in zip(aliases, resolved, strict=False) if r}
+        values: dict[str, Value] = {}
+        times: dict[str, float] = {}
+        unknown = 0
+        kept = status not in ("too_many_devices", "too_many_aliases")  # else not its own
+        for m in decoded.metrics if kept else ():
+            name, value = m.name, m.value
+            if name is None and m.alias is not None:
+                dt, name = table.get(m.alias, (IGNORED, None))
+                if m.alias not in table and m.alias not in decoded.ignored:
+                    unknown += 1
+                if m.datatype is None and dt not in ("", IGNORED):
+                    value = value_of(m.raw, int(dt))
+            if self._reads(name):
+                assert name is not None
+                values[name] = value
+                at = m.timestamp_ms if m.timestamp_ms is not None else decoded.timestamp_ms
+                times[name] = now if at is None else at / 1000
+        if status == "ok" and topic.type in ("NBIRTH", "DBIRTH"):
+            status = "birth"
+        elif status == "ok" and dead:
+            status = "death"
+        ask = None
+        if rebirth == "1":
+            ask = Rebirth(
+                topic_of("NCMD", topic.group, topic.node), rebirth_request(int(now * 1000))
+            )
+        return Handled(
+            topic.key,
+            status,
+            values,
+            times,
+            ask,
+            tuple(dead),
+            late == "1",
+            unknown,
+        )
