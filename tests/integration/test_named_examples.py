@@ -14,6 +14,7 @@ from streamlearn import Client, Prediction, PredictionError
 from streamlearn.config import ModelConfig, load_config
 from streamlearn.contract.names import Names, owned
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.store.entries import unpack
 from streamlearn.store.fields import FieldTotals
 from streamlearn.store.stream import SampleStream
 from tests.conftest import ROOT, eventually, plain_paho, retained, trained
@@ -243,3 +244,39 @@ def test_a_home_assistant_statestream_through_the_broker_as_the_example_reads_it
             )
         home.loop_stop()
         home.disconnect()
+
+
+DOORS = """
+[models.doors]
+inputs = ["contact", "tamper", "battery"]
+target = "intrusion"
+task = "binary"
+categorical = { contact = ["true", "false"] }
+
+[[models.doors.sources]]
+topic = "zigbee2mqtt/doors/+"
+"""
+
+
+def test_zigbee2mqtt_booleans_through_the_broker_as_numbers_and_as_a_category(
+    start_role, settings, redis
+):
+    """An Aqara door sensor's state as Zigbee2MQTT publishes it: `contact` (a category
+    here) and `tamper` (a number) are JSON booleans."""
+    start_role("ingest", DOORS)
+    names = Names("doors", settings.topic_prefix, settings.key_prefix)
+    device = plain_paho(settings)
+    try:
+        for contact, tamper, intrusion in ((False, False, 0), (True, True, 1)):
+            state = {"battery": 91, "contact": contact, "tamper": tamper, "linkquality": 54}
+            raw = json.dumps({**state, "voltage": 2985, "intrusion": intrusion})
+            device.publish("zigbee2mqtt/doors/back", raw, qos=1).wait_for_publish(10)
+    finally:
+        device.loop_stop()
+        device.disconnect()
+    eventually(lambda: SampleStream(redis, names, (3,)).backlog() == 2, 30, "two samples")
+    rows = [unpack(f, (3,)) for _, f in redis.xrange(names.samples_key)]
+    x = np.concatenate([r.x for r in rows])
+    assert x.tolist() == [[1.0, 0.0, 91.0], [0.0, 1.0, 91.0]]  # "false" is index 1
+    assert np.concatenate([r.y for r in rows]).tolist() == [0.0, 1.0]
+    assert redis.xlen(names.deadletter_key) == 0
