@@ -1,8 +1,9 @@
-"""The Sparkplug B case of `bench.ingest`, in-process: DDATA messages of edge nodes decoded
-(`streamlearn.contract.sparkplug`) and resolved against the nodes' shared state in Redis
-(`streamlearn.store.sparkplug`: one script call per message), one message per round trip
-and a batch per round trip, against decoding alone. No broker: what Sparkplug adds to a
-message's cost in ingest.
+"""The Sparkplug B cases of `bench.ingest`. `run_sparkplug_ingest`: a plant's DDATA queued
+at the broker, through a real ingest process, against the raw subscriber. `run_sparkplug`,
+in-process and without a broker: DDATA decoded (`streamlearn.contract.sparkplug`) and
+resolved against the nodes' shared state in Redis (`streamlearn.store.sparkplug`), one
+message per round trip and a batch per round trip, against decoding alone: what
+Sparkplug adds to a message's cost in ingest.
 
     .venv/bin/python -m bench._sparkplug [--messages 20000]   # its own redis-server
 """
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -95,6 +99,108 @@ def run_sparkplug(store: redis.Redis, messages: int = 20_000, batch: int = 100) 
         "decode_msgs_per_s": round(messages / decoded_s),
         "resolve_msgs_per_s": round(messages / single_s),
         f"resolve_batched_{batch}_msgs_per_s": round(messages / batched_s),
+    }
+
+
+TOML = """
+[models.{model}]
+inputs = ["m0", "m1", "m2", "m3"]
+target = "m4"
+task = "regression"
+
+[models.{model}.ingest]
+max_backlog_samples = 100_000_000
+
+[models.{model}.assembly]
+max_age_s = 600
+
+[[models.{model}.sources]]
+topic = "spBv1.0/{model}/#"
+format = "sparkplug_b"
+"""
+EDGES, PRESSES = 5, 10  # edge nodes per publisher, devices per node
+
+
+def plant(model: str, publisher: int, messages: int) -> list[tuple[str, bytes]]:
+    """One publisher's edge nodes as Tahu publishes them: NBIRTH, a DBIRTH per device
+    (5 metrics, aliases 0-4), then DDATA of 3 changed metrics by alias, round-robin over
+    nodes and devices, every 4th carrying the target (alias 4): a sample."""
+    out, seqs = [], {}
+    for n in range(EDGES):
+        node = f"e{publisher}-{n}"
+        birth = pb.Payload(timestamp=1_700_000_000_000, seq=0)
+        birth.metrics.add(name="bdSeq", datatype=4, long_value=0)
+        out.append((f"spBv1.0/{model}/NBIRTH/{node}", birth.SerializeToString()))
+        for d in range(PRESSES):
+            p = pb.Payload(timestamp=1_700_000_000_000, seq=d + 1)
+            for m in range(5):
+                p.metrics.add(name=f"m{m}", alias=m, datatype=FLOAT, float_value=0.5)
+            out.append((f"spBv1.0/{model}/DBIRTH/{node}/d{d}", p.SerializeToString()))
+        seqs[node] = PRESSES + 1
+    for i in range(messages):
+        node = f"e{publisher}-{i % EDGES}"
+        p = pb.Payload(timestamp=1_700_000_001_000 + i, seq=seqs[node])
+        seqs[node] = (seqs[node] + 1) % 256
+        for k in range(CHANGED):
+            alias = 4 if k == 0 and i % 4 == 0 else (i + k) % 4
+            p.metrics.add(alias=alias, timestamp=p.timestamp, float_value=i * 0.25)
+        out.append((f"spBv1.0/{model}/DDATA/{node}/d{i // EDGES % PRESSES}", p.SerializeToString()))
+    return out
+
+
+def run_sparkplug_ingest(
+    mqtt_port: int,
+    store: redis.Redis,
+    messages: int,
+    pubs: int,
+    worker_of: Callable[[str], Any],
+    raw_msgs_per_s: float,
+    tag: str = "sparkplug",
+) -> dict:
+    """`messages` DDATA (after their births) queued at the broker while the ingest process
+    is away, then resolved, held and assembled: messages/s from the first to the last
+    stream entry, against the raw subscriber's backlog rate (`raw_msgs_per_s`)."""
+    from bench._assembly import publish_readings
+
+    names = Names(tag, "bench")
+    each = messages // pubs // 4 * 4  # DDATA per publisher, a sample every 4
+    worker = worker_of(tag)
+    Path(worker.argv[-1]).write_text(TOML.format(model=tag))
+    worker.start().stop()  # its session queues at the broker while it is away
+    out: mp.Queue = mp.Queue()
+    procs = [
+        mp.Process(target=publish_readings, args=(mqtt_port, plant(tag, k, each), out))
+        for k in range(pubs)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        out.get(timeout=300)
+    for p in procs:
+        p.join()
+    worker.start()
+    samples = each // 4 * pubs
+    deadline = time.monotonic() + 300
+    while int(store.get(names.ingest_count_key) or 0) < samples:
+        if time.monotonic() > deadline or worker.proc.poll() is not None:
+            raise SystemExit("ingest did not assemble:\n" + "".join(worker.lines[-30:]))
+        time.sleep(0.02)
+    cpu = worker.cpu_s() - worker.cpu_at_start
+    worker.stop()
+    key = names.samples_key
+    first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
+    seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
+    sent = each * pubs
+    return {
+        "mode": "backlog",
+        "subscriber": "ingest process, Sparkplug B DDATA (3 metrics by alias)",
+        "samples/msg": 0.25,
+        "messages": sent,
+        "seconds": seconds,
+        "msgs/s": sent / seconds,
+        "samples/s": each // 4 * pubs / seconds,
+        "cpu us/msg": cpu / sent * 1e6,
+        "vs raw": sent / seconds / raw_msgs_per_s,
     }
 
 

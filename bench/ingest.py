@@ -26,7 +26,9 @@ slower parse shows even where the end-to-end ratios have room to hide it.
 
 Last, `labels`: 100-label messages on the labels topic through a real ingest process, each
 label joined to a prediction kept beforehand as an actor keeps it (`streamlearn.store.pending`),
-appended and scored: labels/s from the first to the last stream entry they made.
+appended and scored: labels/s from the first to the last stream entry they made. Then
+the assembled case (`bench._assembly`) and Sparkplug B DDATA by alias (`bench._sparkplug`),
+each queued at the broker and read by a real ingest process, against the raw subscriber.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from paho.mqtt.properties import Properties
 from bench._assembly import run_assembly
 from bench._labels import run_labels
 from bench._report import exit_status, goal, report
+from bench._sparkplug import run_sparkplug_ingest
 from streamlearn.config import parse_config
 from streamlearn.contract.names import Names
 from streamlearn.contract.payloads import PayloadParser
@@ -415,6 +418,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(assembling)
         print(f"assembled: {assembling['samples/s']:,.0f} samples/s", flush=True)
+        sparkplug = run_sparkplug_ingest(
+            broker.port,
+            store,
+            args.messages,
+            args.publishers,
+            lambda tag: IngestProcess(broker.port, server.port, tag, Path(tmp)),
+            statistics.median(raw_backlog),
+        )
+        rows.append(sparkplug)
+        print(f"sparkplug: {sparkplug['msgs/s']:,.0f} DDATA/s", flush=True)
     single = statistics.median(o["vs raw"] for o in ratios[("live", 1)])
     batched = statistics.median(o["samples/s"] for o in ratios[("live", 100)])
     capacity = statistics.median(o["vs raw"] for o in ratios[("backlog", 1)])
@@ -444,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
         f"assembled (a topic per input, 4 readings a sample), backlog: ingest reads >= 0.5x "
         f"the raw subscriber's messages/s ({assembling['vs raw']:.2f}x, "
         f"{assembling['samples/s']:,.0f} samples/s)": goal(assembling["vs raw"], 0.5, q),
+        f"Sparkplug B DDATA (3 metrics by alias, births in Redis, held), backlog: ingest >= "
+        f"0.5x the raw subscriber's messages/s ({sparkplug['vs raw']:.2f}x, "
+        f"{sparkplug['msgs/s']:,.0f} msgs/s)": goal(sparkplug["vs raw"], 0.5, q),
     }
     report(
         "ingest",
@@ -460,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
             "labels_per_s": joining["labels/s"],
             "assembled_vs_raw": assembling["vs raw"],
             "assembled_samples_per_s": assembling["samples/s"],
+            "sparkplug_vs_raw": sparkplug["vs raw"],
+            "sparkplug_msgs_per_s": sparkplug["msgs/s"],
         },
         publishers=args.publishers,
         loadavg_before=load,

@@ -8,7 +8,8 @@ Rows, all with the same model and batch size, measured in one run:
   the metrics eagerly at every call; the learner's step does it inside its graph);
 - the per-message loop: one `train_on_batch` per sample, as people first write it;
 - the learner draining a stream of `--samples` samples, as deployed (`Learner.run` with
-  replay on: it replays only once caught up, so a full backlog gets fresh steps alone;
+  replay on, holding its lease: each publish fenced, each turn checked; it replays
+  only once caught up, so a full backlog gets fresh steps alone;
   `replay steps` counts any that ran), in three layouts: 64-sample messages, an entry
   each; single-sample messages as ingest appends them, a run of `RUN` messages to an
   entry (its runs live at ~13,000 messages/s; under a backlog they are longer); and
@@ -47,11 +48,13 @@ from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Samples
 from streamlearn.learner.batching import samples_batch
+from streamlearn.learner.lease import LeaseKeeper
 from streamlearn.learner.loop import Learner
 from streamlearn.nn import networks
 from streamlearn.online.batch import Batch
 from streamlearn.online.guard import TrainProbe
 from streamlearn.stack import embedded
+from streamlearn.store.lease import Lease
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 
@@ -122,7 +125,11 @@ def drain_stream(
     queue = SampleStream(client, names, cfg.sample_shape)
     queue.load_scripts()
     entries = prefill(queue, samples, per_entry, run)
-    learner = Learner(cfg, queue, WeightsStore(client, names), consumer="bench")
+    lease = Lease(client, names, cfg.learner.lease.ttl_s)
+    keeper = LeaseKeeper(lease, cfg.learner.lease)
+    keeper.wait(threading.Event())
+    store = WeightsStore(client, names, lease=lease)
+    learner = Learner(cfg, queue, store, consumer="bench", lease=keeper)
     learner.start()  # resume and warm-up: not timed
     while learner.trainer.warm_next():  # the buckets a deployed learner traces in spare time
         pass
@@ -141,6 +148,7 @@ def drain_stream(
     start = time.perf_counter()
     steps = learner.run(trained)  # as deployed: replay on, in spare time only
     seconds = last[0] - start
+    keeper.release()
     status = learner.status()
     assert status["samples_seen"] == samples, status
     group = client.xinfo_groups(queue.key)[0]

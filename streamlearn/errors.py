@@ -30,3 +30,8 @@ class WeightsError(StreamlearnError):
 
 class NoWeightsError(StreamlearnError):
     """No weights have been published yet for the model."""
+
+
+class LeaseLost(StreamlearnError):
+    """A learner no longer holds its lease (`streamlearn.store.lease`): it may not publish
+    nor checkpoint, and goes back to waiting for the lease."""

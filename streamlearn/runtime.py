@@ -117,9 +117,10 @@ def redis_client(settings: Settings) -> redis.Redis:
     )
 
 
-def stop_on_signals() -> threading.Event:
-    """The first SIGTERM/SIGINT lets the loop finish its batch; a second one stops hard."""
-    stop = threading.Event()
+def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """The first SIGTERM/SIGINT lets the loop finish its batch (sets `stop`, a new event by
+    default); a second one stops hard."""
+    stop = stop or threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
         if stop.is_set():

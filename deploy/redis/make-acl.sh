@@ -40,6 +40,8 @@
 #            (RPUSH/LPOP/LLEN/LRANGE), the pin (`streamlearn pin`/`unpin`: GETDEL) and version
 #            labels (HSET/HVALS, kept from the trim), the champion pointer and last promotion (GET/SET), the
 #            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA);
+#            its lease sl:*:learner:lease (a variant's sl:*:variant:*:learner:lease): SET NX
+#            PX to take it, GET/SET/DEL in its scripts, PTTL for `streamlearn status`;
 #            read-only: the served score (sl:*:served*) and the field counts (sl:*:fields)
 #            it puts in the model's status.
 #   actor    read-only GET of sl:*:weights* (HGET: a version's blob; HKEYS: the versions
@@ -96,7 +98,7 @@ hash_of() {
 conn='+ping +hello +client|setname +cluster|info +cluster|slots'  # cluster: mode probe, topology
 # The keys other than the streams that ingest and the learner write (selectors below).
 ingest_keys='~sl:*:ingest:* ~sl:*:window:* ~sl:*:pending* ~sl:*:served* ~sl:*:fields'
-learner_keys='~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants'
+learner_keys='~sl:*:weights* ~sl:*:champion ~sl:*:promotion ~sl:*:variants ~sl:*:learner:lease'
 actor_reads='%R~sl:*:weights* %R~sl:*:window:*'
 actor_keys='~sl:*:pending* ~sl:*:ingest:* ~sl:*:served*'
 ingest=$(hash_of REDIS_INGEST_PASSWORD)
@@ -112,7 +114,7 @@ trap 'rm -f "$tmp"' EXIT
     # may touch the other keys, and nothing else. So UNLINK, DEL and SET never reach the
     # sample stream or the dead letters, directly or from a script.
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrem +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hmget +hset +hdel)"
-    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
+    echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos +pttl) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
     echo "user actor on #$actor resetkeys resetchannels ~sl:*:samples $actor_reads $actor_keys &sl:*:weights -@all $conn +subscribe +unsubscribe +evalsha_ro +script|load +evalsha +eval +xadd +xlen +xinfo +xpending +xrange ($actor_reads +get +hget +hkeys +hgetall +zrevrangebyscore) ($actor_keys +get +mget +set +expire +unlink +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby +smismember +sadd +hget +hmget +hset +hincrby +hincrbyfloat +lpush +ltrim)"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"

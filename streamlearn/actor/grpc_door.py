@@ -34,13 +34,10 @@ connections of one address (the door caps its calls instead).
 from __future__ import annotations
 
 import asyncio
-import functools
 import hmac
-import ipaddress
 import logging
 import threading
 import time
-import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -90,8 +87,7 @@ class Refused(Exception):
 
     def __init__(self, code: grpc.StatusCode, reason: str) -> None:
         super().__init__(reason)
-        self.code = code
-        self.reason = reason
+        self.code, self.reason = code, reason
 
 
 class Call(NamedTuple):
@@ -124,6 +120,7 @@ class GrpcDoor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None  # grpc.aio.Server
         self._thread: threading.Thread | None = None
+        self.draining = False  # the actor stops: new calls refused, those in progress answered
 
     def start(self) -> int:
         """Listen; returns the port (the one bound, for port 0). Raises OSError if taken."""
@@ -138,9 +135,19 @@ class GrpcDoor:
         self._thread.start()
         return self.port
 
+    def drain(self) -> None:
+        """Not ready; new calls refused (GOAWAY: a client's next call goes to another actor)
+        and those in progress answered, for at most `actor.drain_s`."""
+        self.draining = True
+        if self._loop is not None and self._server is not None:
+            stopping = self._server.stop(self.cfg.actor.drain_s)
+            asyncio.run_coroutine_threadsafe(stopping, self._loop)
+
+    def busy(self) -> bool:
+        return bool(self._calls)  # calls in progress, by address
+
     def stop(self) -> None:
-        """Stop listening and end the calls in progress (requests queued still get answered,
-        to no one)."""
+        """Stop listening and end the calls in progress."""
         loop, server = self._loop, self._server
         if loop is None or server is None:
             return
@@ -206,7 +213,7 @@ class GrpcDoor:
 
         async def serve(_requests: Any, context: Any) -> Message:
             arrived = time.monotonic()
-            peer = address(context.peer())
+            peer = messages.address(context.peer())
             try:
                 if name not in OPEN:
                     self._authorize(context)
@@ -303,7 +310,7 @@ class GrpcDoor:
         return pb.ServerLiveResponse(live=True)
 
     async def _ready(self, _request: Any, _call: Call) -> Message:
-        return pb.ServerReadyResponse(ready=self.actor.answers)
+        return pb.ServerReadyResponse(ready=self.actor.answers and not self.draining)
 
     async def _server_metadata(self, _request: Any, _call: Call) -> Message:
         return pb.ServerMetadataResponse(**oip.server_metadata())
@@ -315,7 +322,7 @@ class GrpcDoor:
 
     async def _model_ready(self, request: Any, _call: Call) -> Message:
         self._known(request.name)
-        ready = self.actor.answers
+        ready = self.actor.answers and not self.draining
         if ready and request.version:
             wanted = version_ref(request.version)
             if isinstance(wanted, int):
@@ -367,27 +374,6 @@ class GrpcDoor:
             raise Refused(CODES[oip.status_of(reply["error"])], reply["error"])
         out, data = oip.response(self.cfg, reply, rid, replace(wanted, binary=True))
         return messages.response(out, data)
-
-
-@functools.lru_cache(maxsize=4096)  # a connection's calls name the same peer
-def address(peer: str) -> str:
-    """The IP address of grpcio's name of a call's peer (an IPv4 one as the HTTP door has
-    it, when a dual-stack listener maps it into IPv6).
-
-    >>> address("ipv4:10.0.0.5:50051"), address("ipv6:%5B::1%5D:50051"), address("unix:/s")
-    ('10.0.0.5', '::1', 'unix:/s')
-    >>> address("ipv6:%5B::ffff:10.0.0.5%5D:50051")
-    '10.0.0.5'
-    """
-    scheme, _, rest = peer.partition(":")
-    if scheme not in ("ipv4", "ipv6"):
-        return peer
-    host = urllib.parse.unquote(rest).rpartition(":")[0].strip("[]")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host
-    return str(ip.ipv4_mapped or ip) if isinstance(ip, ipaddress.IPv6Address) else str(ip)
 
 
 def _serialize(message: Message) -> bytes:

@@ -3,11 +3,15 @@
 A ModelInferRequest becomes the JSON's document and the binary tensors after it, so that
 `oip.read_document` reads it with the HTTP door's checks and messages; `oip`'s response,
 metadata and configuration documents become their messages. The messages are
-`streamlearn.actor.proto`'s (upstream's names and field numbers).
+`streamlearn.actor.proto`'s (upstream's names and field numbers). And grpcio's name of a
+call's peer as the address the doors' shares are counted by (`address`).
 """
 
 from __future__ import annotations
 
+import functools
+import ipaddress
+import urllib.parse
 from typing import Any
 
 from google.protobuf.message import Message
@@ -133,3 +137,24 @@ def _parameters(params: Any) -> dict[str, Any]:
         if which is not None:
             found[key] = getattr(value, which)
     return found
+
+
+@functools.lru_cache(maxsize=4096)  # a connection's calls name the same peer
+def address(peer: str) -> str:
+    """The IP address of grpcio's name of a call's peer (an IPv4 one as the HTTP door has
+    it, when a dual-stack listener maps it into IPv6).
+
+    >>> address("ipv4:10.0.0.5:50051"), address("ipv6:%5B::1%5D:50051"), address("unix:/s")
+    ('10.0.0.5', '::1', 'unix:/s')
+    >>> address("ipv6:%5B::ffff:10.0.0.5%5D:50051")
+    '10.0.0.5'
+    """
+    scheme, _, rest = peer.partition(":")
+    if scheme not in ("ipv4", "ipv6"):
+        return peer
+    host = urllib.parse.unquote(rest).rpartition(":")[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    return str(ip.ipv4_mapped or ip) if isinstance(ip, ipaddress.IPv6Address) else str(ip)

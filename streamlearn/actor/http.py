@@ -34,6 +34,10 @@ standard library's threading server: docs/learning-log.md, "Serving"). It runs i
 event loop in one thread, so it adds one thread to the actor whatever the connections.
 aiohttp accepts every connection: the cap is `Connections`, the door's protocol factory.
 An idle keep-alive connection, or one whose headers do not arrive, is closed after `KEEPALIVE_S`.
+
+A stopping actor drains the door (`drain`, `streamlearn.actor.shutdown`): not ready, no new
+connection, and each request in progress or still to come on an open connection answered
+with `Connection: close`, so that a client's next request opens one to another actor.
 """
 
 from __future__ import annotations
@@ -94,6 +98,8 @@ class HttpDoor:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
+        self.draining = False  # the actor stops: answer, then close each connection
+        self.active = 0  # requests in progress (the loop's thread counts them)
 
     def start(self) -> int:
         """Listen; returns the port (the one bound, for port 0). Raises OSError if taken."""
@@ -119,6 +125,17 @@ class HttpDoor:
         self._thread = threading.Thread(target=loop.run_forever, name="http-door", daemon=True)
         self._thread.start()
         return self.port
+
+    def drain(self) -> None:
+        """Not ready, and no new connection: a client is refused at once and goes elsewhere."""
+        self.draining = True
+        loop, listener = self._loop, self._listener
+        if loop is not None and listener is not None:
+            loop.call_soon_threadsafe(listener.close)  # the open connections stay
+
+    def busy(self) -> bool:
+        """Whether a request is in progress (its reply not sent yet)."""
+        return self.active > 0
 
     def stop(self) -> None:
         """Stop listening and close the connections (requests queued still get answered)."""
@@ -168,7 +185,9 @@ class HttpDoor:
 
     @web.middleware
     async def _count(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """Every answer counted by status; every error the protocol's JSON."""
+        """Every answer counted by status; every error the protocol's JSON; while the door
+        drains, every answer closes its connection."""
+        self.active += 1
         try:
             response = await handler(request)
         except PayloadError as exc:  # the body, or the path's version or label
@@ -180,6 +199,10 @@ class HttpDoor:
         except Exception:
             log.exception("HTTP request %s %s", request.method, request.path)
             response = self._error(500, "internal error")
+        finally:
+            self.active -= 1
+        if self.draining:
+            response.force_close()  # `Connection: close`: its client reconnects elsewhere
         self._counted(response.status)
         return response
 
@@ -213,7 +236,7 @@ class HttpDoor:
         return web.json_response({"live": True})
 
     async def _ready(self, _request: web.Request) -> web.Response:
-        ready = self.actor.answers
+        ready = self.actor.answers and not self.draining
         return web.json_response({"ready": ready}, status=200 if ready else 503)
 
     async def _server(self, _request: web.Request) -> web.Response:
@@ -234,7 +257,7 @@ class HttpDoor:
         problem = self._unknown(request)
         if problem is not None:
             return problem
-        ready = self.actor.answers
+        ready = self.actor.answers and not self.draining
         if ready and "version" in request.match_info:
             wanted = self._version(request)
             if isinstance(wanted, int):

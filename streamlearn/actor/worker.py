@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from paho.mqtt.properties import Properties
 
 from streamlearn import mqtt, runtime
+from streamlearn.actor import shutdown
 from streamlearn.actor.http import HttpDoor
 from streamlearn.actor.loop import Actor
 from streamlearn.actor.states import States, states_group
@@ -43,8 +44,8 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     stop = runtime.stop_on_signals()
     # Requests on `predict` and on `predict/{client}` (the ACL lets a device publish only on
     # its own client id's), both shared by the actors (`streamlearn.actor.replies`).
-    requests = [names.shared(leaf, settings.share_group) for leaf in ("predict", "predict/+")]
-    subscriptions = [(topic, 0) for topic in requests]
+    shares = [names.shared(leaf, settings.share_group) for leaf in ("predict", "predict/+")]
+    subscriptions = [(topic, 0) for topic in shares]
     probe = None
     if model.actor.broker_probe_every_s > 0:  # its pings come on the actor's own connection
         every_s = model.actor.broker_probe_every_s
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
     if model.state is not None:  # devices' readings, predicted into retained states
         actor.states = states = States(model, names, publish)
         group = states_group(settings.share_group, model.name)
-        subscriptions += [(f"$share/{group}/{topic}", 0) for topic in states.subscriptions]
+        readings = [f"$share/{group}/{topic}" for topic in states.subscriptions]
+        subscriptions += [(topic, 0) for topic in readings]
+        shares += readings  # what a stopping actor leaves to the others (`shutdown`)
         subscriptions.append((states.retained_filter, 0))  # an earlier life's, bounded
         on_message = states.handler(actor.on_message)
     # QoS 0 from the broker: paho acknowledges a QoS 1 message on receipt, not when it is
@@ -129,13 +132,10 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         probe.start()
     log.info("actor for %s ready on %s", model.name, names.predict_topic)
     try:
-        actor.run(stop)
-        client.unsubscribe(requests)
-        for opened in (door, grpc_door):
-            if opened is not None:
-                opened.stop()
-        drained = actor.drain()
-        log.info("answered %d requests received before unsubscribing", drained)
+        actor.run(stop)  # until the first SIGTERM; then unready, and what it took answered
+        doors = [opened for opened in (door, grpc_door) if opened is not None]
+        drained = shutdown.drain(actor, client, shares, health, doors)
+        log.info("answered %d requests taken before unsubscribing", drained)
     finally:
         for opened in (door, grpc_door):
             if opened is not None:

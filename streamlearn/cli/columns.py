@@ -147,7 +147,8 @@ def _unnamed(features: list[str], target: str) -> str | None:
 
 
 def _not_a_field(name: str) -> str | None:
-    """Why a name is not a `FieldName` (config/inputs.py), or None.
+    """Why a column is not taken as a field name, or None: a `FieldName` (config/inputs.py)
+    without whitespace, which `FieldName` admits inside a segment for Sparkplug's metrics.
 
     >>> [_not_a_field(n) for n in ("ENERGY.Power", "mean radius", "a..b")]
     [None, 'it has whitespace', 'it has an empty dotted segment']

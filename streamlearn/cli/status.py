@@ -55,12 +55,40 @@ def format_status(rows: list[dict]) -> str:
             f"{fmt_number(r.get('online_loss')):>8} {fmt_number(r.get('online_metric')):>8}"
         )
         lines += presence_lines(r)
+        lines += _lease_lines(r)
         lines += served_line(r)
         lines += _fields_line(r)
         lines += versions.pin_lines(r)
         lines += _variant_lines(r)
         lines += [actor_line(a) for a in r.get("actors", [])]
     return "\n".join(lines + broker_lines(rows))
+
+
+def _lease_lines(row: dict) -> list[str]:
+    """Which learner holds each lease (one per variant), and which wait for it: a learner's
+    presence marker names its token.
+
+    >>> online = [{"id": "l-0", "lease": "h/7/ab"}, {"id": "l-1", "lease": "h/9/cd"}]
+    >>> _lease_lines({"leases": {"base": {"holder": "h/7/ab", "left_s": 8.5}},
+    ...     "learners_online": online})
+    ['  lease: held by l-0 (h/7/ab), 8.5 s left; waiting: l-1']
+    >>> _lease_lines({"leases": {"base": None}})
+    ['  lease: free (no learner holds it)']
+    """
+    leases = row.get("leases") or {}
+    lines = []
+    for variant, held in leases.items():
+        name = "lease" if len(leases) == 1 else f"lease {variant}"
+        mine = [p for p in row.get("learners_online", []) if p.get("variant", "base") == variant]
+        if held is None:
+            lines.append(f"  {name}: free (no learner holds it)")
+            continue
+        holder = [p["id"] for p in mine if p.get("lease") == held["holder"]]
+        who = f"{holder[0]} ({held['holder']})" if holder else held["holder"]
+        line = f"  {name}: held by {who}, {fmt_number(held['left_s'], 1)} s left"
+        waiting = [p["id"] for p in mine if p.get("lease") not in (None, held["holder"])]
+        lines.append(line + (f"; waiting: {', '.join(waiting)}" if waiting else ""))
+    return lines
 
 
 def _fields_line(row: dict) -> list[str]:

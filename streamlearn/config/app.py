@@ -33,6 +33,7 @@ from streamlearn.config.policies import (
     PromotionConfig,
     describe_error,
 )
+from streamlearn.config.sparkplug import SparkplugConfig, check_sources
 from streamlearn.config.state import StateConfig
 from streamlearn.config.tables import overlaid
 from streamlearn.config.variants import (
@@ -106,6 +107,11 @@ class ModelConfig(Frozen):
         None,
         description="samples assembled from a topic per input (named inputs only); unset: "
         "a sample arrives whole",
+    )
+    sparkplug: SparkplugConfig | None = Field(
+        None,
+        description='the Sparkplug B edge nodes of format = "sparkplug_b" sources; unset: '
+        "the defaults",
     )
     task: Task = Field(
         "regression",
@@ -221,6 +227,7 @@ class ModelConfig(Frozen):
             raise ValueError(f"architecture {self.architecture!r} needs window = W")
         if self.assembly is not None:  # named inputs, its limits named after them
             self.assembly.check(self.fields, self.target)
+        check_sources(self.sources, self.assembly, self.fields)  # a Sparkplug one needs assembly
         if self.gateways and self.window is None:
             raise ValueError("gateways: only for a model with a window (keys name windows)")
         if self.factory and self.actor.runtime == "numpy":

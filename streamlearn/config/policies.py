@@ -94,6 +94,24 @@ class CheckpointPolicy(Frozen):
     )
 
 
+class LeasePolicy(Frozen):
+    """`[learner.lease]`: one learner of a model (or variant) publishes at a time
+    (`streamlearn.store.lease`); another waits and takes over when the lease lapses."""
+
+    ttl_s: float = Field(10, gt=0, description="seconds a lease lasts unless renewed")
+    renew_s: float = Field(
+        2, gt=0, description="seconds between renewals (< ttl_s / 2), and a waiter's tries"
+    )
+
+    @model_validator(mode="after")
+    def _check_renew(self) -> LeasePolicy:
+        if self.renew_s >= self.ttl_s / 2:
+            raise ValueError(
+                f"renew_s must be < ttl_s / 2 ({self.ttl_s / 2:g}), got {self.renew_s:g}"
+            )
+        return self
+
+
 class LearnerConfig(Frozen):
     """The learner's plumbing: micro-batching, publishing, the versions kept, checkpoints,
     its reports. How the model learns is `LearningConfig`'s."""
@@ -134,6 +152,9 @@ class LearnerConfig(Frozen):
     )
     checkpoint: CheckpointPolicy = Field(
         CheckpointPolicy(), description="the learner's own checkpoints (off by default)"
+    )
+    lease: LeasePolicy = Field(
+        LeasePolicy(), description="the lease that keeps a second learner from publishing"
     )
     tensorboard_dir: str | None = Field(
         None, description="write TensorBoard scalars to DIR/{model}/ at every status tick"
@@ -237,6 +258,12 @@ class ActorConfig(Frozen):
         gt=0,
         description="a request that waited longer (or past its MQTT v5 Message Expiry "
         "Interval) is not computed: it gets a 'deadline exceeded' error reply",
+    )
+    drain_s: float = Field(
+        15,
+        gt=0,
+        description="on SIGTERM, the actor answers what it took (queued, in progress on its "
+        "doors) for at most this long; a pod's grace period must exceed it plus its preStop",
     )
     http_port: int | None = Field(
         None,

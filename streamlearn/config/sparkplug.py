@@ -1,14 +1,24 @@
 """`[models.NAME.sparkplug]`: Sparkplug B edge nodes as a model's source.
 
 Ingest keeps each edge node's session in Redis (`streamlearn.store.sparkplug`): its
-aliases from its births, its newest seq and bdSeq, which of it is alive. These bound it.
+aliases from its births, its newest seq and bdSeq, which of it is alive. These bound it;
+`primary_host` makes ingest a Sparkplug 3.0 primary host (`streamlearn.ingest.host`).
+The table applies to a model's sources of `format = "sparkplug_b"`; without one it is
+ignored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from pydantic import Field
 
 from streamlearn.config.policies import Frozen
+
+if TYPE_CHECKING:
+    from streamlearn.config.assembly import AssemblyConfig
+    from streamlearn.config.inputs import SourceConfig
 
 # Redis memory, in bytes: a node's hash, its seq times (256 at most) and its device hash;
 # an alias of a metric the model does not read (its datatype alone), and of one it reads
@@ -69,3 +79,29 @@ class SparkplugConfig(Frozen):
         "come for this many seconds: ingest processes of a shared subscription take one "
         "node's messages out of order",
     )
+    primary_host: str | None = Field(
+        None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[^/+#\x00-\x1f\x7f]+$",
+        examples=["streamlearn"],
+        description="a Sparkplug host id: ingest publishes the retained STATE "
+        "spBv1.0/STATE/{id} (online while any ingest process lives), for edge nodes that "
+        "wait for their primary host; unset: none",
+    )
+
+
+def check_sources(
+    sources: Sequence[SourceConfig], assembly: AssemblyConfig | None, fields: object
+) -> None:
+    """A Sparkplug source's metrics are named readings that assembly holds: data carries
+    only the metrics that changed, the held values are the unchanged others."""
+    if not any(s.format == "sparkplug_b" for s in sources):
+        return
+    if fields is None:
+        raise ValueError('sources.format: "sparkplug_b" reads metrics by name (inputs = [names])')
+    if assembly is None:
+        raise ValueError(
+            'sources.format: "sparkplug_b" needs [models.NAME.assembly] (its held values are '
+            "the metrics a message leaves unchanged)"
+        )

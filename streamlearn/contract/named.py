@@ -25,8 +25,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -35,6 +33,7 @@ from streamlearn.config.app import ModelConfig
 from streamlearn.config.inputs import MAX_CATEGORY_CHARS
 from streamlearn.contract.records import FieldCounts, Observations, Request, Samples
 from streamlearn.contract.schemas import request_id, version_ref
+from streamlearn.contract.steps import StepKey, seq_of
 from streamlearn.errors import PayloadError
 from streamlearn.online.paths import Path, dig, path_of
 
@@ -278,7 +277,7 @@ class NamedPayloads:
         x, y = self.fields.row(doc, counts, SAMPLE_FIELDS)
         if self.model.window is not None:
             step_key = key.of(doc.get("key"))
-            seq = _seq(self._order(doc), at)
+            seq = seq_of(self._order(doc), at)
             target = math.nan if y is None else self.target_of(y)
             return Observations(
                 (step_key,),
@@ -334,7 +333,7 @@ class NamedPayloads:
         version = version_ref(doc.get("version"))
         if "key" in doc and self.model.window is not None:
             seq = self._order(doc)
-            seq = None if seq is None else _seq(seq, None)
+            seq = None if seq is None else seq_of(seq, None)
             key = sender.of(doc["key"])
             return Request(x[:1], False, rid, reply_to, key=key, seq=seq, version=version)
         return Request(x, batched, rid, reply_to, version=version)
@@ -369,85 +368,4 @@ def _sample_id(value: Any) -> str:
     raise PayloadError(
         f"id: a string of 1 to 256 characters, no control characters, got {_shown(value)}",
         "bad_string",
-    )
-
-
-@dataclass(frozen=True)
-class StepKey:
-    """Whose window a keyed step extends, or a key-only request reads. `topic`: the key
-    the message's topic level names (None: none), the sender's own under a per-device
-    topic ACL (a source's level, or `{client}` of `samples/{client}` and
-    `predict/{client}`). A step's or request's own `"key"` may name another only with
-    `from_payload`, or one of `granted` (a gateway's keys, `[models.NAME.gateways]`; "*":
-    any): else a step naming another device's key would train in that device's window, a
-    request read its history."""
-
-    topic: str | None = None
-    from_payload: bool = False
-    granted: frozenset[str] = frozenset()
-
-    def of(self, given: Any) -> str:
-        """The step's key, given its own `"key"` field (None when it has none).
-
-        >>> StepKey("dev-1").of(None), StepKey("dev-1", from_payload=True).of("dev-2")
-        ('dev-1', 'dev-2')
-        >>> StepKey("gw", granted=frozenset({"dev-2"})).of("dev-2")
-        'dev-2'
-        >>> StepKey("dev-1").of("dev-2")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        streamlearn.errors.PayloadError: key: 'dev-2' is not the sender's own, 'dev-1' ...
-        """
-        if self.topic is None or given is None or self.from_payload or "*" in self.granted:
-            return _key(self.topic if given is None else given)
-        if given != self.topic and given not in self.granted:
-            raise PayloadError(
-                f"key: {_shown(given)} is not the sender's own, {self.topic!r} (a window's "
-                "key is its sender's topic level; a source's key_from_payload = true, or a "
-                "client's [models.NAME.gateways] entry, lets a payload name others)",
-                "wrong_key",
-            )
-        return _key(given)
-
-
-def _key(value: Any) -> str:
-    if value is None:
-        raise PayloadError(
-            "key: a window model's step needs a key (a field or a source's topic level)",
-            "missing_field",
-        )
-    if (
-        type(value) is not str
-        or not 1 <= len(value) <= 128
-        or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value)
-    ):
-        raise PayloadError(
-            f"key: 1 to 128 characters, no whitespace, got {_shown(value)}", "bad_string"
-        )
-    return value
-
-
-def _seq(value: Any, at: float | None) -> float:
-    """A step's order: a number, or an ISO 8601 time as unix seconds (UTC unless it
-    names its offset), as devices stamp their readings.
-
-    >>> _seq(7, None), _seq("2026-11-25T04:00:00", None), _seq("1970-01-01T01:00:00+01:00", 0)
-    (7.0, 1795579200.0, 0.0)
-    """
-    if value is None:
-        if at is None:
-            raise PayloadError("seq: a keyed request or step needs a seq", "missing_field")
-        return at
-    if (type(value) is int or type(value) is float) and abs(value) <= 2**53:
-        return float(value)
-    if type(value) is str and 10 <= len(value) <= 40:
-        try:
-            stamp = datetime.fromisoformat(value)
-        except ValueError:
-            pass
-        else:
-            stamp = stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)
-            return stamp.timestamp()
-    raise PayloadError(
-        f"seq: a number up to 2**53 or an ISO 8601 time, got {_shown(value)}", "wrong_type"
     )

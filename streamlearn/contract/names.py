@@ -223,6 +223,17 @@ class Names:
         return self.key("weights:labels")
 
     @property
+    def lease_key(self) -> str:
+        """The learner's lease (`streamlearn.store.lease`): the holder's token, with a TTL;
+        a variant's learner holds its own.
+
+        >>> Names("demo").lease_key, Names("demo").of_variant("fast").lease_key
+        ('sl:{demo}:learner:lease', 'sl:{demo}:variant:fast:learner:lease')
+        """
+        own = "" if self.variant is None else f"variant:{self.variant}:"
+        return self.key(f"{own}learner:lease")
+
+    @property
     def _weights(self) -> str:
         return "weights" if self.variant is None else f"variant:{self.variant}:weights"
 

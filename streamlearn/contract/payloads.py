@@ -25,7 +25,7 @@ from pydantic_core import from_json
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.decoding import RequestDecoder
 from streamlearn.contract.fastparse import FastSamples
-from streamlearn.contract.named import NamedPayloads, StepKey
+from streamlearn.contract.named import NamedPayloads
 from streamlearn.contract.plain import plain_object
 from streamlearn.contract.records import (
     FieldCounts,
@@ -54,6 +54,7 @@ from streamlearn.contract.schemas import (
     request_id,
     version_ref,
 )
+from streamlearn.contract.steps import StepKey
 from streamlearn.errors import PayloadError
 
 
@@ -127,11 +128,6 @@ class PayloadParser:
         if field is not None:
             return plain_object(raw, field, limit, field in self.model.categorical)
         return self._decode_named(raw) or decode(raw, limit)
-
-    def target_of(self, y: Any) -> float:
-        """A named model's label value as its task takes it; PayloadError naming the rule."""
-        assert self._named is not None
-        return self._named.target_of(y)
 
     def _decode_named(self, raw: bytes) -> dict[str, Any] | None:
         """The object, decoded by pydantic's parser (faster than `json`); None: let

@@ -27,7 +27,7 @@ import numpy as np
 import redis
 
 from streamlearn.config.inputs import SourceConfig
-from streamlearn.contract.named import NamedFields, StepKey
+from streamlearn.contract.named import NamedPayloads
 from streamlearn.contract.names import Names, assembled_id
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import (
@@ -40,6 +40,7 @@ from streamlearn.contract.records import (
     concat,
     concat_observations,
 )
+from streamlearn.contract.steps import StepKey
 from streamlearn.errors import PayloadError
 from streamlearn.ingest.inbox import Delivery
 from streamlearn.ingest.writes import RunMessage, RunWriter
@@ -66,7 +67,8 @@ class Assembly:
         self.store = store
         self.names: Names = store.names
         self.clock = clock
-        self.fields = NamedFields(model)
+        self.named = NamedPayloads(model, parser.check_targets)
+        self.fields = self.named.fields
         self.inputs = list(model.fields)
         self.ages = [self.cfg.max_age(n) for n in self.inputs]
         self.index = {name: i for i, name in enumerate(self.inputs)}
@@ -105,7 +107,7 @@ class Assembly:
             values, y = self.fields.reading(doc, counts)
             given = doc.get("key")
             key = SITE if step.topic is None and given is None else step.of(given)
-            target = None if y is None else repr(self.parser.target_of(y))
+            target = None if y is None else repr(self.named.target_of(y))
         except PayloadError as exc:
             return Parsed(None, None, [Rejection(str(exc), d.payload, cast(Kind, exc.kind))])
         if not values and target is None:  # nothing of the model's: nothing to hold
@@ -169,7 +171,7 @@ class Assembly:
             assert reading.target is not None  # only a label forms a sample
             y = float(reading.target)
             sid, seq = formed.id, formed.seq
-            out[formed.reading] = self._form(reading.key, formed.held, y, sid, seq, now, d.payload)
+            out[formed.reading] = self.form(reading.key, formed.held, y, sid, seq, now, d.payload)
         return out
 
     def tick(self, writers: Sequence[RunWriter], stop: threading.Event) -> None:
@@ -190,7 +192,7 @@ class Assembly:
         for key, state in held:
             y = state.value(TARGET, now, age)
             if y is not None:
-                p = self._form(key, state, float(y), f"{key}|p{period}", period * every, now, b"")
+                p = self.form(key, state, float(y), f"{key}|p{period}", period * every, now, b"")
                 if not p.rejections:
                     formed.append(p)
         if not formed:
@@ -205,7 +207,7 @@ class Assembly:
         for i, part in split(parsed, b"", len(writers)):
             writers[i].store([RunMessage(sent, part)], False, stop)
 
-    def _form(
+    def form(
         self, key: str, held: Held, y: float, sid: str, seq: float, now: float, payload: bytes
     ) -> Parsed:
         """One sample of `key`'s held inputs and target `y`; a dead letter when more than

@@ -38,15 +38,16 @@ import time
 from collections.abc import Callable
 
 import redis
-from paho.mqtt.client import topic_matches_sub
 
 from streamlearn.config.ingest import IngestConfig
+from streamlearn.contract.entities import is_own_state_echo
 from streamlearn.contract.names import sample_id, sender_problem
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.records import FieldCounts, Parsed, Rejection
 from streamlearn.errors import PayloadError
 from streamlearn.ingest.assembly import Assembly
 from streamlearn.ingest.inbox import Delivery, IngestInbox
+from streamlearn.ingest.sparkplug import Message, SparkplugIngest
 from streamlearn.ingest.writes import IngestCounters, RunMessage, RunWriter
 from streamlearn.store.fields import FieldTotals
 from streamlearn.store.held import Reading
@@ -124,6 +125,7 @@ class Ingest:
         ]
         self.writer = self.writers[0]
         self.assembly = Assembly.of(parser, stream.redis, stream.names)  # or None
+        self.sparkplug = SparkplugIngest.of(self.assembly, stream.redis, stream.names)
         for writer in self.writers:
             writer.waiting = lambda: self.heartbeat()  # waiting out Redis is not hung
 
@@ -157,6 +159,7 @@ class Ingest:
             "inbox_messages": len(self.inbox),
             "inbox_bytes": self.inbox.bytes,
             **(self.assembly.metrics() if self.assembly is not None else {}),
+            **(self.sparkplug.metrics() if self.sparkplug is not None else {}),
         }
 
     # -- the loop --------------------------------------------------------------------------
@@ -289,7 +292,7 @@ class Ingest:
         samples_topic, parse = self.samples_topic, self.parser.parse_message
         if self.assembly is None and all(d.topic == samples_topic for d in batch):  # hot path
             return [RunMessage(d, parse(d.payload)) for d in batch], []
-        parsed: list[Parsed | Reading | None] = []
+        parsed: list[Parsed | Reading | Message | None] = []
         labels: list[tuple[int, LabelMessage]] = []
         for i, d in enumerate(batch):
             sent = ("samples", None) if d.topic == samples_topic else self.names.sender_of(d.topic)
@@ -311,11 +314,12 @@ class Ingest:
                 return None
             for (i, _), p in zip(labels, joined, strict=True):
                 parsed[i] = p
-        if self.assembly is not None:  # readings held, and the samples they formed
-            held = self.assembly.settle(batch, parsed, self.writer, stop)
-            if held is None:
-                return None
-            parsed = held
+        if self.sparkplug is not None:  # against the nodes' state, then held
+            parsed = self.sparkplug.settle(batch, parsed, self.writer, stop)  # type: ignore[assignment]
+        if self.assembly is not None and parsed is not None:  # held, and the samples formed
+            parsed = self.assembly.settle(batch, parsed, self.writer, stop)  # type: ignore[assignment]
+        if parsed is None:
+            return None  # stopped while Redis was unavailable
         return [RunMessage(d, p) for d, p in zip(batch, parsed, strict=True)], labels  # type: ignore[arg-type]
 
     def _parse_sent(self, d: Delivery, sender: str | None) -> Parsed:
@@ -329,16 +333,20 @@ class Ingest:
         granted = parser.model.gateways.get(sender, ())
         return parser.parse_message(d.payload, key=sender, at=time.time(), granted=granted)
 
-    def _parse_source(self, d: Delivery) -> Parsed | Reading:
+    def _parse_source(self, d: Delivery) -> Parsed | Reading | Message:
         """A message on a source topic: parsed with its device key, the topic's level
         `key_level` (when the source names one), which a step may not override unless the
         source says `key_from_payload`."""
-        source = next((s for s in self.sources if topic_matches_sub(s.topic, d.topic)), None)
+        source = next((s for s in self.sources if s.matches(d.topic)), None)
         if source is None:
             reason = f"topic {d.topic!r} is not one this model reads"
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
         self.source_messages[source.topic] += 1
         self._unwritten_sources[source.topic] = self._unwritten_sources.get(source.topic, 0) + 1
+        if source.field is not None and is_own_state_echo(d.topic):
+            return Parsed(None, None, [])  # our own state, echoed by Home Assistant: no reading
+        if self.sparkplug is not None and source.format == "sparkplug_b":
+            return self.sparkplug.read(d)
         if self.assembly is not None:
             return self.assembly.read(d, None, source)
         try:

@@ -6,6 +6,7 @@ import logging
 
 from streamlearn import mqtt, runtime
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.ingest.host import HostState
 from streamlearn.ingest.loop import Ingest
 from streamlearn.observe import metrics
 from streamlearn.observe.presence import Presence
@@ -54,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         online=presence.online,
         gone=presence.gone,
     )
+    host = None  # a Sparkplug primary host's STATE, after the subscriptions (the spec's order)
+    primary = model.sparkplug.primary_host if model.sparkplug is not None else None
+    if primary and ingest.sparkplug is not None:
+        host = HostState(settings.mqtt, primary, f"{client_id}-state", settings.mqtt_ca_file)
+        host.start()
     health = runtime.connected_health("ingest", client, settings)
     ingest.heartbeat = health.beat
     port = metrics.expose(
@@ -66,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             "source_messages_total": "source",
             "missing_inputs_total": "field",
             "unseen_categories_total": "field",
+            "sparkplug_messages_total": "status",
+            "sparkplug_skipped_metrics_total": "reason",
         },
         health=health,
     )
@@ -76,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ingest.run(stop)
     finally:
+        if host is not None:
+            host.close()
         presence.clear(client)
         mqtt.close(client)
     log.info("ingest stopped: %s", ingest.counters)

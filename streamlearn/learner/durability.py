@@ -50,6 +50,9 @@ class Durability:
             CheckpointDir(Path(policy.checkpoint.dir, *where)) if policy.checkpoint.dir else None
         )
         self.steps_since_publish = self._samples_since_checkpoint = 0
+        # raises `LeaseLost` once this learner lost its lease (`Learner`'s `lease`): a
+        # checkpoint is a file, which the publish script's fence does not cover
+        self.fence: Callable[[], None] = lambda: None
         self._last_publish = self._last_checkpoint = clock()
 
     @property
@@ -168,6 +171,8 @@ class Durability:
         s = t.state
         meta = {"model": self.cfg.name, "step": str(s.step), "variant": self.variant}
         meta["samples_seen"] = str(s.samples_seen)
+        if self.store.lease is not None:  # which learner published it
+            meta["learner"] = self.store.lease.token
         self._last_publish = self.clock()
         version = self.writes.publish(s.version, codec.encode(arrays, meta))
         if version is None:
@@ -182,6 +187,7 @@ class Durability:
         t = self.trainer
         if self.checkpoints is None or not t.guard.mark():
             return
+        self.fence()
         arrays = dict(zip(tensors.training_names(t.model), t.guard.good, strict=True))
         try:
             self.checkpoints.save(arrays, {**asdict(t.state), "model": self.cfg.name})

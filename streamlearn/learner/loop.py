@@ -6,7 +6,8 @@ Its parts, each on a screen of its own:
 - `durability.Durability`: publishes and checkpoints, and acknowledges entries only once
   the state that learned them is durable; a restart resumes from that state;
 - `reporting.Reporter`: the status, the metrics and the promotion between variants;
-- `writes.LearnerWrites`: every write to Redis, retried after a backoff, never fatal.
+- `writes.LearnerWrites`: every write to Redis, retried after a backoff, never fatal;
+- `lease.LeaseKeeper`: the lease that lets this learner alone publish (checked each turn).
 
 This module wires them to the stream (`batching.Drainer`, read ahead by a `Prefetcher`).
 """
@@ -26,6 +27,7 @@ from streamlearn.config.policies import LearnerConfig
 from streamlearn.errors import ConfigError
 from streamlearn.learner.batching import Drainer, Prefetcher
 from streamlearn.learner.durability import Durability
+from streamlearn.learner.lease import LeaseKeeper
 from streamlearn.learner.reporting import Reporter, StatusSink
 from streamlearn.learner.step import build_trainer
 from streamlearn.learner.variants import Promoter
@@ -55,9 +57,11 @@ class Learner:
         clock: Callable[[], float] = time.monotonic,
         variant: str = BASE_VARIANT,
         promoter: Promoter | None = None,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         """`cfg` is the variant's (`ModelConfig.variant`); `promoter` its place among the
-        model's variants, None for a model without any."""
+        model's variants, None for a model without any; `lease` the one it holds (None:
+        not fenced: tests, benches), which its store's publishes carry."""
         self.cfg = cfg
         self.variant = variant
         self.promoter = promoter
@@ -70,6 +74,9 @@ class Learner:
         self.trainer = build_trainer(cfg, self.writes.deadletter)
         self.trainer.heads_in_replay = False  # set as it publishes (`Durability.publish`)
         self.durability = Durability(cfg, variant, self.trainer, store, self.writes, clock)
+        self.lease = lease
+        if lease is not None:
+            self.durability.fence = lease.check  # no checkpoint without the lease
         self.reporter = Reporter(
             cfg,
             variant,
@@ -78,6 +85,7 @@ class Learner:
             status,
             promoter,
             unpublished=lambda: self.durability.steps_since_publish,
+            lease=lease,
         )
         self.y_tail = () if cfg.task == "multiclass" else (1,)
         self.drainer, self.prefetcher = self.reader(policy, self.trainer.buckets)
@@ -293,6 +301,8 @@ class Learner:
         self.reporter.report(self.publish, compete)
 
     def _tick(self) -> None:
+        if self.lease is not None:
+            self.lease.check()  # LeaseLost: out of the loop, nothing more published
         self.heartbeat()
         self.writes.acknowledge()  # before a durable point sends acknowledgements of its own
         self.durability.tick()

@@ -24,6 +24,7 @@ import redis
 
 from streamlearn.config.app import ModelConfig
 from streamlearn.contract.names import Names
+from streamlearn.learner.lease import LeaseKeeper
 from streamlearn.learner.tensorboard import Rate, ScalarLog
 from streamlearn.learner.variants import Promoter, Promotion
 from streamlearn.learner.writes import LearnerWrites
@@ -48,8 +49,10 @@ class Reporter:
         sink: StatusSink | None,
         promoter: Promoter | None,
         unpublished: Callable[[], int] = lambda: 0,
+        lease: LeaseKeeper | None = None,
     ) -> None:
-        """`unpublished()`: steps taken since the last published version."""
+        """`unpublished()`: steps taken since the last published version; `lease`: the
+        learner's, whose holder the status names."""
         self.model = cfg.name
         self.inputs = cfg.inputs_status
         self.unpublished = unpublished
@@ -58,6 +61,7 @@ class Reporter:
         self.writes = writes
         self.sink = sink
         self.promoter = promoter
+        self.lease = lease
         queue = writes.queue
         self.pending = PendingStore(queue.redis, queue.names, cfg.labels)
         self.served_metric = served_metric(cfg.task)
@@ -82,6 +86,7 @@ class Reporter:
             **self.writes.status(),
             "served": self.read_served(),
             **({"fields": fields} if fields else {}),
+            **({"lease": self.lease.status()} if self.lease else {}),
             "updated_at": time.time(),
         }
 

@@ -89,6 +89,25 @@ _INGEST = _role(
         "held keys deleted to keep assembly.max_devices: a sender's own idlest, or the "
         "idlest of all for a new device's first",
     ),
+    (
+        "sparkplug_messages_total",
+        "Sparkplug B messages judged against their edge node's state, by status (ok, birth, "
+        "death, unborn, unknown_alias, gap, stale_death, too_many_devices, too_many_aliases)",
+        "status",
+    ),
+    (
+        "sparkplug_skipped_metrics_total",
+        "Sparkplug metrics not read, by reason (unsupported type, historical, bad_name, ...)",
+        "reason",
+    ),
+    ("sparkplug_rebirths_total", "NCMD rebirth requests this process published"),
+    ("sparkplug_dead_keys_total", "device keys an NDEATH or DDEATH marked missing"),
+    (
+        "sparkplug_late_messages_total",
+        "Sparkplug messages behind their node's newest seq (overtaken, or redelivered): "
+        "their values not held",
+    ),
+    ("sparkplug_unknown_aliases_total", "metrics of an alias their birth did not declare"),
     ("qos0_dropped_total", "QoS 0 messages dropped while the inbox was full"),
     ("backlog_samples", "samples in the stream not yet acknowledged by the learner"),
     ("holding", "1 while ingest holds back acknowledgements (backlog over its limit)"),
@@ -132,6 +151,9 @@ _LEARNER = _role(
     ("latest_version", "the newest weights version in Redis"),
     ("pinned_version", "the pinned version actors serve (absent when none is pinned)"),
     ("backlog_samples", "samples waiting for this learner"),
+    ("lease_held", "1 while this learner holds its lease (may publish), 0 while it waits"),
+    ("lease_taken_total", "times this learner took its lease (started, or took over)"),
+    ("lease_lost_total", "times it lost its lease (another learner took over) and waited"),
 )
 
 _ACTOR = [
@@ -249,6 +271,8 @@ HEALTHY = {
     "streamlearn_learner_retraces_total": _ZERO,
     "streamlearn_learner_version": "rising while samples come",
     "streamlearn_learner_redis_oom": _ZERO,
+    "streamlearn_learner_lease_lost_total": "flat: a rise is a learner that stopped renewing "
+    "(paused, cut off from Redis) while another took over",
     **{
         f"streamlearn_learner_{call}_failures_total": _FLAT
         for call in ("publish", "ack", "trim", "status", "read", "deadletter")

@@ -15,6 +15,12 @@ with no weights to serve; these say what an operator (or compose's healthcheck) 
 >>> health.add("weights", lambda: "no weights yet")
 >>> health.ready()
 Verdict(ok=False, detail={'role': 'actor', 'weights': 'no weights yet'})
+
+A worker that is stopping says so at once, whatever the checks (`withdraw`):
+
+>>> health.withdraw("stopping")
+>>> health.ready().detail
+{'role': 'actor', 'stopping': 'stopping'}
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class Health:
         self._beat = clock()
         self._ready: tuple[float, Verdict] | None = None  # (when, verdict)
         self._ready_lock = threading.Lock()  # probes come on the HTTP server's threads
+        self.withdrawn: str | None = None  # why it is stopping (never ready again)
 
     def beat(self) -> None:
         """Called by the main loop at every turn (cheap: one clock read)."""
@@ -72,6 +79,11 @@ class Health:
     def add(self, name: str, check: Check) -> None:
         self.checks.append((name, check))
         self._ready = None
+
+    def withdraw(self, reason: str) -> None:
+        """Not ready from now on, and at once: not after the cached verdict's interval (an
+        actor that stops takes itself out of a Service's endpoints first)."""
+        self.withdrawn = reason
 
     def live(self) -> Verdict:
         silent_s = self.clock() - self._beat
@@ -87,6 +99,8 @@ class Health:
         The verdict is reused for `ready_cache_s`; concurrent probes wait for the one
         round of checks in flight rather than each starting their own.
         """
+        if self.withdrawn is not None:
+            return Verdict(False, {"role": self.role, "stopping": self.withdrawn})
         with self._ready_lock:
             if self._ready is None or self.clock() - self._ready[0] >= self.ready_cache_s:
                 verdict = self._check()  # stamped after: a slow check still counts

@@ -23,12 +23,13 @@ import paho.mqtt.client as paho
 import redis
 
 from streamlearn import mqtt
-from streamlearn.config.app import AppConfig
+from streamlearn.config.app import BASE_VARIANT, AppConfig
 from streamlearn.config.settings import Settings
 from streamlearn.contract.names import Names
 from streamlearn.observe import presence
 from streamlearn.observe.broker_delay import advice
 from streamlearn.store import redis_client
+from streamlearn.store.lease import read_holder
 from streamlearn.store.standings import read_standings
 from streamlearn.store.stream import GROUP
 
@@ -64,6 +65,7 @@ class StatusMonitor:
     def __init__(self, cfg: AppConfig, settings: Settings) -> None:
         self.names = {m: Names(m, settings.topic_prefix, settings.key_prefix) for m in cfg.models}
         self.partitions = {m: cfg.model(m).ingest.partitions for m in cfg.models}
+        self.leases = {m: lease_keys(self.names[m], [*c.variants]) for m, c in cfg.models.items()}
         self.stale_after_s = {
             m: {
                 "learner": stale_after_s(c.learner.status_every_ms),
@@ -239,6 +241,7 @@ def snapshot(monitor: StatusMonitor, r: redis.Redis) -> list[dict[str, Any]]:
         limits = monitor.stale_after_s[model]
         row["status_age_s"] = age_s(row, now)
         row["learners_online"] = monitor.present(model, "learner")
+        row["leases"] = {v: lease_holder(r, key) for v, key in monitor.leases[model].items()}
         row["learner_state"] = learner_state(row, limits["learner"])
         row["ingest_online"] = monitor.present(model, "ingest")
         row["ingest_away"] = monitor.away(model, "ingest")
@@ -247,6 +250,23 @@ def snapshot(monitor: StatusMonitor, r: redis.Redis) -> list[dict[str, Any]]:
             a["stale"] = a["age_s"] is not None and a["age_s"] > limits["actor"]
         rows.append(row)
     return rows
+
+
+def lease_keys(names: Names, variants: list[str]) -> dict[str, str]:
+    """Each learner's lease key (`streamlearn.store.lease`), by variant.
+
+    >>> lease_keys(Names("m"), [])
+    {'base': 'sl:{m}:learner:lease'}
+    """
+    if not variants:
+        return {BASE_VARIANT: names.lease_key}
+    return {v: names.of_variant(v).lease_key for v in [BASE_VARIANT, *variants]}
+
+
+def lease_holder(r: redis.Redis, key: str) -> dict[str, Any] | None:
+    """A lease's holder (its token) and the seconds left unless renewed; None: nobody."""
+    holder = read_holder(r, key)
+    return None if holder is None else {"holder": holder.token, "left_s": holder.expires_in_s}
 
 
 def age_s(status: dict[str, Any], now: float) -> float | None:

@@ -191,10 +191,12 @@ class HeldStore:
 
 
 def _held(flat: list[bytes]) -> Held:
-    """A hash's fields and values, flat as HGETALL gives them, as a `Held`."""
+    """A hash's inputs and target, flat as HGETALL gives them, as a `Held` (its label's
+    fields left out: an id holds its key, which may hold spaces)."""
     fields: dict[str, tuple[float, str]] = {}
     for name, value in zip(flat[::2], flat[1::2], strict=True):
+        field = name.decode()
         at, _, text = value.decode().partition(" ")
-        if text:
-            fields[name.decode()] = (float(at), text)
+        if text and (field == TARGET or field.isdigit()):
+            fields[field] = (float(at), text)
     return Held(fields)

@@ -19,6 +19,9 @@ A variant of a model (`streamlearn.learner.variants`) keeps its own versions und
 `sl:{model}:variant:VNAME:weights:*` (what its learner resumes from), and its blob also
 becomes the model's, the keys actors read, if and only if the champion pointer names it
 when the script runs.
+
+A learner's store carries its lease (`streamlearn.store.lease`): the publish script writes
+nothing unless the lease's token holds it then, and the store raises `LeaseLost`.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from redis.typing import EncodableT
 from streamlearn.config.app import BASE_VARIANT
 from streamlearn.contract.names import Names
 from streamlearn.contract.schemas import LABEL
-from streamlearn.errors import WeightsError
+from streamlearn.errors import LeaseLost, WeightsError
 from streamlearn.online import codec
 from streamlearn.store import lua
+from streamlearn.store.lease import Lease
 
 
 class WeightsStore:
@@ -49,8 +53,11 @@ class WeightsStore:
         keep: int = 5,
         history: int = 60,
         history_every_s: float = 60.0,
+        lease: Lease | None = None,
     ) -> None:
+        """`lease`: the learner's, which fences its publishes (None: not fenced)."""
         self.redis = client
+        self.lease = lease
         self.model = names
         self.variant = variant
         self.names = names if variant is None else names.of_variant(variant)
@@ -70,7 +77,8 @@ class WeightsStore:
 
     def publish(self, blob: bytes, after: int = 0) -> tuple[int, bool]:
         """Store `blob` as a new version above `after` and every published one; returns
-        the version and whether it became the model's (always, without a variant)."""
+        the version and whether it became the model's (always, without a variant).
+        Raises `LeaseLost` when the store's lease is no longer its token's: nothing written."""
         own, model = self.names, self.model
         keys = _weights_keys(own)
         args: list[EncodableT] = [blob, after, self.keep, self.history_every_ms, self.history]
@@ -80,7 +88,12 @@ class WeightsStore:
         else:
             keys += [model.champion_key, *_weights_keys(model), model.pin_key, model.labels_key]
             args += [self.variant, BASE_VARIANT]
+        lease = self.lease
+        keys.append(own.lease_key if lease is None else lease.key)
+        args.append("" if lease is None else lease.token)
         version, served = self._publish(keys=keys, args=args)
+        if not int(version):
+            raise LeaseLost(f"publish refused: lease {keys[-1]} is not {lease and lease.token}'s")
         return int(version), bool(served)
 
     def fetch(self, version: int | None = None) -> tuple[int, bytes] | None:

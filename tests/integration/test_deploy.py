@@ -35,6 +35,7 @@ from streamlearn.errors import StreamlearnError, WeightsError
 from streamlearn.observe.monitor import StatusMonitor, queue_figures
 from streamlearn.stack.embedded import free_port
 from streamlearn.store import pending
+from streamlearn.store.lease import Lease
 from streamlearn.store.pending import PendingStore
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
@@ -343,6 +344,9 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     assert WeightsStore(actor, names).targets() == (1, None, {"stable": 1})
     assert WeightsStore(actor, names).versions() == [1] == operator.versions()
     assert [v for v, _ in operator.history_versions()] == [1]
+    # the learner's lease (one learner per model): taken, renewed, read, released
+    lease = Lease(learner, names, 10)
+    assert lease.take() and lease.renew() and lease.holder() is not None and lease.release()
     assert queue_figures(learner, names)["latest_version"] == 1
     # labels that come later: the actor keeps, ingest reads and joins, the learner reports
     labels = LabelsConfig()

@@ -302,10 +302,16 @@ def test_actors_scale_on_cpu_from_two(rendered, target):
 
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "multi-worker"])
 def test_one_learner_never_two(rendered, target):
+    """A StatefulSet of one: a deleted pod's replacement waits for it to be gone (a
+    Deployment's starts beside it); the lease in Redis fences whatever slips through."""
     objs = rendered[target]
     workload, template = role_pod(objs, "learner")
-    assert workload["kind"] == "Deployment" and workload["spec"]["replicas"] == 1
-    assert workload["spec"]["strategy"] == {"type": "Recreate"}
+    assert workload["kind"] == "StatefulSet" and workload["spec"]["replicas"] == 1
+    assert workload["spec"].get("podManagementPolicy", "OrderedReady") == "OrderedReady"
+    service = one(objs, "Service", workload["spec"]["serviceName"])
+    assert service["spec"]["clusterIP"] == "None"
+    assert matches({"matchLabels": service["spec"]["selector"]}, template["metadata"]["labels"])
+    assert not find(objs, "Deployment", "learner")
     _, home = dockerfile()
     [mount] = [
         m for m in template["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == home
@@ -338,6 +344,25 @@ def test_actors_run_the_image_without_tensorflow_sized_to_it(rendered):
     assert c["image"].split(":")[0] == "streamlearn-actor"
     assert c["resources"]["requests"]["memory"] == "128Mi"
     assert c["resources"]["limits"]["memory"] == "384Mi"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_actors_leave_the_service_before_their_sigterm_and_drain_within_their_grace(
+    rendered, target, tmp_path
+):
+    """A rollout loses no request (docs/kubernetes.md, "Rollouts"): the preStop sleep lets
+    the Service drop the pod before its SIGTERM, and the grace period outlasts that sleep
+    plus the actor's drain (`actor.drain_s` of the pod's own config)."""
+    objs = rendered[target]
+    _, template = role_pod(objs, "actor")
+    [c] = template["spec"]["containers"]
+    command = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep" and 0 < float(command[1]) <= 15, command
+    [(key, text)] = generated(objs, "ConfigMap", "streamlearn-config")["data"].items()
+    (tmp_path / key).write_text(text)
+    drain_s = load_config(tmp_path / key).model("demo").actor.drain_s
+    assert template["spec"]["terminationGracePeriodSeconds"] > float(command[1]) + drain_s
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"  # unready once stopping
 
 
 # -- the config ------------------------------------------------------------------------------
@@ -522,7 +547,7 @@ def test_multi_worker_builds_tf_config_from_the_completion_index(rendered, tmp_p
     """The Job's own script, run with a stand-in `streamlearn` that records what it got:
     each index gets a TF_CONFIG that the learner's parser accepts, naming every worker pod."""
     objs = rendered["multi-worker"]
-    assert not find(objs, "Deployment", "learner") and not find(objs, "PersistentVolumeClaim")
+    assert not find(objs, "StatefulSet", "learner") and not find(objs, "PersistentVolumeClaim")
     job = one(objs, "Job", "learner")
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed" and spec["completions"] == spec["parallelism"]

@@ -14,6 +14,7 @@ from streamlearn import Client, Prediction, PredictionError
 from streamlearn.config import ModelConfig, load_config
 from streamlearn.contract.names import Names, owned
 from streamlearn.contract.payloads import PayloadParser
+from streamlearn.contract.sparkplug.proto import sparkplug_b_pb2 as pb
 from streamlearn.store.entries import unpack
 from streamlearn.store.fields import FieldTotals
 from streamlearn.store.stream import SampleStream
@@ -206,7 +207,8 @@ def test_a_home_assistant_statestream_through_the_broker_as_the_example_reads_it
 ):
     """examples/homeassistant.toml: one bare value per entity topic, retained, as Home
     Assistant publishes them; each change of the heat pump's power forms a sample of the
-    home's held values (`unavailable`: missing; an entity the model does not use: counted)."""
+    home's held values (`unavailable`: missing; an entity the model does not use: counted;
+    the echo of the service's own state entity: not even that)."""
     # statestream's base_topic is the user's: one of this test's own, so that no other
     # test's ingest of homeassistant/+/+/state (sharing the broker) reads its messages
     base = f"home-{random.randrange(10**9)}"
@@ -220,6 +222,7 @@ def test_a_home_assistant_statestream_through_the_broker_as_the_example_reads_it
         ("binary_sensor/living_room_window", "off"),
         ("climate/living_room", "heat"),
         ("sensor/phone_battery", "54"),  # not an input: ignored, counted
+        ("sensor/streamlearn_home_-", "1105.2"),  # statestream's echo of our own state: ignored
         ("sensor/heat_pump_power", "1240"),  # the label: a sample
         ("sensor/living_room_temperature", "unavailable"),
         ("binary_sensor/living_room_window", "on"),
@@ -231,9 +234,13 @@ def test_a_home_assistant_statestream_through_the_broker_as_the_example_reads_it
             topic = f"{base}/{entity}/state"
             home.publish(topic, state, qos=1, retain=True).wait_for_publish(10)
         totals = FieldTotals(redis, names)
+        counted = f"{base}/+/+/state"  # each message's counts are written after its samples
         eventually(
-            lambda: SampleStream(redis, names, (4,)).backlog() == 2, 30, "two samples assembled"
+            lambda: (totals.read() or {}).get("sources", {}).get(counted) == len(states),
+            30,
+            "every state counted",
         )
+        assert SampleStream(redis, names, (4,)).backlog() == 2  # two samples assembled
         assert (totals.read() or {})["missing"] == {"living_room_temperature": 1}
         assert (totals.read() or {})["extra"] == 1
         assert redis.xlen(names.deadletter_key) == 0
@@ -280,3 +287,64 @@ def test_zigbee2mqtt_booleans_through_the_broker_as_numbers_and_as_a_category(
     assert x.tolist() == [[1.0, 0.0, 91.0], [0.0, 1.0, 91.0]]  # "false" is index 1
     assert np.concatenate([r.y for r in rows]).tolist() == [0.0, 1.0]
     assert redis.xlen(names.deadletter_key) == 0
+
+
+def test_a_sparkplug_plant_through_the_broker_as_the_example_reads_it(start_role, settings, redis):
+    """examples/sparkplug.toml: an edge node's NBIRTH and a press's DBIRTH (every metric,
+    with aliases), then DDATA of only what changed, by alias, as Tahu publishes them; each
+    report of a part's quality in data forms a sample of the press's held metrics."""
+    # the group is the plant's: one of this test's own, so that no other test's ingest
+    # of spBv1.0/... (sharing the broker) reads its messages
+    group = f"Plant {random.randrange(10**9)}"
+    toml = (EXAMPLES / "sparkplug.toml").read_text()
+    assert 'topic = "spBv1.0/Plant 1/#"' in toml
+    toml = toml.replace('"spBv1.0/Plant 1/#"', f'"spBv1.0/{group}/#"')
+    start_role("ingest", toml.replace('primary_host = "streamlearn"', f'primary_host = "{group}"'))
+    names = Names("press", settings.topic_prefix, settings.key_prefix)
+    FLOAT, INT32, STRING, BOOLEAN, INT64 = 9, 3, 12, 11, 4
+    metrics = [  # name, alias, type, value at birth
+        ("Hydraulics/Pressure", 1, FLOAT, 182.0),
+        ("Hydraulics/Oil Temperature", 2, FLOAT, 45.5),
+        ("Motor/RPM", 3, INT32, 1450),
+        ("Mode", 4, STRING, "auto"),
+        ("Quality/Reject", 5, BOOLEAN, False),
+        ("Properties/Hardware Make", 6, STRING, "Acme"),  # not an input: dropped
+    ]
+    field = {FLOAT: "float_value", INT32: "int_value", STRING: "string_value"}
+    field[BOOLEAN] = "boolean_value"
+
+    def payload(seq: int, values: list[tuple[str | None, int, int, object]]) -> bytes:
+        p = pb.Payload(timestamp=1_700_000_000_000 + seq, seq=seq)
+        for name, alias, datatype, value in values:
+            m = p.metrics.add(alias=alias, datatype=datatype, timestamp=p.timestamp)
+            if name is not None:
+                m.name = name
+            setattr(m, field[datatype], value)
+        return p.SerializeToString()
+
+    birth = pb.Payload(timestamp=1_700_000_000_000, seq=0)
+    birth.metrics.add(name="bdSeq", datatype=INT64, long_value=0)
+    birth.metrics.add(name="Node Control/Rebirth", alias=0, datatype=BOOLEAN, boolean_value=False)
+    edge = plain_paho(settings)
+    at = f"spBv1.0/{group}/{{}}/Line 1"
+    try:
+        for topic, body in [
+            (at.format("NBIRTH"), birth.SerializeToString()),
+            (at.format("DBIRTH") + "/Press 2", payload(1, metrics)),  # held: no sample
+            (at.format("DDATA") + "/Press 2", payload(2, [(None, 1, FLOAT, 190.5)])),
+            (at.format("DDATA") + "/Press 2", payload(3, [(None, 5, BOOLEAN, True)])),
+            (at.format("DDATA") + "/Press 2", payload(4, [(None, 2, FLOAT, 47.0)])),
+            (at.format("DDATA") + "/Press 2", payload(5, [(None, 5, BOOLEAN, False)])),
+        ]:
+            edge.publish(topic, body, qos=0).wait_for_publish(10)  # as Sparkplug publishes
+    finally:
+        edge.loop_stop()
+        edge.disconnect()
+    eventually(lambda: SampleStream(redis, names, (4,)).backlog() == 2, 30, "two samples")
+    rows = [unpack(f, (4,)) for _, f in redis.xrange(names.samples_key)]
+    x = np.concatenate([r.x for r in rows])
+    assert x.tolist() == [[190.5, 45.5, 1450.0, 0.0], [190.5, 47.0, 1450.0, 0.0]]
+    assert np.concatenate([r.y for r in rows]).tolist() == [1.0, 0.0]
+    assert redis.xlen(names.deadletter_key) == 0
+    state = retained(settings, f"spBv1.0/STATE/{group}")
+    assert state is not None and state["online"] is True

@@ -124,7 +124,7 @@ def held(now: float, **ages: tuple[float, str]) -> Held:
 def test_a_sample_takes_the_fresh_values_and_counts_the_stale_as_missing():
     a = assembly(now=1000.0)
     state = held(1000.0, temp=(10, "21.5"), humidity=(61, "40.0"), door=(3000, "1.0"))
-    parsed = a._form("k", state, 1.0, "k|1|abc", 990.0, 1000.0, b"")
+    parsed = a.form("k", state, 1.0, "k|1|abc", 990.0, 1000.0, b"")
     assert parsed.samples is not None and parsed.observations is None
     x = parsed.samples.x[0]
     assert x[0] == 21.5 and math.isnan(x[1]) and x[2] == 1.0
@@ -135,7 +135,7 @@ def test_a_sample_takes_the_fresh_values_and_counts_the_stale_as_missing():
 def test_more_missing_than_max_missing_is_a_missing_field_dead_letter():
     a = assembly(now=1000.0)
     state = held(1000.0, temp=(10, "nan"), humidity=(61, "40.0"), door=(1, "0.0"))
-    parsed = a._form("k", state, 0.0, "k|2|abc", 990.0, 1000.0, b"off")
+    parsed = a.form("k", state, 0.0, "k|2|abc", 990.0, 1000.0, b"off")
     assert parsed.samples is None
     [letter] = parsed.rejections
     assert letter.kind == "missing_field" and letter.payload == b"off"
@@ -146,7 +146,7 @@ def test_a_window_models_sample_is_a_step_at_the_labels_first_arrival():
     model = room(window=4, architecture="lstm")
     a = assembly(model, now=1000.0)
     state = held(1000.0, temp=(1, "1.0"), humidity=(1, "2.0"), door=(1, "0.0"))
-    parsed = a._form("dev-1", state, 1.0, "dev-1|1|abc", 990.0, 1000.0, b"")
+    parsed = a.form("dev-1", state, 1.0, "dev-1|1|abc", 990.0, 1000.0, b"")
     steps = parsed.observations
     assert steps is not None and parsed.samples is None
     assert steps.keys == ("dev-1",) and steps.seq.tolist() == [990.0]

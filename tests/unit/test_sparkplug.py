@@ -5,14 +5,17 @@ host publishes, and the bounds."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
+from streamlearn.config import parse_config
 from streamlearn.contract.records import DEAD_LETTERS
 from streamlearn.contract.sparkplug import payloads as sp
 from streamlearn.contract.sparkplug.proto import sparkplug_b_pb2 as pb
 from streamlearn.contract.sparkplug.topics import MAX_ID_CHARS, parse_topic, state_topic, topic_of
-from streamlearn.errors import PayloadError
+from streamlearn.errors import ConfigError, PayloadError
+from streamlearn.ingest.host import HostState
 
 # Tahu's MetricDataType numbers and its example's AliasMap
 INT8, INT16, INT32, INT64, UINT32, FLOAT, DOUBLE, BOOLEAN, STRING = 1, 2, 3, 4, 7, 9, 10, 11, 12
@@ -211,3 +214,35 @@ def test_the_state_message_is_sparkplug_3s_json():
     assert json.loads(sp.state_payload(False, T0)) == {"online": False, "timestamp": T0}
     with pytest.raises(ValueError, match="host id"):
         state_topic("a/b+")
+
+
+def test_a_sparkplug_source_reads_metrics_by_name_with_assembly():
+    """Config: a filter under spBv1.0/, no key or field, the model's assembly; inputs
+    named as Sparkplug names metrics (a space inside, a slash)."""
+    source = {"topic": "spBv1.0/Plant 1/#", "format": "sparkplug_b"}
+    model = {"inputs": ["Line 1/Motor Speed", "Motor/RPM"], "target": "Quality/Reject"}
+    m = parse_config({"models": {"m": {**model, "sources": [source], "assembly": {}}}})
+    assert m.model("m").fields == ("Line 1/Motor Speed", "Motor/RPM")
+    for bad, why in [
+        ({**model, "sources": [source]}, "needs \\[models.NAME.assembly\\]"),
+        ({"inputs": 2, "sources": [source], "assembly": {}}, "assembly: only for named"),
+        ({**model, "sources": [{**source, "topic": "plant/#"}], "assembly": {}}, "under spBv1"),
+        ({**model, "sources": [{**source, "key": "topic:3"}], "assembly": {}}, "no key or field"),
+        ({**model, "inputs": ["Motor  RPM"], "sources": [source], "assembly": {}}, "fields"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            parse_config({"models": {"m": bad}})
+
+
+def test_a_host_renews_its_state_on_a_live_offline_message_only():
+    """STATE: a retained message (what held before this session) is not news; another
+    process's will saying offline is; online messages are not."""
+    host = HostState("mqtt://127.0.0.1:1", "h", "c")
+    for retain, body, renew in [
+        (True, b'{"online": false, "timestamp": 1}', False),
+        (False, b'{"online": true, "timestamp": 2}', False),
+        (False, b"not json", False),
+        (False, b'{"online": false, "timestamp": 3}', True),
+    ]:
+        host._on_message(None, None, SimpleNamespace(retain=retain, payload=body))
+        assert host._renew.is_set() is renew

@@ -12,10 +12,15 @@
 -- per `history_every_ms` (the newest `history_max`, scored by publish time in ms), the
 -- pinned one and the labelled ones (`stable` -> 12). A blob is deleted once no list holds
 -- it and it is neither pinned nor labelled; a held one stays in the version list.
--- Returns {version, 1 if the model's keys were written else 0}.
+-- Last of KEYS the learner's lease, last of ARGV its holder's token (`store/lease.py`):
+-- with a token, nothing is written unless the lease holds it now, so a learner that lost
+-- its lease cannot publish; an empty token (a tool, a test) is not fenced.
+-- Returns {version, 1 if the model's keys were written else 0}; {0, 0}: fenced off.
+local token = ARGV[#ARGV]
+if token ~= '' and redis.call('GET', KEYS[#KEYS]) ~= token then return {0, 0} end
 local blob, floor, keep = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local every, history_max = tonumber(ARGV[4]), tonumber(ARGV[5])
-local variant = #KEYS > 6
+local variant = #KEYS > 7
 local function latest(key) return tonumber(redis.call('GET', key) or '0') end
 local v = math.max(floor, latest(KEYS[1]))
 if variant then v = math.max(v, latest(KEYS[6])) end
