@@ -80,16 +80,42 @@ def run_assembly(
     """`messages` readings queued at the broker while the ingest process is away, then
     assembled: readings/s from the first to the last stream entry, against the raw
     subscriber's backlog rate (`raw_msgs_per_s`)."""
-    names = Names(tag, "bench")
     each = messages // pubs // len(NAMES)  # samples per publisher
+    toml = TOML.format(model=tag, inputs=json.dumps(NAMES))
+    streams = [readings(tag, k, each) for k in range(pubs)]
+    row = drained(mqtt_port, store, tag, toml, streams, each * pubs, worker_of)
+    sent = each * pubs * len(NAMES)
+    return {
+        "mode": "backlog",
+        "subscriber": "ingest process, assembled (a topic per input)",
+        "samples/msg": 1 / len(NAMES),
+        "messages": sent,
+        "seconds": row["seconds"],
+        "msgs/s": sent / row["seconds"],
+        "samples/s": each * pubs / row["seconds"],
+        "cpu us/msg": row["cpu s"] / sent * 1e6,
+        "vs raw": sent / row["seconds"] / raw_msgs_per_s,
+    }
+
+
+def drained(
+    mqtt_port: int,
+    store: redis.Redis,
+    tag: str,
+    toml: str,
+    streams: list[list[tuple[str, bytes]]],
+    samples: int,
+    worker_of: Callable[[str], Any],
+) -> dict:
+    """Each publisher's `streams` queued at the broker while model `tag`'s ingest process
+    (its config `toml`) is away, then taken until `samples` samples are stored: the
+    seconds from the first to the last stream entry, and the process's CPU seconds."""
+    names = Names(tag, "bench")
     worker = worker_of(tag)
-    Path(worker.argv[-1]).write_text(TOML.format(model=tag, inputs=json.dumps(NAMES)))
+    Path(worker.argv[-1]).write_text(toml)
     worker.start().stop()  # its session queues at the broker while it is away
     out: mp.Queue = mp.Queue()
-    procs = [
-        mp.Process(target=publish_readings, args=(mqtt_port, readings(tag, k, each), out))
-        for k in range(pubs)
-    ]
+    procs = [mp.Process(target=publish_readings, args=(mqtt_port, s, out)) for s in streams]
     for p in procs:
         p.start()
     for _ in procs:
@@ -97,7 +123,6 @@ def run_assembly(
     for p in procs:
         p.join()
     worker.start()
-    samples = each * pubs
     deadline = time.monotonic() + 300
     while int(store.get(names.ingest_count_key) or 0) < samples:
         if time.monotonic() > deadline or worker.proc.poll() is not None:
@@ -107,16 +132,4 @@ def run_assembly(
     worker.stop()
     key = names.samples_key
     first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
-    seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
-    sent = samples * len(NAMES)
-    return {
-        "mode": "backlog",
-        "subscriber": "ingest process, assembled (a topic per input)",
-        "samples/msg": 1 / len(NAMES),
-        "messages": sent,
-        "seconds": seconds,
-        "msgs/s": sent / seconds,
-        "samples/s": samples / seconds,
-        "cpu us/msg": cpu / sent * 1e6,
-        "vs raw": sent / seconds / raw_msgs_per_s,
-    }
+    return {"seconds": (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000, "cpu s": cpu}

@@ -156,7 +156,7 @@ def checks(
 ) -> tuple[dict[str, bool], dict[str, float | None]]:
     """The serving bench's goals for the gRPC door (issue 65), and their figures: its max
     throughput at least the HTTP door's, its p99 at 500 requests/s (`p99_ms` by rate
-    measured; a run without 500/s, as `--quick`'s, checks the next rate above it: harder)
+    measured, `--quick`'s too; a run without 500/s checks the next rate above it: harder)
     at most 10 ms; in `quick`, each held to half its goal (`bench._report.goal`).
 
     The first is not met (2026-12-06, 2 cores: 0.43-0.48x; grpc.aio's own work per call,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import tempfile
 import time
 from collections.abc import Callable
@@ -160,47 +159,24 @@ def run_sparkplug_ingest(
     """`messages` DDATA (after their births) queued at the broker while the ingest process
     is away, then resolved, held and assembled: messages/s from the first to the last
     stream entry, against the raw subscriber's backlog rate (`raw_msgs_per_s`)."""
-    from bench._assembly import publish_readings
+    from bench._assembly import drained
 
-    names = Names(tag, "bench")
     each = messages // pubs // 4 * 4  # DDATA per publisher, a sample every 4
-    worker = worker_of(tag)
-    Path(worker.argv[-1]).write_text(TOML.format(model=tag))
-    worker.start().stop()  # its session queues at the broker while it is away
-    out: mp.Queue = mp.Queue()
-    procs = [
-        mp.Process(target=publish_readings, args=(mqtt_port, plant(tag, k, each), out))
-        for k in range(pubs)
-    ]
-    for p in procs:
-        p.start()
-    for _ in procs:
-        out.get(timeout=300)
-    for p in procs:
-        p.join()
-    worker.start()
-    samples = each // 4 * pubs
-    deadline = time.monotonic() + 300
-    while int(store.get(names.ingest_count_key) or 0) < samples:
-        if time.monotonic() > deadline or worker.proc.poll() is not None:
-            raise SystemExit("ingest did not assemble:\n" + "".join(worker.lines[-30:]))
-        time.sleep(0.02)
-    cpu = worker.cpu_s() - worker.cpu_at_start
-    worker.stop()
-    key = names.samples_key
-    first, last = store.xrange(key, count=1)[0][0], store.xrevrange(key, count=1)[0][0]
-    seconds = (int(last.split(b"-")[0]) - int(first.split(b"-")[0])) / 1000
+    streams = [plant(tag, k, each) for k in range(pubs)]
+    row = drained(
+        mqtt_port, store, tag, TOML.format(model=tag), streams, each // 4 * pubs, worker_of
+    )
     sent = each * pubs
     return {
         "mode": "backlog",
         "subscriber": "ingest process, Sparkplug B DDATA (3 metrics by alias)",
         "samples/msg": 0.25,
         "messages": sent,
-        "seconds": seconds,
-        "msgs/s": sent / seconds,
-        "samples/s": each // 4 * pubs / seconds,
-        "cpu us/msg": cpu / sent * 1e6,
-        "vs raw": sent / seconds / raw_msgs_per_s,
+        "seconds": row["seconds"],
+        "msgs/s": sent / row["seconds"],
+        "samples/s": each // 4 * pubs / row["seconds"],
+        "cpu us/msg": row["cpu s"] / sent * 1e6,
+        "vs raw": sent / row["seconds"] / raw_msgs_per_s,
     }
 
 

@@ -65,7 +65,7 @@ from streamlearn.store.redis_client import connect
 
 # `--quick`'s defaults: the CI smoke, under 60 s on 2 cores
 QUICK = {
-    "rates": "200,1000",
+    "rates": "200,500,1000",
     "seconds": 2.0,
     "max_seconds": 1.5,
     "rounds": 2,

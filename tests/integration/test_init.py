@@ -81,6 +81,7 @@ def test_init_infers_the_model_and_spells_out_every_default(
         "[models.my_data.learner.publish]": type(model.learner.publish),
         "[models.my_data.learner.history]": type(model.learner.history),
         "[models.my_data.learner.checkpoint]": type(model.learner.checkpoint),
+        "[models.my_data.learner.lease]": type(model.learner.lease),
         "[models.my_data.actor]": type(model.actor),
         "[models.my_data.promotion]": type(model.promotion),
         "[models.my_data.labels]": type(model.labels),
@@ -92,7 +93,7 @@ def test_init_infers_the_model_and_spells_out_every_default(
         for field in cls.model_fields:
             if field in ("name", "ingest", "learner", "learning", "actor", "promotion"):
                 continue
-            if field in ("publish", "history", "checkpoint"):  # the learner's groups: above
+            if field in ("publish", "history", "checkpoint", "lease"):  # the learner's groups
                 continue
             if field in ("variants", "labels"):
                 continue
