@@ -22,7 +22,6 @@ from typing import Protocol, cast
 
 import numpy as np
 import paho.mqtt.client as mqtt
-from paho.mqtt.client import topic_matches_sub
 
 from streamlearn.actor.devices import Device, Devices, Reading
 from streamlearn.actor.discovery import config_topic, sensor_config
@@ -236,7 +235,7 @@ class States:
         self.cleared += 1
 
     def _source(self, topic: str) -> SourceConfig | None:
-        return next((s for s in self.sources if topic_matches_sub(s.topic, topic)), None)
+        return next((s for s in self.sources if s.matches(topic)), None)
 
     def _read(self, topic: str, payload: bytes) -> dict[str, Reading]:
         """A reading's rows by key (the last of each key); empty when it holds none."""
