@@ -1,12 +1,14 @@
 """A learner's lease: the key that says which learner of a model (or variant) may publish.
 
 `sl:{model}:learner:lease` (a variant's learner: `sl:{model}:variant:V:learner:lease`)
-holds its holder's token with a TTL. A learner takes it (SET NX PX), renews it well within
-the TTL (`lua/lease_renew.lua`: only while it still holds it) and releases it on a clean
-stop (`lua/lease_release.lua`). The weights store hands the key and the token to its publish
-script, which writes nothing unless that token holds the lease as it runs
-(`lua/weights_publish.lua`): a learner that lost its lease cannot publish, whatever it
-believes. `streamlearn.learner.lease.LeaseKeeper` does the waiting and the renewing.
+holds its holder's token with a TTL. A learner takes it (`lua/lease_take.lua`: SET NX PX),
+renews it well within the TTL (`lua/lease_renew.lua`: only while it still holds it) and
+releases it on a clean stop (`lua/lease_release.lua`); all three run on a full Redis
+(`allow-oom`), whose memory only a learner that keeps checkpointing frees. The weights
+store hands the key and the token to its publish script, which writes nothing unless that
+token holds the lease as it runs (`lua/weights_publish.lua`): a learner that lost its lease
+cannot publish, whatever it believes. `streamlearn.learner.lease.LeaseKeeper` does the
+waiting and the renewing.
 """
 
 from __future__ import annotations
@@ -50,12 +52,13 @@ class Lease:
         self.key = names.lease_key
         self.token = token or new_token()
         self.ttl_ms = max(1, round(ttl_s * 1000))
+        self._take = lua.load(client, "lease_take")
         self._renew = lua.load(client, "lease_renew")
         self._release = lua.load(client, "lease_release")
 
     def take(self) -> bool:
         """Take the lease if nobody holds it; whether this token holds it now."""
-        return bool(self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms))
+        return bool(self._take(keys=[self.key], args=[self.token, self.ttl_ms]))
 
     def renew(self) -> bool:
         """Start the TTL again; False when the lease is no longer this token's (lost)."""

@@ -44,8 +44,10 @@ def figure(pattern: str, text: str) -> float:
 
 def regression(shells: pages.Shells) -> None:
     evaluated = shells.output("evaluate").stdout
-    assert figure(r"prequential MAE: ([\d.]+) over 2,000 samples", evaluated) < 4.0, evaluated
-    assert figure(r"last 1,000 MAE: ([\d.]+)", evaluated) < 3.0, evaluated  # the mean: ~17
+    # The mean is off by ~17. The whole run's score counts staleness: ~2.4 on a quiet host,
+    # 4.8 under CI's load, where the learner takes two messages a step (half the steps).
+    assert figure(r"prequential MAE: ([\d.]+) over 2,000 samples", evaluated) < 6.0, evaluated
+    assert figure(r"last 1,000 MAE: ([\d.]+)", evaluated) < 3.0, evaluated
     answer = reply(shells)
     assert answer["model"] == "chiller" and abs(answer["y"] - 58.8) < 8, answer
     assert "chiller" in shells.output("status").stdout

@@ -167,6 +167,7 @@ def test_learner_and_ingest_outlive_a_full_redis_and_learn_every_sample_once(
     assert own_redis.xlen(names.deadletter_key) == 0
     assert learner.proc.poll() is None and ingest.proc.poll() is None, "same processes, alive"
     assert "Traceback" not in learner.output + ingest.output
+    assert "lease" not in learner.output.split("taken as", 1)[1], "one lease, kept throughout"
 
 
 def test_a_full_redis_frees_itself_when_the_learner_checkpoints(
@@ -188,7 +189,7 @@ dedup_window_s = 5
     # Room for a part of what comes (ingest writes a refused run in smaller pieces).
     limit = own_redis.info("memory")["used_memory"] + 512 * 1024
     own_redis.config_set("maxmemory", limit)
-    device.publish_samples(messages(5, 12_000, per=1))
+    device.publish_samples(messages(5, 3_000, per=4))
     total = 50 + 12_000
     with explained(own_redis, names, learner, ingest):
         eventually(lambda: published(own_redis, names)[1] == total, 180, "all samples learned")
@@ -196,6 +197,7 @@ dedup_window_s = 5
     assert int(own_redis.config_get("maxmemory")["maxmemory"]) == limit, "nobody raised it"
     assert int(own_redis.get(names.ingest_count_key)) == total
     assert learner.proc.poll() is None and ingest.proc.poll() is None, "same processes, alive"
+    assert "lost" not in learner.output, "the learner kept its lease (it trims only holding it)"
 
 
 def test_a_run_partly_refused_for_lack_of_memory_stores_each_sample_once(

@@ -4,6 +4,7 @@ on the terminal, its flags honoured, and nothing left running after Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -35,7 +36,8 @@ LIVE = re.compile(r"demo: [\d,]+ samples/s\s+[\d,]+ seen\s+binary_accuracy \S+.*
 def children_of(pid: int) -> set[int]:
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
-        found |= {int(p) for p in (task / "children").read_text().split()}
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            found |= {int(p) for p in (task / "children").read_text().split()}
     return found
 
 

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Release a learner's lease on a clean stop, if the caller still holds it, so that a
 -- waiting learner takes over at once rather than after the TTL.
 -- KEYS: the lease. ARGV: the holder's token. Returns 1 when released, else 0.
