@@ -240,14 +240,14 @@ the parser (`EXAMPLES`), and a test parses each."""
 
 
 def metrics() -> str:
-    from streamlearn.observe.catalog import METRICS, ROLES
+    from streamlearn.observe.catalog import EVERY_ROLE, METRICS, ROLES
 
     out = [GENERATED, "# Metrics reference", "", _METRICS_INTRO]
-    for role in ROLES:
+    for role in (EVERY_ROLE, *ROLES):
         rows = [(f"`{m.full_name}`", m.kind, ", ".join(f"`{x}`" for x in m.labels), m.help,
                  m.healthy) for m in METRICS.values() if m.role == role]  # fmt: skip
         head = ("metric", "type", "labels", "help", "healthy")
-        out += ["", f"## {role}", "", table(head, rows)]
+        out += ["", f"## {role or 'every worker'}", "", table(head, rows)]
     return "\n".join(out) + "\n"
 
 

@@ -17,7 +17,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from streamlearn.config import environment
+from streamlearn.config import cpus, environment
 from streamlearn.config.app import ModelConfig
 from streamlearn.config.loading import load_config
 from streamlearn.config.settings import Settings, load_settings
@@ -104,6 +104,14 @@ def load(role: str, args: argparse.Namespace) -> tuple[ModelConfig, Settings, Na
 def instance_of(args: argparse.Namespace, settings: Settings) -> str:
     """This process's stable id: --instance, STREAMLEARN_INSTANCE, else the hostname."""
     return args.instance or settings.instance or socket.gethostname()
+
+
+def usable_cpus() -> cpus.Cpus:
+    """The CPUs this worker may use (`streamlearn.config.cpus`: its affinity within its
+    cgroup's quota), said in its log; its thread pools are sized to them."""
+    found = cpus.usable_cpus()
+    logging.getLogger("streamlearn").info("%d usable CPUs (%s)", found.usable, found.source)
+    return found
 
 
 def redis_client(settings: Settings) -> redis.Redis:

@@ -57,7 +57,9 @@
 #            labels as ingest does (streamlearn/actor/labels.py): MGET of sl:*:pending*,
 #            the exactly-once append script on sl:*:samples (XADD; the backlog's XINFO,
 #            XPENDING, XRANGE, XLEN) and its de-duplication keys sl:*:ingest:*, and the
-#            join's script on sl:*:served*. As ingest's, these rights on the other keys are
+#            join's script on sl:*:served*; with [models.M.state], the index of retained
+#            device states sl:*:served:states (a Lua script: ZADD GT, ZCARD, ZRANGE,
+#            ZREMRANGEBYRANK). As ingest's, these rights on the other keys are
 #            in a selector: the actor cannot delete or overwrite the stream, and writes no
 #            dead letters.
 # Selectors (Redis 7): ingest's and the learner's rights on their other keys (UNLINK, DEL,

@@ -1,6 +1,7 @@
-"""The keys of a model's device states (`streamlearn.actor.states`): at most
-`max_devices`, the least recently seen evicted first, and when each key's next state is
-due (`every_s` after its last). Pure: no I/O, no lock.
+"""The keys of a model's device states an actor tracks (`streamlearn.actor.states`): at
+most `max_devices`, the least recently seen evicted first, and when each key's next state
+is due (`every_s` after its last). What bounds the retained states is the model's index
+(`streamlearn.store.state_index`), not this. Pure: no I/O, no lock.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ class Device:
     reading: Reading | None = None
     published_at: float = -math.inf  # time.monotonic() of its last prediction
     queued: bool = False  # in the due queue
-    shown: bool = False  # a retained state may be out: cleared on eviction
-    discovered: bool = False  # its discovery config is out
 
 
 @dataclass
@@ -98,19 +97,14 @@ class Devices:
         return out
 
     def holds(self, device: Device) -> bool:
-        """Whether `device` is still tracked (not evicted, nor its key taken in anew)."""
+        """Whether `device` is still tracked (not evicted, forgotten, nor its key anew)."""
         return self._devices.get(device.key) is device
 
-    def adopt(self, key: str) -> bool:
-        """Take in a key whose state an earlier life left, as the least recently seen;
-        False when there is no room (the caller clears it: it is past the bound)."""
-        if key in self._devices:
-            return True
-        if len(self._devices) >= self.max_devices:
-            return False
-        self._devices[key] = Device(key, shown=True)
-        self._devices.move_to_end(key, last=False)
-        return True
+    def forget(self, key: str) -> None:
+        """Stop tracking `key` (its state was cleared): a reading waiting for it is dropped."""
+        device = self._devices.pop(key, None)
+        if device is not None:
+            device.reading = None
 
     def _compact(self) -> None:
         """Evicted devices' entries leave the due queue when due; past twice the bound,

@@ -51,6 +51,7 @@ from streamlearn.actor.replies import Publish, PublishMany, Replier, ReplyRoutes
 from streamlearn.actor.runtimes import Servable
 from streamlearn.actor.states import States
 from streamlearn.actor.versions import Group, KeptVersions
+from streamlearn.config import cpus
 from streamlearn.config.app import BASE_VARIANT, ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.online import buckets
@@ -88,6 +89,8 @@ class Actor:
         self.status_topic = names.topic(f"actors/{actor_id}")
         self.buckets = buckets.ladder(self.policy.max_batch)  # a TensorFlow pass's shapes
         self.runtime, self.runtime_reason = runtimes.choose(cfg)
+        self.cpus = cpus.usable_cpus()  # its pools sized before a model is built
+        self.threads = runtimes.size_threads(self.runtime, self.cpus.usable)
         self._build = runtimes.builder(self.runtime, self.buckets)
         # the model's initial state answers until the first version (its prior)
         self.answers_initial = runtimes.starts_answered(cfg)
@@ -308,6 +311,7 @@ class Actor:
             "variant": self.variant,
             "runtime": self.runtime,  # numpy or tensorflow (`streamlearn.actor.runtimes`)
             "runtime_reason": self.runtime_reason,
+            "cpus": {**self.cpus.status(), **self.threads},  # what its pools were sized to
             "broker_delay_ms": self.broker_delay_ms(),  # None: not measured
             "latest_seen": self.reloader.latest_seen,
             "pinned": self.reloader.pinned,  # `streamlearn pin`: served instead of the latest

@@ -13,6 +13,7 @@ build; numpy has nothing to trace.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -60,6 +61,19 @@ def builder(runtime: str, buckets: tuple[int, ...]) -> Build:
         return Forward(networks.build_model(cfg), cfg.sample_shape, buckets)  # type: ignore[return-value]
 
     return tensorflow
+
+
+def size_threads(runtime: str, cpus: int) -> dict[str, int | str]:
+    """The forward pass's thread pools sized to the `cpus` the process may use, before it
+    builds a model; what they are, for the status. numpy has none of its own: its BLAS
+    library's are sized by `OPENBLAS_NUM_THREADS` (and the like), read as numpy loads
+    (`streamlearn.config.cpus.blas_environment`)."""
+    if runtime == "numpy":
+        blas = os.environ.get("OPENBLAS_NUM_THREADS", "")
+        return {"blas_threads": int(blas)} if blas.isdigit() else {}
+    from streamlearn.nn import networks  # TensorFlow: only an actor that asks loads it
+
+    return networks.size_thread_pools(cpus)
 
 
 def starts_answered(cfg: ModelConfig) -> bool:

@@ -4,17 +4,21 @@ With `[models.NAME.state]` the actors read the model's keyed sources in a shared
 their own, predict each device's readings (a window model's from the key's stored window,
 as a key-only request) and publish the prediction retained, so that a dashboard or Home
 Assistant (`streamlearn.actor.discovery`) shows it without asking. A key's state goes out
-at most every `every_s`: the newest reading within the period waits for its end. At most
-`max_devices` keys (`streamlearn.actor.devices`): an evicted key's retained state and
-config are cleared, and at start the states an earlier life retained are taken in, so the
-broker keeps none unbounded. Readings are parsed on paho's thread (one that fails costs a
-count: ingest dead-letters it) and predicted on the serving thread between batches.
+at most every `every_s`: the newest reading within the period waits for its end. An actor
+tracks at most `max_devices` keys (`streamlearn.actor.devices`); the retained states are
+bounded across all actors by the model's index in Redis (`streamlearn.store.state_index`):
+each turn an actor indexes what it published (and, at its start, the states an earlier life
+retained), sends the discovery configs of keys new to the index, and clears the states and
+configs of the keys it takes out past the bound. Readings are parsed on paho's thread (one
+that fails costs a count: ingest dead-letters it) and predicted on the serving thread
+between batches.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +26,7 @@ from typing import Protocol, cast
 
 import numpy as np
 import paho.mqtt.client as mqtt
+import redis
 
 from streamlearn.actor.devices import Device, Devices, Reading
 from streamlearn.actor.discovery import config_topic, sensor_config
@@ -35,11 +40,13 @@ from streamlearn.contract.entities import is_own_state_echo, object_id
 from streamlearn.contract.names import Names
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.errors import ConfigError, PayloadError
+from streamlearn.store.state_index import Touched
 from streamlearn.store.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
 MAX_KEY_CHARS = 128  # as a window's key: the bound of a device's bytes
+INDEX_RETRY_S = 1.0  # after a failed indexing, the next try (Redis away)
 
 
 def states_group(share_group: str, model: str) -> str:
@@ -67,6 +74,12 @@ class Serving(Protocol):
     def predict(self, x: np.ndarray) -> np.ndarray: ...
 
 
+class Index(Protocol):
+    """The model's index of retained states (`streamlearn.store.state_index.StateIndex`)."""
+
+    def touch(self, stamped: list[tuple[str, float]]) -> Touched: ...
+
+
 class States:
     """Predicts one model's device readings and keeps their states retained (module doc).
 
@@ -74,7 +87,7 @@ class States:
     calls `serve` between batches. `publish` is paho's `Client.publish`.
     """
 
-    def __init__(self, cfg: ModelConfig, names: Names, publish: Publish) -> None:
+    def __init__(self, cfg: ModelConfig, names: Names, publish: Publish, index: Index) -> None:
         state = cfg.state
         if state is None:
             raise ConfigError(f"model {cfg.name!r} has no [models.{cfg.name}.state] table")
@@ -88,15 +101,21 @@ class States:
         self.policy = state
         self.names = names
         self.publish = publish
+        self.index = index
         self.state_prefix = names.topic("state/")
         self.parser = PayloadParser(cfg)
         self.devices = Devices(state.max_devices, state.every_s)
         self._lock = threading.Lock()  # paho's thread offers, the serving loop takes
+        # keys published (or retained before this actor) not indexed yet, by their time:
+        # a turn's, or with Redis away at most `max_devices` (the oldest cleared past it)
+        self._unindexed: dict[str, float] = {}
+        self._retry_at = -math.inf
         self.published = 0  # states published
         self.unread = 0  # readings not predicted: not parsed, or a key unfit for a topic
         self.echoes = 0  # Home Assistant's echoes of our own states, ignored
         self.failed = 0  # taken readings not predicted (too few stored steps, an error)
-        self.cleared = 0  # retained states cleared (evicted keys)
+        self.cleared = 0  # retained states cleared (past the index's bound)
+        self.index_failures = 0  # indexing calls Redis refused
 
     @property
     def subscriptions(self) -> list[str]:
@@ -122,14 +141,13 @@ class States:
             if topic.startswith(self.state_prefix):
                 return self.on_state(msg, publish)
             if not topic.startswith(predict_space) and self._source(topic) is not None:
-                return self.on_reading(topic, cast(bytes, msg.payload), publish)
+                return self.on_reading(topic, cast(bytes, msg.payload))
             return requests(client, userdata, msg)
 
         return on_message
 
-    def on_reading(self, topic: str, payload: bytes, publish: Publish | None = None) -> None:
-        """A device's reading (paho's thread): parsed, and kept as its key's latest; an
-        evicted key cleared with `publish` (default: the one given at construction)."""
+    def on_reading(self, topic: str, payload: bytes) -> None:
+        """A device's reading (paho's thread): parsed, and kept as its key's latest."""
         if is_own_state_echo(topic):  # Home Assistant's statestream, echoing a prediction
             self.echoes += 1
             return
@@ -140,31 +158,31 @@ class States:
         now = time.monotonic()
         with self._lock:
             for key, reading in readings.items():
-                self._evicted(self.devices.offer(key, reading, now), publish)
+                self.devices.offer(key, reading, now)
 
     def on_state(self, msg: mqtt.MQTTMessage, publish: Publish | None = None) -> None:
         """A state retained before this actor subscribed (an earlier life's, or another
-        actor's) is taken in, to be bounded; past the bound, cleared. Live states (ours
-        and other actors', not flagged retained) are not."""
+        actor's) is indexed at its time, to be bounded. Live states (ours and other
+        actors', not flagged retained) are not."""
         key = msg.topic[len(self.state_prefix) :]
         if not (msg.retain and msg.payload and _fit(key)):
             return
         with self._lock:
-            if not self.devices.adopt(key):
-                self._evicted(Device(key, shown=True), publish)
+            self._stamp(key, _time_of(msg.payload), publish)
 
     def serve(self, actor: Serving) -> None:
         """Predict the readings whose period ended, up to `max_batch` rows, with the
-        version the actor serves, and publish their states. Never raises."""
+        version the actor serves, publish their states, and index them. Never raises."""
         with self._lock:
             taken = self.devices.take(time.monotonic(), actor.policy.max_batch)
-        if not taken:
-            return
-        try:
-            self._serve(actor, taken)
-        except Exception:  # a bug or a failed computation: the serving loop must go on
-            log.exception("predicting %d device states failed", len(taken))
-            self.failed += len(taken)
+        if taken:
+            try:
+                self._serve(actor, taken)
+            except Exception:  # a bug or a failed computation: the serving loop must go on
+                log.exception("predicting %d device states failed", len(taken))
+                self.failed += len(taken)
+        if self._unindexed:
+            self._index()
 
     def metrics(self) -> dict[str, int]:
         """For the actor's Prometheus figures (`streamlearn.observe.catalog`)."""
@@ -176,6 +194,7 @@ class States:
             "state_echoes_total": self.echoes,
             "states_evicted_total": self.devices.evicted,
             "states_cleared_total": self.cleared,
+            "state_index_failures_total": self.index_failures,
             "state_devices": len(self.devices),
         }
 
@@ -200,37 +219,75 @@ class States:
         rows = y if self.cfg.task == "multiclass" else y[:, 0]
         body = {"model": self.cfg.name, "variant": actor.variant, "version": actor.version}
         at = round(time.time(), 3)
-        with self._lock:  # eviction's clears and these publishes go out in one order
+        with self._lock:  # the index's clears and these publishes go out in one order
             for (device, _), row in zip(ready, rows.tolist(), strict=True):
                 if self.devices.holds(device):  # else evicted meanwhile: nothing retained
                     self._publish(device, {"key": device.key, "y": row, **body, "at": at})
+                    self._unindexed[device.key] = at  # indexed at the end of this turn
 
     def _refused(self, p: Pending, _reason: str) -> None:
         p.done = True
         self.failed += 1
 
     def _publish(self, device: Device, doc: dict[str, object]) -> None:
-        topic = self.state_prefix + device.key
         if self.cfg.task == "multiclass":
             doc["class"] = int(np.argmax(cast(list[float], doc["y"])))
-        policy = self.policy
-        if policy.discovery and not device.discovered:
-            config = sensor_config(self.cfg, device.key, topic, policy.expire_after_s)
-            where = config_topic(policy.discovery_prefix, cast(str, config["unique_id"]))
-            self.publish(where, json.dumps(config).encode(), 1, True, None)
-            device.discovered = True
-        self.publish(topic, json.dumps(doc).encode(), 1, True, None)
-        device.shown = True
+        self.publish(self.state_prefix + device.key, json.dumps(doc).encode(), 1, True, None)
         self.published += 1
 
-    def _evicted(self, device: Device | None, publish: Publish | None) -> None:
-        """Clear an evicted key's retained state and config (under the lock)."""
-        if device is None or not device.shown:
+    def _stamp(self, key: str, at: float, publish: Publish | None = None) -> None:
+        """Mark `key`'s state (of time `at`) for indexing (under the lock). Past
+        `max_devices` keys waiting (Redis away), the oldest is cleared: the bound holds."""
+        self._unindexed[key] = max(at, self._unindexed.get(key, -math.inf))
+        self._bound(publish)
+
+    def _bound(self, publish: Publish | None = None) -> None:
+        """At most `max_devices` keys wait to be indexed: past it, the oldest (ordered as
+        Redis orders the index: time, then key) is cleared (under the lock)."""
+        while len(self._unindexed) > self.policy.max_devices:
+            oldest = min(self._unindexed.items(), key=lambda kv: (kv[1], kv[0]))[0]
+            del self._unindexed[oldest]
+            self._clear(oldest, publish)
+
+    def _index(self) -> None:
+        """Index the states published since the last turn: discovery configs for the keys
+        new to the index, the states of the keys taken out past the bound cleared."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._retry_at:  # Redis away: this turn's states wait, bounded
+                return self._bound()
+            stamped, self._unindexed = list(self._unindexed.items()), {}
+        try:
+            touched = self.index.touch(stamped)
+        except redis.RedisError as exc:
+            self.index_failures += 1
+            log.warning("indexing %d device states failed (%s), trying again", len(stamped), exc)
+            with self._lock:
+                self._retry_at = now + INDEX_RETRY_S
+                for key, at in stamped:
+                    self._stamp(key, at)
             return
+        with self._lock:
+            if self.policy.discovery:
+                for key in touched.new:
+                    self._discover(key)
+            for key in touched.gone:
+                self.devices.forget(key)
+                self._clear(key)
+
+    def _discover(self, key: str) -> None:
+        """A key's retained Home Assistant discovery config (under the lock)."""
+        policy = self.policy
+        config = sensor_config(self.cfg, key, self.state_prefix + key, policy.expire_after_s)
+        where = config_topic(policy.discovery_prefix, cast(str, config["unique_id"]))
+        self.publish(where, json.dumps(config).encode(), 1, True, None)
+
+    def _clear(self, key: str, publish: Publish | None = None) -> None:
+        """Clear a key's retained state and config (under the lock)."""
         publish = publish or self.publish
-        publish(self.state_prefix + device.key, b"", 1, True, None)
+        publish(self.state_prefix + key, b"", 1, True, None)
         if self.policy.discovery:  # also one an earlier life may have left
-            oid = object_id(self.cfg.name, device.key)
+            oid = object_id(self.cfg.name, key)
             publish(config_topic(self.policy.discovery_prefix, oid), b"", 1, True, None)
         self.cleared += 1
 
@@ -266,6 +323,19 @@ class States:
             return {key: Reading(parser.parse_request(payload).x[-1:])}  # no target: telemetry
         except PayloadError:
             return {}
+
+
+def _time_of(payload: bytes | bytearray) -> float:
+    """A retained state's `at` (unix s); 0 when it has none: the oldest of all.
+
+    >>> _time_of(b'{"at": 1700000000.5}'), _time_of(b"junk")
+    (1700000000.5, 0.0)
+    """
+    try:
+        at = json.loads(payload).get("at")
+        return float(at) if isinstance(at, int | float) and math.isfinite(at) else 0.0
+    except (ValueError, AttributeError):
+        return 0.0
 
 
 def _fit(key: str) -> bool:

@@ -8,6 +8,12 @@ import logging
 import os
 from collections.abc import Sequence
 
+from streamlearn.config import cpus
+
+# numpy's BLAS sizes its threads once, as numpy loads (below): to the usable CPUs, not the
+# host's cores (docs/scaling.md#cpu-limits-and-threads)
+os.environ.update(cpus.blas_environment())
+
 from paho.mqtt.properties import Properties
 
 from streamlearn import mqtt, runtime
@@ -17,6 +23,7 @@ from streamlearn.actor.loop import Actor
 from streamlearn.actor.states import States, states_group
 from streamlearn.observe import metrics
 from streamlearn.observe.broker_delay import BrokerProbe
+from streamlearn.store.state_index import StateIndex
 from streamlearn.store.weights import WeightsStore
 
 log = logging.getLogger("streamlearn.actor")
@@ -53,7 +60,8 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         subscriptions.append((probe.ping_topic, 0))
     on_message = actor.on_message
     if model.state is not None:  # devices' readings, predicted into retained states
-        actor.states = states = States(model, names, publish)
+        index = StateIndex(store.redis, names, model.state.max_devices)
+        actor.states = states = States(model, names, publish, index)
         group = states_group(settings.share_group, model.name)
         readings = [f"$share/{group}/{topic}" for topic in states.subscriptions]
         subscriptions += [(topic, 0) for topic in readings]
@@ -82,6 +90,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         lambda: None if actor.answers else "no weights loaded yet",
     )
     log.info("forward pass by %s: %s", actor.runtime, actor.runtime_reason)
+    log.info("%d usable CPUs (%s); pools %s", actor.cpus.usable, actor.cpus.source, actor.threads)
     actor.heartbeat = health.beat
     door = None
     if model.actor.http_port is not None:  # the Open Inference Protocol, beside MQTT
@@ -102,6 +111,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
         figures: dict[str, float | int | None | dict[str, int]] = dict(actor.metrics())
         figures["pending_evicted_total"] = actor.keeper.evicted  # kept ones dropped early
         figures["pending_share_evicted_total"] = actor.keeper.evicted_own  # by their own sender
+        figures["ready"] = int(health.ready().ok)  # none of a model's ready: `NoReadyActors`
         if actor.states is not None:
             figures.update(actor.states.metrics())
         if door is not None:

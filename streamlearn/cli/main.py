@@ -25,7 +25,12 @@ if TYPE_CHECKING:
     from streamlearn.config.app import ModelConfig
 
 ROLES = ("ingest", "learner", "actor")
-TOOLS = (("versions", "export pin unpin"), ("scaffold", "init"), ("evaluate", "evaluate"))
+TOOLS = (
+    ("versions", "export pin unpin"),
+    ("scaffold", "init"),
+    ("evaluate", "evaluate"),
+    ("deploy", "deploy"),
+)
 SERVICE_EXTRA = "this command needs the service extra: pip install 'streamlearn[service]'"
 # What the service extra installs, by import name: a command missing one needs the extra.
 SERVICE_MODULES = frozenset(
@@ -52,6 +57,7 @@ EXAMPLES = {
     "unpin": "streamlearn unpin --model machines",
     "init": "streamlearn init examples/machines.csv --target y",
     "evaluate": "streamlearn evaluate examples/machines.csv --label-delay 50",
+    "deploy": "streamlearn deploy k8s --config streamlearn.toml --broker --redis --out k8s/",
 }
 
 
@@ -229,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
         if module == "versions":
             tool.add_commands(command)  # export, pin, unpin
         else:
-            tool.add_command(sub)  # init; evaluate FILE: test-then-train through the service
+            tool.add_command(sub)  # init; evaluate FILE; deploy k8s: a cluster's manifests
     return parser
 
 

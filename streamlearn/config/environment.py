@@ -102,6 +102,14 @@ TF_PUBLIC_ADDRESSES = _declare(
     "for whoever reaches it: only behind a firewall or VPN)",
     "streamlearn.config.tfconfig",
 )
+CPU_QUOTA = _declare(
+    PREFIX + "CPU_QUOTA",
+    "unset: the cgroup's quota (`cpu.max`, or v1's `cpu.cfs_quota_us`), if any",
+    "the CPUs a worker may use (a number, `1.5`: 2 threads), standing in for its cgroup's "
+    "quota; threads (TensorFlow's pools, an actor's BLAS, the learner's prefetch) are "
+    "sized to it",
+    "streamlearn.config.cpus",
+)
 TF_CONFIG = _declare(
     "TF_CONFIG",
     "unset (required with `learner.distribute = 'multi_worker'`)",

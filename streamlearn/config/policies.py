@@ -9,7 +9,6 @@ that needs only its own policy imports it from here.
 from __future__ import annotations
 
 import ipaddress
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -21,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from streamlearn.config import cpus
 from streamlearn.config.moved import upgraded
 from streamlearn.online import buckets
 
@@ -147,8 +147,9 @@ class LearnerConfig(Frozen):
         None,
         ge=0,
         description="micro-batches read ahead by a background thread; 0: none (under a "
-        "backlog the next read still goes out while a batch trains); unset: 2 with 4 CPU "
-        "cores or more, else 0 (on 2 cores the thread cost more than it saved)",
+        "backlog the next read still goes out while a batch trains); unset: 2 with 4 usable "
+        "CPUs or more (the affinity, within the cgroup's CPU quota), else 0 (on 2 cores the "
+        "thread cost more than it saved)",
     )
     checkpoint: CheckpointPolicy = Field(
         CheckpointPolicy(), description="the learner's own checkpoints (off by default)"
@@ -200,12 +201,12 @@ class LearnerConfig(Frozen):
         return self
 
     def prefetch_depth(self) -> int:
-        """`prefetch_batches`, or, unset, by this machine's cores: a reading thread pays only
-        with cores to spare besides the step's and Redis's (`bench.learner` measures it)."""
+        """`prefetch_batches`, or, unset, by the CPUs this process may use (its affinity and
+        its cgroup's quota, `streamlearn.config.cpus`): a reading thread pays only with cores
+        to spare besides the step's and Redis's (`bench.learner` measures it)."""
         if self.prefetch_batches is not None:
             return self.prefetch_batches
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return 2 if (cores or os.cpu_count() or 1) >= PREFETCH_MIN_CORES else 0
+        return 2 if cpus.usable_cpus().usable >= PREFETCH_MIN_CORES else 0
 
     def bucket_sizes(self, replicas: int = 1) -> tuple[int, ...]:
         """The sorted padded sizes every train step uses (so it never retraces): powers of

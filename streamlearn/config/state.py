@@ -29,9 +29,11 @@ class StateConfig(Frozen):
         10_000,
         ge=1,
         le=1_000_000,
-        description="keys with a state, at most: a new key past it evicts the least recently "
-        "seen one, whose retained state (and discovery config) is cleared; each key costs an "
-        "actor about 1 KB and the broker one retained state (and one config)",
+        description="keys with a retained state, at most, across all of the model's actors "
+        "(an index in Redis): past it the oldest state (and discovery config) is cleared; "
+        "each actor also tracks at most this many keys, the least recently seen dropped; a "
+        "key costs an actor about 1 KB, Redis ~100 B and the broker one retained state (and "
+        "one config)",
     )
     discovery: bool = Field(
         False,

@@ -316,6 +316,16 @@ class Names:
         return self.key("served:delays")
 
     @property
+    def states_key(self) -> str:
+        """Sorted set: the device keys with a retained state (§2.9), by their last state's
+        time; what bounds them across every actor (`streamlearn.store.state_index`).
+
+        >>> Names("room").states_key
+        'sl:{room}:served:states'
+        """
+        return self.key("served:states")
+
+    @property
     def fields_key(self) -> str:
         """Hash: what named payloads held besides their inputs, summed over every ingest
         process (`streamlearn.store.fields.FieldTotals`)."""

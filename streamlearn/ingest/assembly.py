@@ -174,29 +174,32 @@ class Assembly:
             out[formed.reading] = self.form(reading.key, formed.held, y, sid, seq, now, d.payload)
         return out
 
-    def tick(self, writers: Sequence[RunWriter], stop: threading.Event) -> None:
+    def tick(self, writers: Sequence[RunWriter], stop: threading.Event) -> FieldCounts | None:
         """With `every_s`: once a period, a sample of every held key with a fresh target,
         its id the key and the period (every ingest process forms the same, and the
-        stream keeps one), appended as the samples of a message of no sender."""
+        stream keeps one), appended as the samples of a message of no sender. What the
+        samples lacked (inputs missing, counted as a message's are), when this process's
+        were the ones the stream kept; else None."""
         every = self.cfg.every_s
         now = self.clock()
         if every is None or math.floor(now / every) == self._period:
-            return
+            return None
         period = math.floor(now / every)
         held = writers[0].retry(lambda: list(self.store.scan(now, self.cfg.ttl_s)), stop)
         if held is None:
-            return
+            return None
         self._period = period
         age = self.cfg.max_age(self.model.target)
-        formed = []
+        formed, counts = [], FieldCounts()
         for key, state in held:
             y = state.value(TARGET, now, age)
             if y is not None:
                 p = self.form(key, state, float(y), f"{key}|p{period}", period * every, now, b"")
                 if not p.rejections:
                     formed.append(p)
+                    counts.add(cast(FieldCounts, p.fields))
         if not formed:
-            return
+            return None
         self.periodic += len(formed)
         parsed = Parsed(
             concat([p.samples for p in formed if p.samples is not None]),
@@ -204,8 +207,15 @@ class Assembly:
             [],
         )
         sent = Delivery(0, cast(Any, None), 0, 0, self.names.samples_topic, b"")
-        for i, part in split(parsed, b"", len(writers)):
+        c = writers[0].counters  # the ingest process's, every writer's
+        dups = c.duplicates + c.duplicate_observations
+        stored = [
             writers[i].store([RunMessage(sent, part)], False, stop)
+            for i, part in split(parsed, b"", len(writers))
+        ]
+        # another process formed them first (the same period): its counts, not these
+        first = c.duplicates + c.duplicate_observations - dups < len(formed)
+        return counts if all(stored) and first else None
 
     def form(
         self, key: str, held: Held, y: float, sid: str, seq: float, now: float, payload: bytes

@@ -176,7 +176,10 @@ class Ingest:
             if self._held_back(stop):
                 continue
             if self.assembly is not None:  # samples formed on a period
-                self.assembly.tick(self.writers, stop)
+                formed = self.assembly.tick(self.writers, stop)
+                if formed:  # inputs they lacked, counted as a message's are
+                    self.counters.fields.add(formed)
+                    self._write_fields(formed)
             limit = self.max_run if max_messages is None else max_messages - done
             batch = self.inbox.take(limit, self.linger_s)
             if batch and self._process(batch, stop):

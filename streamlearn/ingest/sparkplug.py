@@ -170,6 +170,7 @@ class SparkplugIngest:
             if name in index:
                 values[index[name]] = self._number(name, value, counts)
         y = h.values.get(self.target)
+        y = float(y) if isinstance(y, bool) else y  # a label as Sparkplug types it: 1 or 0
         target = None if y is None else repr(self.assembly.named.target_of(y))
         if not values and target is None:
             return None, {}
@@ -185,13 +186,13 @@ class SparkplugIngest:
         if value is None:
             return math.nan
         if category is not None:
-            number = category(value if isinstance(value, str) else format(value, "g"))
+            number = category(_text(value))
             if number is None:
                 counts.add(FieldCounts(unseen={name: 1}))
             return -1.0 if number is None else number
         if isinstance(value, str) or not -F32_MAX <= value <= F32_MAX:
             return math.nan
-        return value
+        return float(value)
 
     def _missing(self, key: str, node: str) -> Reading:
         """A dead key's reading: every input missing."""
@@ -229,6 +230,18 @@ class SparkplugIngest:
         sid = f"{h.key}|sp|{reading.label}"
         at = h.times.get(self.target, now)
         return self.assembly.form(h.key, held, float(reading.target), sid, at, now, d.payload)
+
+
+def _text(value: bool | float | str) -> str:
+    """A metric's value as a categorical input reads it: a boolean "true" or "false", as a
+    JSON boolean reads (contract §2.1.1), a number as written.
+
+    >>> _text(True), _text(2.0), _text("on")
+    ('true', '2', 'on')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value if isinstance(value, str) else format(value, "g")
 
 
 def _sender(key: str) -> str:

@@ -170,14 +170,24 @@ class StatusPublisher:
     """The worker's status sink: retained MQTT status (with samples/s), TensorBoard curves,
     and the champion announcements."""
 
-    def __init__(self, client: paho.Client, names: Names, curves: ScalarLog | None) -> None:
+    def __init__(
+        self,
+        client: paho.Client,
+        names: Names,
+        curves: ScalarLog | None,
+        cpus: dict[str, Any] | None = None,
+    ) -> None:
+        """`cpus`: what the worker sized its threads to, shown in each status."""
         self.client = client
         self.names = names
         self.curves = curves
+        self.cpus = cpus
         self.rate = Rate()
 
     def __call__(self, status: dict[str, Any]) -> None:
         status["samples_per_s"] = self.rate.update(int(status["samples_seen"]))
+        if self.cpus is not None:
+            status["cpus"] = self.cpus
         self.client.publish(self.names.status_topic, json.dumps(status), qos=1, retain=True)
         if self.curves is not None:
             self.curves.write(status)

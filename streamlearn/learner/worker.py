@@ -20,6 +20,7 @@ from streamlearn.learner.loop import Learner
 from streamlearn.learner.reporting import StatusPublisher
 from streamlearn.learner.tensorboard import ScalarLog
 from streamlearn.learner.variants import Promoter
+from streamlearn.nn import networks
 from streamlearn.observe import metrics
 from streamlearn.observe.health import Health, Progress, quick_redis
 from streamlearn.observe.monitor import queue_figures
@@ -38,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     model, settings, names, client_id = runtime.load("learner", args)
     variant = args.variant or BASE_VARIANT
     cfg = model.variant(variant)  # ConfigError for an unknown variant
+    usable = runtime.usable_cpus()  # TensorFlow's pools sized before it runs anything
+    cpus = {
+        **usable.status(),
+        **networks.size_thread_pools(usable.usable),
+        "prefetch_batches": cfg.learner.prefetch_depth(),
+    }
     if variant != BASE_VARIANT:
         client_id = f"{client_id}-{variant}"
     redis = runtime.redis_client(settings)
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     label = model.name if variant == BASE_VARIANT else f"{model.name}/variants/{variant}"
     curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
-    publisher = StatusPublisher(client, names, curves)
+    publisher = StatusPublisher(client, names, curves, cpus)
     promoter = (
         Promoter(redis, names, variant, model.promotion, announce=publisher.announce)
         if model.variants
@@ -117,7 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         return learner.state.samples_seen + learner.state.dead_lettered if learner else 0
 
     health.add("progress", Progress(trained, lambda: sum(a.backlog() for a in waiting)))
-    port = metrics.expose("learner", model.name, snapshot, settings.metrics_port, health=health)
+    port = metrics.expose(
+        "learner",
+        model.name,
+        snapshot,
+        settings.metrics_port,
+        health=health,
+        fixed={"variant": variant},
+    )
     if port is not None:
         log.info("metrics on port %d", port)
     try:

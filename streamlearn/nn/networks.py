@@ -11,6 +11,7 @@ PyTorch backend (data-parallel training through `tf.distribute` is TensorFlow's 
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import Any
 
@@ -28,6 +29,8 @@ from streamlearn.config.policies import LearnerConfig  # noqa: E402
 from streamlearn.config.tfconfig import Workers  # noqa: E402
 from streamlearn.errors import ConfigError  # noqa: E402
 from streamlearn.online import network, tensors  # noqa: E402
+
+log = logging.getLogger(__name__)
 
 
 def build_model(cfg: ModelConfig, strategy: Any = None) -> keras.Model:
@@ -73,6 +76,39 @@ def distribution(cfg: LearnerConfig) -> Any:
         Workers.from_env()  # a ConfigError, not TensorFlow's, when TF_CONFIG is missing
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.MirroredStrategy(list(cfg.devices) or None)
+
+
+def size_thread_pools(cpus: int) -> dict[str, int | str]:
+    """The backend's thread pools sized to `cpus`, the CPUs the process may use
+    (`streamlearn.config.cpus`), not the host's cores it counts by itself (a pod's CPU limit
+    is a quota: tensorflow#17206). Called before the backend runs anything; later, the
+    pools stay as they are. Returns what they are, for the worker's status.
+
+    TensorFlow: `cpus` threads within an op, as many (at least 2, so that one blocking op
+    does not hold the only one) to run ops side by side. PyTorch: `cpus` threads. JAX: as
+    XLA sizes them.
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        threading = tf.config.threading
+        try:
+            threading.set_intra_op_parallelism_threads(cpus)
+            threading.set_inter_op_parallelism_threads(max(2, cpus))
+        except RuntimeError as exc:  # it ran an op already: what it has, it keeps
+            log.warning("TensorFlow's thread pools not sized to %d CPUs: %s", cpus, exc)
+        return {
+            "backend": backend,
+            "intra_op_threads": threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": threading.get_inter_op_parallelism_threads(),
+        }
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(cpus)
+        return {"backend": backend, "intra_op_threads": torch.get_num_threads()}
+    return {"backend": backend}
 
 
 def _from_factory(cfg: ModelConfig) -> keras.Model:

@@ -4,8 +4,9 @@ The roles count in plain dicts (`metrics()`, read at scrape time by
 `streamlearn.observe.metrics.SnapshotCollector`); this catalog gives each figure its help
 text and the name of its extra label, and docs/gen_reference.py writes the reference page
 from it. A figure a role emits that is not here is still exposed (its help its name) and
-logged once. Every family has the label `model`; names are as scraped
-(`streamlearn_{role}_{name}`, counters ending in `_total`).
+logged once. Every family has the label `model` (a learner's also `variant`); names are as
+scraped (`streamlearn_{role}_{name}`, counters ending in `_total`), but for those of every
+worker (`streamlearn_build_info`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Literal
 
 Kind = Literal["counter", "gauge", "histogram"]
 ROLES = ("ingest", "learner", "actor")
+EVERY_ROLE = ""  # the role of a metric every worker serves: `streamlearn_{name}`
 
 
 @dataclass(frozen=True)
@@ -28,11 +30,17 @@ class Metric:
 
     @property
     def full_name(self) -> str:
-        return f"streamlearn_{self.role}_{self.name}"
+        return f"streamlearn_{self.role}_{self.name}" if self.role else f"streamlearn_{self.name}"
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return ("model",) if self.label is None else ("model", self.label)
+        fixed = ("model", *WORKER_LABELS.get(self.role, ()))
+        return fixed if self.label is None else (*fixed, self.label)
+
+
+# Labels every family of a role has besides `model`, the same on all its series: a learner's
+# variant (`base` unless `--variant`); `build_info`'s role and package version.
+WORKER_LABELS = {"learner": ("variant",), "": ("role", "version")}
 
 
 def _role(role: str, *entries: tuple[str, str] | tuple[str, str, str]) -> list[Metric]:
@@ -156,6 +164,16 @@ _LEARNER = _role(
     ("lease_lost_total", "times it lost its lease (another learner took over) and waited"),
 )
 
+_EVERY = [
+    Metric(
+        EVERY_ROLE,
+        "build_info",
+        "gauge",
+        "1, labelled with the worker's role and streamlearn's version (a rollout shows as "
+        "two versions at once)",
+    )
+]
+
 _ACTOR = [
     *_role(
         "actor",
@@ -188,6 +206,7 @@ _ACTOR = [
         ("latest_version_seen", "the newest version announced"),
         ("weights_age_seconds", "seconds since the served weights were loaded"),
         ("queued_requests", "requests received and not yet served"),
+        ("ready", "1 while this actor is ready (/readyz: connected, with weights to answer)"),
         (
             "broker_delay_seconds",
             "how long the broker holds the reply to a QoS 1 request, median of the last "
@@ -232,9 +251,10 @@ _ACTOR = [
             "no weights yet, an error",
         ),
         ("state_echoes_total", "Home Assistant's echoes of our own states, ignored as readings"),
-        ("states_evicted_total", "keys dropped to keep state.max_devices (their state cleared)"),
-        ("states_cleared_total", "retained states cleared (evicted, or past the bound at start)"),
-        ("state_devices", "keys with a state this actor bounds"),
+        ("states_evicted_total", "keys an actor stopped tracking to keep state.max_devices"),
+        ("states_cleared_total", "retained states cleared: past the model's bound (its index)"),
+        ("state_index_failures_total", "indexing calls of device states Redis refused"),
+        ("state_devices", "keys with a state this actor tracks"),
         ("http_labels_joined_total", "labels of the HTTP labels route joined into a sample"),
         (
             "http_labels_duplicate_total",
@@ -290,6 +310,7 @@ HEALTHY = {
     "streamlearn_actor_weights_age_seconds": "under a second while samples come (a new "
     "version at least every `learner.publish.every_ms`); it grows while none come",
     "streamlearn_actor_queued_requests": "well under `max_queued_requests`",
+    "streamlearn_actor_ready": "1 (at least one actor of each model: `NoReadyActors`)",
     "streamlearn_actor_broker_delay_seconds": "under 0.01 (about 0.001: a tuned broker; about "
     "0.04: Nagle's algorithm)",
     "streamlearn_actor_http_peer_refused_total": _FLAT,
@@ -297,5 +318,5 @@ HEALTHY = {
 
 METRICS: dict[str, Metric] = {
     m.full_name: replace(m, healthy=HEALTHY.get(m.full_name, ""))
-    for m in (*_INGEST, *_LEARNER, *_ACTOR)
+    for m in (*_EVERY, *_INGEST, *_LEARNER, *_ACTOR)
 }

@@ -17,6 +17,7 @@ inside its own network), keeps at most `MAX_CONNECTIONS` open and gives each
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import threading
@@ -50,6 +51,7 @@ class SnapshotCollector(Collector):
 
     Help texts and the extra label of dict-valued entries come from the catalog; `labels`
     names that label for an entry the catalog lacks (default "kind"), which is logged once.
+    `fixed` labels are on every series (a learner's `variant`).
     """
 
     def __init__(
@@ -58,11 +60,13 @@ class SnapshotCollector(Collector):
         model: str,
         snapshot: Callable[[], Snapshot],
         labels: Mapping[str, str] | None = None,
+        fixed: Mapping[str, str] | None = None,
     ) -> None:
         self.prefix = f"streamlearn_{role}_"
         self.model = model
         self.snapshot = snapshot
         self.labels = dict(labels or {})
+        self.fixed = dict(fixed or {})
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -80,15 +84,37 @@ class SnapshotCollector(Collector):
             doc = known.help if known else name.replace("_", " ")
             family_type = CounterMetricFamily if name.endswith("_total") else GaugeMetricFamily
             base = full.removesuffix("_total") if family_type is CounterMetricFamily else full
+            names, values_of = ["model", *self.fixed], [self.model, *self.fixed.values()]
             if isinstance(value, Mapping):
                 label = (known and known.label) or self.labels.get(name, "kind")
-                family = family_type(base, doc, labels=["model", label])
+                family = family_type(base, doc, labels=[*names, label])
                 for key, v in value.items():
-                    family.add_metric([self.model, str(key)], float(v))
+                    family.add_metric([*values_of, str(key)], float(v))
             else:
-                family = family_type(base, doc, labels=["model"])
-                family.add_metric([self.model], float(value))
+                family = family_type(base, doc, labels=names)
+                family.add_metric(values_of, float(value))
             yield family
+
+
+class BuildInfo(Collector):
+    """`streamlearn_build_info{model, role, version} 1`: which release each worker runs."""
+
+    def __init__(self, role: str, model: str) -> None:
+        self.role, self.model = role, model
+
+    def collect(self) -> Iterator[Metric]:
+        known = METRICS["streamlearn_build_info"]
+        family = GaugeMetricFamily(known.full_name, known.help, labels=list(known.labels))
+        family.add_metric([self.model, self.role, package_version()], 1)
+        yield family
+
+
+def package_version() -> str:
+    """streamlearn's version as installed ("unknown" from a checkout not installed)."""
+    try:
+        return importlib.metadata.version("streamlearn")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def expose(
@@ -99,16 +125,19 @@ def expose(
     labels: Mapping[str, str] | None = None,
     health: Health | None = None,
     host: str | None = None,
+    fixed: Mapping[str, str] | None = None,
 ) -> int | None:
-    """Register the role's collector and serve /metrics (and, with `health`, /livez and
-    /readyz) on `host`:`port` (port 0: any free port; host None: `STREAMLEARN_METRICS_HOST`,
-    by default 127.0.0.1).
+    """Register the role's collector and its `streamlearn_build_info`, and serve /metrics
+    (and, with `health`, /livez and /readyz) on `host`:`port` (port 0: any free port; host
+    None: `STREAMLEARN_METRICS_HOST`, by default 127.0.0.1). `fixed`: labels on every
+    series of the role's (a learner's `variant`).
 
     Returns the port served, or None when `port` is None (metrics off).
     """
     if port is None:
         return None
-    REGISTRY.register(SnapshotCollector(role, model, snapshot, labels))
+    REGISTRY.register(SnapshotCollector(role, model, snapshot, labels, fixed))
+    REGISTRY.register(BuildInfo(role, model))
     return serve(port, health, host=host).server_port
 
 

@@ -326,7 +326,7 @@ def presence_lines(row: dict[str, Any]) -> list[str]:
         if isinstance(p.get("started_at"), int | float)
     ]
     ingest = f"{len(ups)} online ({', '.join(ups)})" if ups else "none online"
-    lines = [f"  learner: {learner}", f"  ingest: {ingest}"]
+    lines = [f"  learner: {learner}{cpus_text(row.get('cpus'))}", f"  ingest: {ingest}"]
     for gone in row.get("ingest_away", []):
         lines.append(
             f"  WARNING ingest {gone['id']} away {fmt_number(gone['away_s'], 0)} s: the broker "
@@ -355,15 +355,29 @@ def served_line(row: dict[str, Any]) -> list[str]:
     ]
 
 
+def cpus_text(cpus: object) -> str:
+    """What a worker sized its threads to, as its line of `streamlearn status` ends.
+
+    >>> cpus_text({"usable": 1, "from": "cgroup cpu.max 100000/100000", "intra_op_threads": 1})
+    ', 1 CPU (cgroup cpu.max 100000/100000)'
+    """
+    if not isinstance(cpus, dict) or "usable" not in cpus:
+        return ""
+    n = cpus["usable"]
+    return f", {n} CPU{'' if n == 1 else 's'} ({cpus.get('from', '-')})"
+
+
 def actor_line(a: dict[str, Any]) -> str:
     """One actor of `streamlearn status`: version, weights age, rate, the broker's delay
-    of a QoS 1 request's reply (`streamlearn.observe.broker_delay`), status age."""
+    of a QoS 1 request's reply (`streamlearn.observe.broker_delay`), status age, and the
+    CPUs its threads were sized to."""
     age, rps = fmt_number(a.get("weights_age_s"), 1), fmt_number(a.get("requests_per_s"), 1)
     delay = fmt_number(a.get("broker_delay_ms"), 1)
     seen = f"status {fmt_number(a.get('age_s'), 1)} s old" + (" STALE" if a.get("stale") else "")
     return (
         f"  actor {a['id']:<20} version {a.get('version', '-'):>6}  "
         f"weights age {age} s  {rps} requests/s  broker delay {delay} ms  {seen}"
+        f"{cpus_text(a.get('cpus'))}"
     )
 
 

@@ -2,6 +2,7 @@
 (`supervisor`), the embedded `redis-server` and `mosquitto` (`embedded`), the run's logs
 (`runlog`), the dashboard (`dashboard`, `static/`) and the demo stream (`demo`). The run
 file it writes, which the commands and `Client()` read, is `streamlearn.config.runfile`.
+The same stack on a cluster is `k8s` (`streamlearn deploy k8s`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Prometheus alerting rules (deploy/prometheus/alerts.yml): promtool checks them and runs
 their unit tests (alerts_test.yml); every series an alert reads is one the real workers
 serve; and a real Prometheus scraping real workers evaluates each alert: none on a healthy
-stream, then dead letters and a stopped learner fire theirs.
+stream, then dead letters, error replies, and a stopped learner and actor fire theirs.
 
 promtool and prometheus come with Debian's `prometheus` package (`bash run.sh test`
 installs it); the tests that run them are skipped, saying so, where it is missing.
@@ -48,6 +48,11 @@ GROUPING = r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"
 SELECTOR = re.compile(r"(?<![\w.:])([a-zA-Z_:][\w:]*)\s*(\{[^}]*\})?\s*(\()?")
 MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:\\.|[^"\\])*)"')
 Series = tuple[str, dict[str, str]]
+# Series a worker serves only once something happened (none on a healthy stream).
+LATER = {
+    "streamlearn_ingest_deadletters_total": "its first dead letter",
+    "streamlearn_learner_pinned_version": "a pinned version",
+}
 
 
 def alerts() -> list[dict[str, Any]]:
@@ -129,7 +134,7 @@ def test_every_alert_waits_has_a_severity_names_its_model_and_is_unit_tested():
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
         for text in ("summary", "description"):
             assert "{{ $labels.model }}" in rule["annotations"][text], f"{name}: {text}"
-        assert "by (model)" in rule["expr"], f"{name}: one alert per model"
+        assert re.search(r"by \(([^)]*, )?model\b", rule["expr"]), f"{name}: one alert per model"
         runs = [case for case in cases if case["alertname"] == name]
         assert any(case["exp_alerts"] for case in runs), f"{name}: no unit test fires it"
         assert any(not case["exp_alerts"] for case in runs), f"{name}: none where it stays quiet"
@@ -149,10 +154,12 @@ def test_compose_mounts_the_rules_where_the_config_names_them():
 # -- real workers -------------------------------------------------------------------------
 
 
-def start_workers(start_role: Callable[..., RoleProcess]) -> tuple[dict[str, int], RoleProcess]:
+def start_workers(
+    start_role: Callable[..., RoleProcess],
+) -> tuple[dict[str, int], dict[str, RoleProcess]]:
     """ingest, learner and actor of model p, each with its metrics port, the actor's HTTP
     door having answered one 503 (the series of the door's refusals starts with it); and
-    the learner."""
+    the processes, by role."""
     ports = {role: free_port() for role in ROLES}
     door = free_port()
     toml = TOML.format(http_port=door)
@@ -165,7 +172,7 @@ def start_workers(start_role: Callable[..., RoleProcess]) -> tuple[dict[str, int
         assert held.recv(1 << 16).startswith(b"HTTP/1.1 200")  # taken in: it holds the cap
         with socket.create_connection(("127.0.0.1", door), timeout=10) as refused:
             assert refused.recv(1 << 16).startswith(b"HTTP/1.1 503")
-    return ports, procs["learner"]
+    return ports, procs
 
 
 def value(ports: dict[str, int], role: str, name: str) -> float | None:
@@ -211,10 +218,19 @@ def test_every_series_an_alert_reads_is_one_the_workers_serve(start_role, client
         "a dead letter counted",
     )
     served = [series for port in ports.values() for series in scrape(port)]
+    builds = {labels["role"]: labels for name, labels in served if name == "streamlearn_build_info"}
+    assert set(builds) == set(ROLES), "every worker says which release it runs"
+    assert all(
+        b["model"] == "p" and re.fullmatch(r"\d+\.\d+.*", b["version"]) for b in builds.values()
+    )
+    learners = [labels for name, labels in served if name.startswith("streamlearn_learner_")]
+    assert learners and all(labels["variant"] == "base" for labels in learners)
     for rule in alerts():
         found = selectors(rule["expr"])
         assert found, f"{rule['alert']}: no selector found in {rule['expr']}"
         for selector in found:
+            if selector.split("{")[0] == "streamlearn_learner_pinned_version":
+                continue  # served while a version is pinned
             assert any(matches(selector, s) for s in served), (
                 f"{rule['alert']} reads {selector}, which no worker serves"
             )
@@ -302,7 +318,7 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, int]], Prometheus
 def test_a_real_prometheus_evaluates_every_alert_on_real_workers(
     start_role, client_for, prometheus
 ):
-    ports, learner = start_workers(start_role)
+    ports, procs = start_workers(start_role)
     prom = prometheus(ports)
     eventually(
         lambda: sorted(r["value"][1] for r in prom.query("up")) == ["1"] * 3, 30, "3 targets up"
@@ -320,7 +336,7 @@ def test_a_real_prometheus_evaluates_every_alert_on_real_workers(
     since = max(at(r["lastEvaluation"]) for r in rules)
     for rule in alerts():
         for selector in selectors(rule["expr"]):
-            if "deadletters_total" not in selector:  # its series starts with a dead letter
+            if selector.split("{")[0] not in LATER:
                 assert prom.get("series", **{"match[]": selector}), f"no series: {selector}"
         assert prom.query(rule["expr"]) == [], f"{rule['alert']} on a healthy stream"
 
@@ -348,8 +364,22 @@ def test_a_real_prometheus_evaluates_every_alert_on_real_workers(
     assert float(active["value"]) > 0
     assert set(prom.active()) == {"DeadLettersRising"}
 
-    # the learner stops: its series go stale, and the model's learner is down
-    learner.stop()
-    active = eventually(lambda: prom.active().get("LearnerDown"), 30, "LearnerDown pending")
-    assert active["labels"]["model"] == "p" and active["labels"]["severity"] == "critical"
-    assert active["annotations"]["summary"] == "Learner of model p is down"
+    # requests of the wrong shape: 3 error replies of 23
+    for _ in range(3):
+        assert "error" in client.request({"x": [1, 2, 3]})
+    active = eventually(lambda: prom.active().get("ActorErrorRatio"), 30, "ActorErrorRatio")
+    assert active["state"] == "pending" and active["labels"]["model"] == "p"
+    assert float(active["value"]) == pytest.approx(3 / 23)
+    assert active["annotations"]["summary"].endswith("% of the replies of model p are errors")
+    assert set(prom.active()) == {"DeadLettersRising", "ActorErrorRatio"}
+
+    # the learner and the actor stop: their series go stale; no learner, no ready actor
+    procs["learner"].stop()
+    procs["actor"].stop()
+    for name, summary in [
+        ("LearnerDown", "Learner of model p is down"),
+        ("NoReadyActors", "No actor of model p is ready"),
+    ]:
+        active = eventually(lambda n=name: prom.active().get(n), 30, f"{name} pending")
+        assert active["labels"]["model"] == "p" and active["labels"]["severity"] == "critical"
+        assert active["annotations"]["summary"] == summary

@@ -212,6 +212,9 @@ def test_on_a_period_each_key_with_a_fresh_target_forms_one_sample_across_worker
     assert len(ids) == 4 and len(set(ids)) == 4 and y.tolist() == [1] * 4
     assert [i.rpartition("|")[2] for i in ids[1:]] == ["p100001", "p100002", "p100003"]
     assert one.assembly.periodic + two.assembly.periodic == 6  # formed twice, stored once
+    # the window never reported: missing in each of the 4 samples, counted once each
+    missing = [w.counters.fields.missing.get("window_open", 0) for w in (one, two)]
+    assert sum(missing) == 4, missing
 
 
 def test_learning_from_an_assembled_stream_equals_learning_from_whole_samples(redis, settings):

@@ -62,6 +62,8 @@ def dashboard_queries() -> list[str]:
 
     walk(doc["panels"])
     for variable in doc.get("templating", {}).get("list", []):
+        if variable["type"] == "datasource":  # its query is a plugin's name: prometheus
+            continue
         query = variable.get("query")
         queries.append(query["query"] if isinstance(query, dict) else query or "")
     return [q for q in queries if q]
@@ -185,10 +187,14 @@ def test_prometheus_scrapes_every_role_compose_runs_on_its_metrics_port():
     assert "GRAFANA_ADMIN_PASSWORD=" in (ROOT / ".env.example").read_text()
     provisioned = ROOT / "deploy" / "grafana" / "provisioning"
     source = yaml.safe_load((provisioned / "datasources" / "prometheus.yml").read_text())
-    uids = {d["uid"] for d in source["datasources"]}
-    used = {t["datasource"]["uid"] for p in json.loads(DASHBOARD.read_text())["panels"]
-            for t in p.get("targets", [])}  # fmt: skip
-    assert used <= uids, f"panels use datasources not provisioned: {used - uids}"
+    uids = {d["uid"]: d["type"] for d in source["datasources"]}
+    doc = json.loads(DASHBOARD.read_text())
+    used = {t["datasource"]["uid"] for p in doc["panels"] for t in p.get("targets", [])}
+    assert used == {"${datasource}"}, "every query reads the data source the viewer picks"
+    (variable,) = [v for v in doc["templating"]["list"] if v["name"] == "datasource"]
+    assert variable["type"] == "datasource" and variable["query"] == "prometheus"
+    # by default, the one compose provisions
+    assert uids.get(variable["current"]["value"]) == "prometheus", variable["current"]
 
 
 def test_the_dashboard_is_provisioned_from_where_compose_mounts_it():

@@ -37,6 +37,7 @@ from streamlearn.stack.embedded import free_port
 from streamlearn.store import pending
 from streamlearn.store.lease import Lease
 from streamlearn.store.pending import PendingStore
+from streamlearn.store.state_index import StateIndex
 from streamlearn.store.stream import SampleStream
 from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, eventually, role_env
@@ -347,6 +348,9 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     # the learner's lease (one learner per model): taken, renewed, read, released
     lease = Lease(learner, names, 10)
     assert lease.take() and lease.renew() and lease.holder() is not None and lease.release()
+    # the actors' index of retained device states: the oldest past the bound taken out
+    index = StateIndex(actor, names, max_devices=1)
+    assert index.touch([("a", 1.0), ("b", 2.0)]) == (["a", "b"], ["a"])
     assert queue_figures(learner, names)["latest_version"] == 1
     # labels that come later: the actor keeps, ingest reads and joins, the learner reports
     labels = LabelsConfig()

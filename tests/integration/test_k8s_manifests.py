@@ -11,6 +11,7 @@ kubernetes-client) where neither is on PATH. The kustomizations are written for 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from streamlearn.config import load_config
 from streamlearn.config.settings import load_settings
 from streamlearn.config.tfconfig import PUBLIC_ENV, Workers
 from streamlearn.errors import ConfigError
+from tests.k8s_configs import TWO_MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -140,17 +142,22 @@ def dockerfile() -> tuple[int, str]:
 # -- every object is valid Kubernetes ----------------------------------------------------------
 
 
+def validate(obj: Obj, where: str) -> None:
+    """Fails, saying where and what, unless `obj` is valid in the pinned Kubernetes."""
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"{where}: {'.'.join(map(str, exc.path))}: {exc.message}")
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        pytest.fail(f"{where}: {exc.message}")
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_object_validates_against_the_pinned_kubernetes(rendered, target):
     kinds = set()
     for obj in rendered[target]:
         where = f"{target}: {obj['kind']} {obj['metadata']['name']}"
-        try:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{where}: {'.'.join(map(str, exc.path))}: {exc.message}")
-        except kubernetes_validate.SchemaNotFoundError as exc:
-            pytest.fail(f"{where}: {exc.message}")
+        validate(obj, where)
         assert obj["metadata"].get("namespace", "streamlearn") == "streamlearn", where
         kinds.add(obj["kind"])
     assert {"Namespace", "ConfigMap", "Secret", "Service", "NetworkPolicy"} <= kinds
@@ -593,3 +600,165 @@ def test_multi_worker_builds_tf_config_from_the_completion_index(rendered, tmp_p
     model = tomllib.loads(config["data"]["streamlearn.toml"])["models"]["demo"]
     assert model["learner"]["distribute"] == "multi_worker"
     assert model["ingest"]["partitions"] >= spec["completions"]
+
+
+# -- `streamlearn deploy k8s`: the install rendered from a config ------------------------------
+
+# CI's three installs: one model (the kustomize tree's config), two models with a variant,
+# and the broker and Redis beside them, with every opt-in (tests/unit/test_k8s_install.py
+# checks what each holds; here, that Kubernetes takes every object).
+INSTALLS = {
+    "one-model": ((K8S / "common" / "streamlearn.toml").read_text(), {}),
+    "two-models-variant": (TWO_MODELS, {}),
+    "broker-redis": (
+        TWO_MODELS,
+        dict.fromkeys(("broker", "redis", "monitoring", "http_token", "tls", "gpu"), True),
+    ),
+}
+CONFIG_KEY = "streamlearn.toml"  # the ConfigMap's key the roles' --config reads
+# The Prometheus Operator's kinds (CRDs, not in Kubernetes' schemas): what each must hold.
+CRD_REQUIRED = {"PodMonitor": ("selector", "podMetricsEndpoints"), "PrometheusRule": ("groups",)}
+
+
+@pytest.fixture(scope="module")
+def installs() -> dict[str, list[Obj]]:
+    from streamlearn.config.loading import parse_config
+    from streamlearn.stack.k8s import Install, render, to_yaml
+
+    out = {}
+    for name, (text, flags) in INSTALLS.items():
+        parts = render(parse_config(tomllib.loads(text), name), text, Install(**flags))
+        stream = to_yaml([o for objs in parts.values() for o in objs])
+        out[name] = [doc for doc in yaml.safe_load_all(stream) if doc]  # as kubectl reads it
+    return out
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_every_rendered_object_validates_against_the_pinned_kubernetes(installs, install):
+    crds = set()
+    for obj in installs[install]:
+        where = f"{install}: {obj['kind']} {obj['metadata']['name']}"
+        assert obj["metadata"].get("namespace") == "streamlearn" or obj["kind"] == "Namespace"
+        if obj["kind"] in CRD_REQUIRED:
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1", where
+            assert set(CRD_REQUIRED[obj["kind"]]) <= set(obj["spec"]), where
+            crds.add(obj["kind"])
+            continue
+        validate(obj, where)
+    assert crds == (set(CRD_REQUIRED) if INSTALLS[install][1].get("monitoring") else set())
+
+
+def test_the_prometheus_rule_holds_rules_the_operator_takes(installs):
+    """The Operator's schema (monitoring.coreos.com/v1, PrometheusRule): each group a name
+    and rules; each rule an `expr` and exactly one of `alert` or `record`, nothing else
+    but `for`, `keep_firing_for`, `labels` and `annotations` (strings)."""
+    [rule] = [o for o in installs["broker-redis"] if o["kind"] == "PrometheusRule"]
+    assert rule["spec"]["groups"]
+    allowed = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+    for group in rule["spec"]["groups"]:
+        assert group["name"] and group["rules"]
+        assert set(group) <= {"name", "interval", "rules", "limit", "partial_response_strategy"}
+        for r in group["rules"]:
+            assert set(r) <= allowed and isinstance(r["expr"], str), r
+            assert ("alert" in r) != ("record" in r), r
+            for key in ("labels", "annotations"):
+                assert all(isinstance(v, str) for v in r.get(key, {}).values()), r
+    [monitor] = [o for o in installs["broker-redis"] if o["kind"] == "PodMonitor"]
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        assert set(endpoint) <= {"port", "path", "interval", "scheme"}
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_every_rendered_config_map_config_loads(installs, install, tmp_path):
+    [config] = [
+        o for o in installs[install] if o["kind"] == "ConfigMap" and CONFIG_KEY in o["data"]
+    ]
+    path = tmp_path / CONFIG_KEY
+    path.write_text(config["data"][CONFIG_KEY])
+    assert set(load_config(path).models) == set(tomllib.loads(INSTALLS[install][0])["models"])
+
+
+def test_make_secrets_writes_every_secret_the_install_names_with_the_keys_it_reads(
+    installs, tmp_path
+):
+    """deploy/k8s/make-secrets.sh, run as a user would (the passwords in the environment,
+    the certificates of make-certs.sh): every Secret the broker-and-Redis install reads is
+    there with each key it reads, valid, and the roles' URLs name the install's Services
+    with each role's own account."""
+    passwords = {
+        f"{server}_{role.upper()}_PASSWORD": f"{server.lower()}-{role}-0123456789abcdef"
+        for server in ("MQTT", "REDIS")
+        for role in ROLES
+    }
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    for name in ("ca.crt", "server.crt", "server.key"):
+        (certs / name).write_text(f"not a real {name}\n")
+    env = {
+        "PATH": os.environ["PATH"],
+        "MQTT_CERTS_DIR": str(certs),
+        "MQTT_DEVICES_FILE": str(tmp_path / "no-devices"),
+        "HTTP_TOKEN": "t" * 64,
+        **passwords,
+    }
+    done = subprocess.run(
+        [str(K8S / "make-secrets.sh"), "--broker", "--redis", "--http-token"],
+        cwd=tmp_path,  # no ./.env of the checkout
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    secrets = {}
+    for doc in yaml.safe_load_all(done.stdout):
+        if doc:
+            validate(doc, f"make-secrets.sh: {doc['metadata']['name']}")
+            data = {k: base64.b64decode(v).decode() for k, v in doc["data"].items()}
+            secrets[doc["metadata"]["name"]] = data
+            assert doc["metadata"]["namespace"] == "streamlearn"
+
+    objs = installs["broker-redis"]
+    wanted: dict[str, set[str]] = {}
+    for _, template in pods(objs):
+        spec = template["spec"]
+        for e in spec["containers"][0].get("env", []):
+            if ref := e.get("valueFrom", {}).get("secretKeyRef"):
+                wanted.setdefault(ref["name"], set()).add(ref["key"])
+        for volume in spec["volumes"]:
+            sources = (
+                [volume] if "secret" in volume else volume.get("projected", {}).get("sources", [])
+            )
+            for source in (s for s in sources if "secret" in s):
+                ref = source["secret"]
+                name = ref.get("secretName") or ref["name"]
+                keys = {i["key"] for i in ref.get("items", [])}
+                wanted.setdefault(name, set()).update(keys)
+    wanted.pop("streamlearn-ca")  # the CA of your servers' TLS: yours (overlays/tls)
+    assert set(secrets) == set(wanted)
+    for name, keys in wanted.items():
+        assert keys <= set(secrets[name]), name
+
+    services = {
+        s["metadata"]["name"]: {p["port"] for p in s["spec"]["ports"]}
+        for s in find(objs, "Service")
+    }
+    for role in ROLES:
+        urls = secrets[f"streamlearn-{role}"]
+        for key, scheme, server in (
+            ("STREAMLEARN_MQTT_URL", "mqtt", "MQTT"),
+            ("STREAMLEARN_REDIS_URL", "redis", "REDIS"),
+        ):
+            url = re.fullmatch(rf"{scheme}://(\w+):([^@]+)@([\w.-]+):(\d+)(/0)?", urls[key])
+            assert url, urls[key]
+            assert url[1] == role and url[2] == passwords[f"{server}_{role.upper()}_PASSWORD"]
+            assert int(url[4]) in services[url[3]]
+    accounts = secrets["streamlearn-mosquitto-passwd"]["passwd"]
+    assert sorted(line.split(":")[0] for line in accounts.splitlines()) == sorted(ROLES)
+    acl = secrets["streamlearn-redis-acl"]["users.acl"]
+    for role in ROLES:
+        digest = hashlib.sha256(passwords[f"REDIS_{role.upper()}_PASSWORD"].encode()).hexdigest()
+        assert f"user {role} on #{digest} " in acl
+    assert secrets["streamlearn-http-token"]["token"] == "t" * 64
+    for password in passwords.values():
+        assert password not in done.stderr

@@ -88,8 +88,8 @@ def test_workers_expose_moving_counters(start_role, client_for, settings):
     assert metric(learner, "streamlearn_learner_steps_total") >= 1
     assert metric(learner, "streamlearn_learner_version") >= 1
     assert metric(learner, "streamlearn_learner_deadletters") == 2
-    assert 'streamlearn_learner_queue_length{model="p"}' in learner
-    assert 'streamlearn_learner_pending{model="p"}' in learner
+    assert 'streamlearn_learner_queue_length{model="p",variant="base"}' in learner
+    assert 'streamlearn_learner_pending{model="p",variant="base"}' in learner
     assert metric(learner, "streamlearn_learner_retraces_total") == metric(
         before["learner"], "streamlearn_learner_retraces_total"
     ), "no retrace after warm-up"

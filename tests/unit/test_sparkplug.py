@@ -8,14 +8,20 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import redis
 
 from streamlearn.config import parse_config
-from streamlearn.contract.records import DEAD_LETTERS
+from streamlearn.contract.names import Names
+from streamlearn.contract.payloads import PayloadParser
+from streamlearn.contract.records import DEAD_LETTERS, FieldCounts
 from streamlearn.contract.sparkplug import payloads as sp
 from streamlearn.contract.sparkplug.proto import sparkplug_b_pb2 as pb
 from streamlearn.contract.sparkplug.topics import MAX_ID_CHARS, parse_topic, state_topic, topic_of
 from streamlearn.errors import ConfigError, PayloadError
+from streamlearn.ingest.assembly import Assembly
 from streamlearn.ingest.host import HostState
+from streamlearn.ingest.sparkplug import SparkplugIngest
+from streamlearn.store.held import HeldStore
 
 # Tahu's MetricDataType numbers and its example's AliasMap
 INT8, INT16, INT32, INT64, UINT32, FLOAT, DOUBLE, BOOLEAN, STRING = 1, 2, 3, 4, 7, 9, 10, 11, 12
@@ -246,3 +252,24 @@ def test_a_host_renews_its_state_on_a_live_offline_message_only():
     ]:
         host._on_message(None, None, SimpleNamespace(retain=retain, payload=body))
         assert host._renew.is_set() is renew
+
+
+def test_a_boolean_metric_is_read_as_a_json_boolean_is():
+    """A Boolean metric into a categorical input is its "true" or "false" category, as a
+    JSON boolean is (contract §2.1.1), not an unseen value; into a number, 1 or 0."""
+    toml = {
+        "inputs": ["Running", "Motor/RPM"],
+        "categorical": {"Running": ["false", "true"]},
+        "target": "Reject",
+        "sources": [{"topic": "spBv1.0/Plant 1/#", "format": "sparkplug_b"}],
+        "assembly": {},
+    }
+    model = parse_config({"models": {"m": toml}}).model("m")
+    parser = PayloadParser(model)
+    ingest = SparkplugIngest(Assembly(parser, HeldStore(redis.Redis(), Names("m"))), None)  # type: ignore[arg-type]
+    counts = FieldCounts()
+    running = sp.value_of(True, BOOLEAN)
+    assert ingest._number("Running", running, counts) == 1.0  # "true", the second category
+    assert ingest._number("Running", sp.value_of(False, BOOLEAN), counts) == 0.0
+    assert ingest._number("Motor/RPM", running, counts) == 1.0
+    assert counts.unseen == {}

@@ -1,6 +1,8 @@
 """Device states (`streamlearn.actor.states`, `streamlearn.actor.discovery`), without a
-broker: the throttle, the bound and its clears, the readings read and those refused, and
-the Home Assistant discovery payload against the MQTT sensor's documented schema."""
+broker or Redis: the throttle, the bound and its clears (the index's script in memory, as
+`lua/states_touch.lua` does it; tests/integration/test_states.py runs the real one), the
+readings read and those refused, and the Home Assistant discovery payload against the MQTT
+sensor's documented schema."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import paho.mqtt.client as paho
 import pytest
+import redis
 
 from streamlearn.actor.devices import Devices, Reading
 from streamlearn.actor.discovery import config_topic, is_own_state_echo, object_id, sensor_config
@@ -18,6 +21,7 @@ from streamlearn.actor.states import States
 from streamlearn.config import ModelConfig
 from streamlearn.contract.names import Names
 from streamlearn.errors import ConfigError
+from streamlearn.store.state_index import Touched
 
 
 class Broker:
@@ -44,6 +48,26 @@ class Broker:
         }
 
 
+class Index:
+    """`lua/states_touch.lua` in memory: the newest time of each key, at most `bound` keys,
+    the oldest (then the least key) taken out. `down`: Redis refuses."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound, self.times, self.down = bound, {}, False
+
+    def touch(self, stamped: list[tuple[str, float]]) -> Touched:
+        if self.down:
+            raise redis.ConnectionError("Redis away")
+        new = [k for k, _ in stamped if k not in self.times]
+        for key, at in stamped:
+            self.times[key] = max(at, self.times.get(key, at))
+        order = sorted(self.times, key=lambda k: (self.times[k], k))
+        gone = order[: max(0, len(order) - self.bound)]
+        for key in gone:
+            del self.times[key]
+        return Touched(new, gone)
+
+
 class FakeActor:
     """What `States.serve` asks of the actor: the version serving and its forward pass."""
 
@@ -68,9 +92,11 @@ def model(**state: object) -> ModelConfig:
     )
 
 
-def states(cfg: ModelConfig) -> tuple[States, Broker, Names]:
+def states(cfg: ModelConfig, index: Index | None = None) -> tuple[States, Broker, Names]:
     broker, names = Broker(), Names(cfg.name)
-    return States(cfg, names, broker.publish), broker, names
+    assert cfg.state is not None
+    index = index or Index(cfg.state.max_devices)
+    return States(cfg, names, broker.publish, index), broker, names
 
 
 def reading(s: States, device: str, t: float, **more: object) -> None:
@@ -132,10 +158,11 @@ def test_a_flood_of_new_keys_keeps_the_retained_states_within_max_devices():
     s.serve(actor)
     assert len(s.devices) == 5
     retained = broker.states(names)
-    assert len(retained) <= 5 and set(retained) <= {f"flood-{i}" for i in range(195, 200)}
+    assert set(retained) == {f"flood-{i}" for i in range(195, 200)}
     configs = [t for t in broker.retained if t.startswith("homeassistant/")]
     assert len(configs) == len(retained), "each shown key's config, no other"
-    assert s.devices.evicted == 195
+    figures = s.metrics()  # keys evicted before their turn came were never published
+    assert figures["states_cleared_total"] == figures["states_published_total"] - 5
     cleared = {t for t, p in broker.sent if not p}
     assert names.topic("state/flood-0") in cleared
     assert config_topic("homeassistant", object_id("room", "flood-0")) in cleared
@@ -155,22 +182,53 @@ def test_a_state_predicted_after_its_key_was_evicted_is_not_published():
     assert broker.states(names) == {}, "first was evicted: its state would outlive the bound"
 
 
-def test_states_an_earlier_life_left_are_taken_in_and_those_past_the_bound_cleared():
+def test_two_actors_keep_one_bound_between_them():
+    """The broker's shared subscription hands a key's readings to either actor: each
+    tracks its own keys, and the index they share bounds the states retained."""
+    cfg = model(every_s=0, max_devices=4, discovery=True)
+    index = Index(4)
+    (a, broker, names), (b, _, _) = states(cfg, index), states(cfg, index)
+    b.publish = broker.publish  # one broker
+    for i in range(40):
+        reading(a if i % 2 else b, f"k{i}", i)
+        a.serve(FakeActor())
+        b.serve(FakeActor())
+    assert set(broker.states(names)) == {"k36", "k37", "k38", "k39"}, "4, not 4 an actor"
+    configs = {t for t in broker.retained if t.startswith("homeassistant/")}
+    assert configs == {config_topic("homeassistant", object_id("room", f"k{i}")) for i in
+                       range(36, 40)}  # fmt: skip
+
+
+def test_states_an_earlier_life_left_are_indexed_at_their_time_and_the_oldest_cleared():
     s, broker, names = states(model(every_s=0, max_devices=2))
-    for key in ("old-1", "old-2", "old-3"):
+    for key, at in (("old-1", 30), ("old-2", 10), ("old-3", 20)):
         msg = paho.MQTTMessage(topic=names.topic(f"state/{key}").encode())
-        msg.payload, msg.retain = b'{"y": 1}', True
+        msg.payload, msg.retain = json.dumps({"y": 1, "at": at}).encode(), True
         s.on_state(msg)
-    assert len(s.devices) == 2
-    assert (names.topic("state/old-3"), b"") in broker.sent, "past the bound: cleared"
     live = paho.MQTTMessage(topic=names.topic("state/other").encode())
-    live.payload = b'{"y": 2}'  # another actor's, live: not this actor's to bound
+    live.payload = b'{"y": 2, "at": 1}'  # another actor's, live: indexed by that actor
     s.on_state(live)
-    assert len(s.devices) == 2
+    s.serve(FakeActor())
+    assert broker.sent == [(names.topic("state/old-2"), b"")], "past the bound: the oldest"
     reading(s, "new", 1)
     s.serve(FakeActor())
-    assert "new" in broker.states(names) and len(s.devices) == 2
-    assert (names.topic("state/old-2"), b"") in broker.sent, "the least recently seen went"
+    assert "new" in broker.states(names)
+    assert (names.topic("state/old-3"), b"") in broker.sent, "the next oldest went"
+
+
+def test_with_redis_away_states_wait_to_be_indexed_within_the_bound():
+    index = Index(3)
+    s, broker, names = states(model(every_s=0, max_devices=3), index)
+    index.down = True
+    for i in range(5):
+        reading(s, f"k{i}", i)
+        s.serve(FakeActor())
+    assert set(broker.states(names)) == {"k2", "k3", "k4"}, "the oldest cleared meanwhile"
+    assert s.metrics()["state_index_failures_total"] == 1, "tried again after a pause"
+    index.down = False
+    s._retry_at = 0  # the pause over
+    s.serve(FakeActor())
+    assert set(index.times) == {"k2", "k3", "k4"}
 
 
 # -- what is read -------------------------------------------------------------------------
@@ -263,7 +321,7 @@ def test_a_multiclass_state_names_its_most_probable_class():
 def test_a_state_table_needs_a_source_with_a_device_key():
     cfg = ModelConfig(name="n", inputs=1, sources=[{"topic": "dev/+"}], state={})
     with pytest.raises(ConfigError, match='key = "topic:N"'):
-        States(cfg, Names("n"), Broker().publish)
+        States(cfg, Names("n"), Broker().publish, Index(1))
 
 
 # -- Home Assistant's MQTT sensor discovery schema ------------------------------------------
@@ -334,15 +392,15 @@ def test_the_handler_routes_readings_states_and_requests_and_clears_with_its_own
     def unconnected(*_: object) -> None:
         raise AssertionError("the client is not known yet")
 
-    s = States(cfg, names, unconnected)
+    s = States(cfg, names, unconnected, Index(1))
     requests: list[str] = []
     on_message = s.handler(lambda _c, _u, msg: requests.append(msg.topic))
     client = Broker()
-    for key in ("old-1", "old-2"):
+    for key in ("old-1", "old-2"):  # past the bound of keys waiting to be indexed
         msg = paho.MQTTMessage(topic=names.topic(f"state/{key}").encode())
-        msg.payload, msg.retain = b'{"y": 1}', True
+        msg.payload, msg.retain = json.dumps({"y": 1, "at": int(key[-1])}).encode(), True
         on_message(client, None, msg)
-    assert client.sent == [(names.topic("state/old-2"), b"")]
+    assert client.sent == [(names.topic("state/old-1"), b"")]
     reading_msg = paho.MQTTMessage(topic=b"zigbee2mqtt/kitchen")
     reading_msg.payload = b'{"temperature": 1, "humidity": 2}'
     request = paho.MQTTMessage(topic=names.topic("predict/kitchen").encode())

@@ -40,7 +40,7 @@ BOOLEAN = 11
 STRINGS = {12, 14, 15}  # String, Text, UUID
 READ = {*SIGNED, *NUMERIC, BOOLEAN, *STRINGS}
 
-Value = float | str | None
+Value = bool | float | str | None
 Raw = int | float | bool | str | None
 
 
@@ -74,15 +74,14 @@ class Decoded:
 
 def value_of(raw: Raw, datatype: int | None) -> Value:
     """A metric's value by its type: signed integers read from their two's complement,
-    non-finite floats as None (missing). Without a type, by what was sent.
+    non-finite floats as None (missing), a boolean as itself (an input reads it 1 or 0, a
+    categorical one "true" or "false", as in JSON). Without a type, by what was sent.
 
     >>> value_of(255, 1), value_of(255, 5), value_of(True, 11), value_of(2**64 - 2, 4)
-    (-1.0, 255.0, 1.0, -2.0)
+    (-1.0, 255.0, True, -2.0)
     """
-    if raw is None or isinstance(raw, str):
+    if raw is None or isinstance(raw, str | bool):
         return raw
-    if isinstance(raw, bool):
-        return 1.0 if raw else 0.0
     if isinstance(raw, int) and datatype in SIGNED:
         bits = SIGNED[datatype]
         raw &= (1 << bits) - 1

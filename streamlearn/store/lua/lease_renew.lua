@@ -4,5 +4,5 @@
 -- the learner its lease. KEYS: the lease. ARGV: the holder's token, the TTL in ms.
 -- Returns 1 when renewed, 0 when the lease is another's or gone (expired): lost.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
