@@ -37,8 +37,8 @@ from streamlearn.store import lua
 from streamlearn.store.redis_client import evalsha
 
 CONTROL = "Node Control/"  # a node's own controls (Rebirth, Reboot...): not readings
-CHUNK_ARGS = 10_000  # arguments of one script call, about (a birth's may take it past)
-US = "\x1f"  # separates a reply's parts (`lua/sparkplug_message.lua`)
+CHUNK_ARGS = 10_000  # fields of one script call, about (a birth's may take it past)
+US = "\x1f"  # separates a message's fields and a reply's parts (`lua/sparkplug_message.lua`)
 IGNORED = "-"  # the datatype of an alias of a metric skipped at its birth (a DataSet...)
 
 
@@ -105,17 +105,24 @@ class SparkplugNodes:
 
     def handle_many(self, messages: Sequence[tuple[Topic, Decoded]], now: float) -> list[Handled]:
         """`handle` for several messages, in order, in one round trip: one script call
-        per `CHUNK_ARGS` arguments (a call blocks Redis while it runs)."""
+        per `CHUNK_ARGS` fields (a call blocks Redis while it runs), each message one
+        argument (redis-py encodes each argument in Python: 9 a message cost more than the
+        script's split of one)."""
         pipe = self.redis.pipeline(transaction=False)
         asked: list[list[int] | None] = []
-        args: list[bytes | str | int] = []
+        lines: list[str] = []
+        fields = 0
         for topic, decoded in messages:
-            asked.append(self._arguments(args, topic, decoded))
-            if len(args) >= CHUNK_ARGS:
-                self._queue(pipe, args, now)
-                args = []
-        if args:
-            self._queue(pipe, args, now)
+            line, aliases = self._line(topic, decoded)
+            asked.append(aliases)
+            if line is not None:
+                lines.append(line)
+                fields += line.count(US) + 1
+            if fields >= CHUNK_ARGS:
+                self._queue(pipe, lines, now)
+                lines, fields = [], 0
+        if lines:
+            self._queue(pipe, lines, now)
         try:
             replies = iter([r for chunk in pipe.execute() for r in chunk])
         except redis.exceptions.NoScriptError:  # a restarted Redis lost it: nothing ran
@@ -129,22 +136,19 @@ class SparkplugNodes:
                 out.append(self._handled(topic, decoded, aliases, next(replies), now))
         return out
 
-    def _queue(
-        self, pipe: redis.client.Pipeline, args: list[bytes | str | int], now: float
-    ) -> None:
+    def _queue(self, pipe: redis.client.Pipeline, lines: list[str], now: float) -> None:
         keys = [self.prefix + "index", self.prefix + "unborn"]
-        evalsha(pipe, self._script.sha, keys, repr(float(now)), *self._head, *args)
+        evalsha(pipe, self._script.sha, keys, repr(float(now)), *self._head, *lines)
 
-    def _arguments(
-        self, args: list[bytes | str | int], topic: Topic, decoded: Decoded
-    ) -> list[int] | None:
-        """Add the message's arguments of the script to `args`; the aliases it asks to
-        resolve (None: a command or a STATE, which changes nothing)."""
+    def _line(self, topic: Topic, decoded: Decoded) -> tuple[str | None, list[int] | None]:
+        """The message's argument of the script, its fields joined by `US` (no id or name
+        holds a control character: `topics`, `payloads`), and the aliases it asks to
+        resolve; (None, None) for a command or a STATE, which changes nothing."""
         if topic.type in ("NCMD", "DCMD", "STATE"):
-            return None
-        args += [topic.type, topic.node_key, topic.device or ""]
-        args += ["" if decoded.seq is None else decoded.seq]
-        args += ["" if decoded.bd_seq is None else decoded.bd_seq]
+            return None, None
+        head = [topic.type, topic.node_key, topic.device or ""]
+        head += ["" if decoded.seq is None else str(decoded.seq)]
+        head += ["" if decoded.bd_seq is None else str(decoded.bd_seq)]
         items: list[str | int] = []
         aliases: list[int] = []
         if topic.type in ("NBIRTH", "DBIRTH"):
@@ -158,9 +162,7 @@ class SparkplugNodes:
             unnamed = (m.alias for m in decoded.metrics if m.name is None)
             aliases = list(dict.fromkeys(a for a in unnamed if a is not None))
             items += aliases
-        args.append(len(items))
-        args += items
-        return aliases
+        return US.join([*head, *map(str, items)]), aliases
 
     def _reads(self, name: str | None) -> bool:
         """Is `name` a reading the model takes (not a control, nor bdSeq)?"""
@@ -179,16 +181,16 @@ class SparkplugNodes:
         unknown = 0
         kept = status not in ("too_many_devices", "too_many_aliases")  # else not its own
         for m in decoded.metrics if kept else ():
-            name, value = m.name, m.value
+            name, by_birth = m.name, None
             if name is None and m.alias is not None:
                 dt, name = table.get(m.alias, (IGNORED, None))
                 if m.alias not in table and m.alias not in decoded.ignored:
                     unknown += 1
                 if m.datatype is None and dt not in ("", IGNORED):
-                    value = value_of(m.raw, int(dt))
+                    by_birth = int(dt)  # read by its birth's type
             if self._reads(name):
                 assert name is not None
-                values[name] = value
+                values[name] = m.value if by_birth is None else value_of(m.raw, by_birth)
                 at = m.timestamp_ms if m.timestamp_ms is not None else decoded.timestamp_ms
                 times[name] = now if at is None else at / 1000
         if status == "ok" and topic.type in ("NBIRTH", "DBIRTH"):

@@ -1,7 +1,8 @@
 """Prometheus alerting rules (deploy/prometheus/alerts.yml): promtool checks them and runs
 their unit tests (alerts_test.yml); every series an alert reads is one the real workers
 serve; and a real Prometheus scraping real workers evaluates each alert: none on a healthy
-stream, then dead letters, error replies, and a stopped learner and actor fire theirs.
+stream, then dead letters, error replies, slow replies, a full Redis, and a stopped learner
+and actor fire theirs.
 
 promtool and prometheus come with Debian's `prometheus` package (`bash run.sh test`
 installs it); the tests that run them are skipped, saying so, where it is missing.
@@ -23,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis as redis_lib
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamlearn.stack import embedded
 from streamlearn.stack.embedded import ServerProcess, free_port
 from tests.conftest import ROOT, Client, RoleProcess, eventually
 
@@ -36,10 +39,15 @@ TOML = """
 [models.p]
 inputs = 2
 task = "binary"
+hidden = [128, 128]  # a version's weights (~150 kB) take more memory than a few samples
 
 [models.p.actor]
 http_port = {http_port}
 http_max_connections = 1  # a second connection held at once is answered 503
+# A burst of requests is one batch, which waits for more while they keep arriving: up to
+# 1 s after its first (a sequence of round trips finds the actor idle and waits for none).
+max_batch = 1024
+max_wait_ms = 1000
 """
 ROLES = ("ingest", "learner", "actor")
 # PromQL words that are not metric names: keywords and set operators.
@@ -155,16 +163,16 @@ def test_compose_mounts_the_rules_where_the_config_names_them():
 
 
 def start_workers(
-    start_role: Callable[..., RoleProcess],
+    start_role: Callable[..., RoleProcess], env: dict[str, str] | None = None
 ) -> tuple[dict[str, int], dict[str, RoleProcess]]:
-    """ingest, learner and actor of model p, each with its metrics port, the actor's HTTP
-    door having answered one 503 (the series of the door's refusals starts with it); and
-    the processes, by role."""
+    """ingest, learner and actor of model p (with `env`), each with its metrics port, the
+    actor's HTTP door having answered one 503 (the series of the door's refusals starts
+    with it); and the processes, by role."""
     ports = {role: free_port() for role in ROLES}
     door = free_port()
     toml = TOML.format(http_port=door)
     procs = {
-        role: start_role(role, toml, env={"STREAMLEARN_METRICS_PORT": str(port)})
+        role: start_role(role, toml, env={**(env or {}), "STREAMLEARN_METRICS_PORT": str(port)})
         for role, port in ports.items()
     }
     with socket.create_connection(("127.0.0.1", door), timeout=10) as held:
@@ -315,10 +323,24 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[dict[str, int]], Prometheus
         server.stop()
 
 
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[redis_lib.Redis]:
+    """A redis-server of the test's own, to fill (the session's serves other tests). A test
+    names it before `start_role`, so that its workers stop first."""
+    with embedded.redis_server(workdir=tmp_path / "redis") as server:
+        client = redis_lib.Redis(port=server.port)
+        client.config_set("maxmemory-policy", "noeviction")
+        yield client
+        client.close()
+
+
 def test_a_real_prometheus_evaluates_every_alert_on_real_workers(
-    start_role, client_for, prometheus
+    own_redis, start_role, client_for, prometheus
 ):
-    ports, procs = start_workers(start_role)
+    port = own_redis.connection_pool.connection_kwargs["port"]
+    ports, procs = start_workers(
+        start_role, {"STREAMLEARN_REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+    )
     prom = prometheus(ports)
     eventually(
         lambda: sorted(r["value"][1] for r in prom.query("up")) == ["1"] * 3, 30, "3 targets up"
@@ -372,6 +394,55 @@ def test_a_real_prometheus_evaluates_every_alert_on_real_workers(
     assert float(active["value"]) == pytest.approx(3 / 23)
     assert active["annotations"]["summary"].endswith("% of the replies of model p are errors")
     assert set(prom.active()) == {"DeadLettersRising", "ActorErrorRatio"}
+
+    # slow replies: a burst of requests, over 1 a second on average (the 5 minutes' rate),
+    # waits in the actor's batch (max_wait_ms) until over 1% of the replies took > 0.5 s
+    def slow() -> bool:
+        def count(le: str) -> float:
+            name = "streamlearn_actor_request_latency_seconds_bucket"
+            url = f"http://127.0.0.1:{ports['actor']}/metrics"
+            page = urllib.request.urlopen(url, timeout=5).read()
+            families = text_string_to_metric_families(page.decode())
+            found = (s for f in families for s in f.samples if s.name == name)
+            return next(s.value for s in found if s.labels["le"] == le)
+
+        total, fast = count("+Inf"), count("0.5")
+        if total > 330 and total - fast > 0.02 * total:
+            return True
+        burst = [client.device.predict_async("p", [i % 5, 1], timeout=30) for i in range(330)]
+        for reply in burst:
+            reply.result()
+        return False
+
+    eventually(slow, 60, "over 330 replies, over 2% of them slower than 0.5 s")
+    active = eventually(lambda: prom.active().get("ActorLatencyHigh"), 30, "ActorLatencyHigh")
+    assert active["state"] == "pending" and active["labels"]["model"] == "p"
+    assert float(active["value"]) > 0.5
+    assert active["annotations"]["summary"].startswith("Requests of model p take ")
+    # the error replies are under 5% of all now
+    assert set(prom.active()) == {"DeadLettersRising", "ActorLatencyHigh"}
+
+    # Redis full (maxmemory, noeviction): room for a message of 10 samples, and the buffer
+    # its write takes, none for the weights the learner publishes after them (a write's
+    # arguments take memory first). A Redis whose memory moved meanwhile (buffers freed or
+    # taken) is filled again.
+    def oom() -> bool:
+        return value(ports, "learner", "streamlearn_learner_redis_oom") == 1
+
+    for _ in range(5):
+        own_redis.config_set("maxmemory", own_redis.info("memory")["used_memory"] + 64 * 1024)
+        client.publish_samples([{"x": [[i % 5, 1] for i in range(10)], "y": [1] * 10}])
+        try:
+            eventually(oom, 5, "the learner's writes refused for want of memory")
+            break
+        except AssertionError:
+            continue
+    active = eventually(lambda: prom.active().get("RedisOutOfMemory"), 30, "RedisOutOfMemory")
+    assert active["state"] == "pending" and active["labels"]["model"] == "p"
+    assert active["labels"]["severity"] == "critical"
+    assert active["annotations"]["summary"] == "Redis refuses the writes of model p: out of memory"
+    assert set(prom.active()) == {"DeadLettersRising", "ActorLatencyHigh", "RedisOutOfMemory"}
+    own_redis.config_set("maxmemory", 0)  # room again: the learner's stop below writes
 
     # the learner and the actor stop: their series go stale; no learner, no ready actor
     procs["learner"].stop()

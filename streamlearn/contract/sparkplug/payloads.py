@@ -55,7 +55,12 @@ class Metric:
     timestamp_ms: int | None
     datatype: int | None
     raw: Raw
-    value: Value
+
+    @property
+    def value(self) -> Value:
+        """Its value by its own type (`value_of`), read when asked: data by alias is read
+        by its birth's type instead."""
+        return value_of(self.raw, self.datatype)
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,7 @@ def decode(payload: bytes) -> Decoded:
         if name == BD_SEQ and isinstance(raw, int):
             bd_seq = raw
         ts = m.timestamp if m.HasField("timestamp") else None
-        value = value_of(raw, datatype)
-        metrics.append(Metric(name, alias, ts, datatype, raw, value))
+        metrics.append(Metric(name, alias, ts, datatype, raw))
     timestamp = message.timestamp if message.HasField("timestamp") else None
     return Decoded(timestamp, seq, tuple(metrics), bd_seq, tuple(ignored), skipped)
 

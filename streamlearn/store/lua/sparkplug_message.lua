@@ -7,9 +7,10 @@
 -- (device -> birth time, 0: dead, x: refused) or `a:` (alias -> "datatype name") and its
 -- node or device key: all in the one slot of the model's hash tag.
 -- ARGV: now (s), ttl (s), max nodes, max devices per node, max aliases per node, rebirth
--- interval (s), reorder timeout (s), the key prefix; then per message: its type, node
--- key, device ("": none), seq ("": none), bdSeq ("": none), a count n and n items: a
--- birth's alias and "datatype name" pairs, or the aliases data resolves.
+-- interval (s), reorder timeout (s), the key prefix; then per message one argument, its
+-- fields joined by U+001F: its type, node key, device ("": none), seq ("": none), bdSeq
+-- ("": none), then its items: a birth's alias and "datatype name" pairs, or the aliases
+-- data resolves.
 -- The node hash: `born` 1/0, `bd` its birth's bdSeq, `hi` the newest seq, `miss` the seqs
 -- skipped, "seq:time" comma-separated, `rb` the last rebirth asked, `na` aliases held,
 -- `full` 1 when its birth was refused for aliases past the bound (a device's: `x`): its
@@ -21,7 +22,7 @@ local index, unborn = KEYS[1], KEYS[2]
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local max_nodes, max_devices, max_aliases = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local interval, reorder, prefix = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
-local US = '\31' -- what separates a reply's parts: no key or metric name holds it
+local US = '\31' -- separates a message's fields and a reply's parts: no key or name holds it
 local WINDOW = 128 -- a seq up to 127 ahead of the newest is ahead; others are behind
 
 -- A node forgotten: its keys, its devices' alias tables, its place in the indexes.
@@ -35,11 +36,25 @@ local function forget(victim)
   redis.call('ZREM', unborn, victim)
 end
 
--- One message, its ARGV from `at`: its result, and where the next message's ARGV starts.
-local function message(at)
-  local kind, nkey, device, seq, bd = ARGV[at], ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3]), ARGV[at + 4]
-  local first, count = at + 6, tonumber(ARGV[at + 5])
-  local last_arg = first + count - 1
+-- A message's fields: its argument split at U+001F.
+local function split(line)
+  local f, start = {}, 1
+  while true do
+    local stop = string.find(line, US, start, true)
+    if not stop then
+      f[#f + 1] = string.sub(line, start)
+      return f
+    end
+    f[#f + 1] = string.sub(line, start, stop - 1)
+    start = stop + 1
+  end
+end
+
+-- One message, its fields `f`: its result.
+local function message(f)
+  local kind, nkey, device, seq, bd = f[1], f[2], f[3], tonumber(f[4]), f[5]
+  local first, last_arg = 6, #f
+  local count = last_arg - first + 1
   local node, seen, devs = prefix .. 'n:' .. nkey, prefix .. 's:' .. nkey, prefix .. 'd:' .. nkey
   local aliases = prefix .. 'a:' .. (device == '' and nkey or nkey .. '/' .. device)
   local state = redis.call('HMGET', node, 'born', 'bd', 'hi', 'miss', 'rb', 'na', 'full')
@@ -103,7 +118,7 @@ local function message(at)
     if na - old + count / 2 > max_aliases then return false end
     redis.call('UNLINK', aliases)
     for i = first, last_arg, 2000 do
-      redis.call('HSET', aliases, unpack(ARGV, i, math.min(i + 1999, last_arg)))
+      redis.call('HSET', aliases, unpack(f, i, math.min(i + 1999, last_arg)))
     end
     na = na - old + count / 2
     redis.call('HSET', node, 'na', na)
@@ -190,7 +205,7 @@ local function message(at)
         status, want = 'unborn', true
       end
     elseif count > 0 then
-      resolved = redis.call('HMGET', aliases, unpack(ARGV, first, last_arg))
+      resolved = redis.call('HMGET', aliases, unpack(f, first, last_arg))
       for i = 1, #resolved do
         if not resolved[i] then
           if status == 'ok' then status = 'unknown_alias' end
@@ -211,11 +226,9 @@ local function message(at)
   local parts = {status, rebirth, late, #dead}
   for _, d in ipairs(dead) do parts[#parts + 1] = d end
   for i = 1, #resolved do parts[#parts + 1] = resolved[i] or '' end
-  return table.concat(parts, US), last_arg + 1
+  return table.concat(parts, US)
 end
 
-local out, at = {}, 9
-while at <= #ARGV do
-  out[#out + 1], at = message(at)
-end
+local out = {}
+for i = 9, #ARGV do out[#out + 1] = message(split(ARGV[i])) end
 return out
