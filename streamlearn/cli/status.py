@@ -12,12 +12,12 @@ from streamlearn.cli import versions
 from streamlearn.config.app import AppConfig
 from streamlearn.config.loading import load_config
 from streamlearn.config.settings import load_settings
-from streamlearn.observe.monitor import (
+from streamlearn.observe.monitor import read_status
+from streamlearn.observe.status_text import (
     actor_line,
     broker_lines,
     fmt_number,
     presence_lines,
-    read_status,
     served_line,
 )
 

@@ -268,7 +268,7 @@ TROUBLES: tuple[Trouble, ...] = (
         "stopped or died (STALE: it runs but reports nothing: hung)",
         "read the learner's log (`streamlearn up` keeps each worker's in its run "
         "directory) and start it again",
-        ("streamlearn.observe.monitor",),
+        ("streamlearn.observe.status_text",),
     ),
     # -- starting ---------------------------------------------------------------------------
     Trouble(

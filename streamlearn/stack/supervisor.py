@@ -30,7 +30,8 @@ from streamlearn.config.app import AppConfig
 from streamlearn.config.settings import Settings
 from streamlearn.config.tfconfig import Workers
 from streamlearn.errors import ConfigError
-from streamlearn.observe.monitor import StatusMonitor, fmt_number
+from streamlearn.observe.monitor import StatusMonitor
+from streamlearn.observe.status_text import fmt_number
 from streamlearn.stack import embedded
 from streamlearn.stack.dashboard import Dashboard
 from streamlearn.stack.runlog import QUIET_ENV, Board, ChildLog

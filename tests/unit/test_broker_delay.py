@@ -8,7 +8,7 @@ import threading
 
 from streamlearn.contract.names import Names
 from streamlearn.observe.broker_delay import SLOW_MS, BrokerProbe, advice, probe_topics
-from streamlearn.observe.monitor import actor_line, broker_lines
+from streamlearn.observe.status_text import actor_line, broker_lines
 from streamlearn.stack.embedded import free_port
 
 

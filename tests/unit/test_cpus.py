@@ -89,7 +89,7 @@ def test_the_learners_status_says_what_its_threads_were_sized_to():
 
 
 def test_streamlearn_status_shows_the_cpus_each_worker_sized_its_threads_to():
-    from streamlearn.observe.monitor import actor_line, presence_lines
+    from streamlearn.observe.status_text import actor_line, presence_lines
 
     chosen = {"usable": 1, "from": "cgroup cpu.max 100000/100000", "intra_op_threads": 1}
     learner = presence_lines({"status_age_s": 0.5, "learner_state": "online", "cpus": chosen})
