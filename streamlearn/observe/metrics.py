@@ -17,6 +17,7 @@ inside its own network), keeps at most `MAX_CONNECTIONS` open and gives each
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import logging
@@ -109,6 +110,7 @@ class BuildInfo(Collector):
         yield family
 
 
+@functools.cache  # read once: each scrape would scan the installed distributions again
 def package_version() -> str:
     """streamlearn's version as installed ("unknown" from a checkout not installed)."""
     try:
