@@ -58,7 +58,7 @@
 #            the exactly-once append script on sl:*:samples (XADD; the backlog's XINFO,
 #            XPENDING, XRANGE, XLEN) and its de-duplication keys sl:*:ingest:*, and the
 #            join's script on sl:*:served*; with [models.M.state], the index of retained
-#            device states sl:*:served:states (a Lua script: ZADD GT, ZCARD, ZRANGE,
+#            device states sl:*:served:states (a Lua script: ZSCORE, ZADD GT, ZCARD, ZRANGE,
 #            ZREMRANGEBYRANK). As ingest's, these rights on the other keys are
 #            in a selector: the actor cannot delete or overwrite the stream, and writes no
 #            dead letters.
@@ -117,7 +117,7 @@ trap 'rm -f "$tmp"' EXIT
     # sample stream or the dead letters, directly or from a script.
     echo "user ingest on #$ingest resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $ingest_keys -@all $conn +xadd +xlen +xinfo +xpending +xrange +evalsha +eval +script|load ($ingest_keys +smismember +sadd +expire +unlink +get +set +zadd +zcard +zcount +zrange +zrem +zrevrangebyscore +zremrangebyrank +mget +lpush +ltrim +hincrby +hincrbyfloat +hlen +hexists +hget +hmget +hset +hdel)"
     echo "user learner on #$learner resetkeys resetchannels ~sl:*:samples ~sl:*:deadletter $learner_keys %R~sl:*:served* %R~sl:*:fields &sl:*:weights -@all $conn +xreadgroup +xack +xautoclaim +xclaim +xpending +xtrim +xlen +xinfo +xgroup|create +xgroup|createconsumer +xadd +exists +multi +exec +discard +publish +time +evalsha +eval +script|load ($learner_keys +get +mget +set +del +unlink +exists +rpush +lpop +llen +lrange +getdel +hset +hget +hdel +hkeys +hvals +hexists +hgetall +zadd +zrange +zscore +zcard +zpopmin +lpos +pttl) (%R~sl:*:served* %R~sl:*:fields +get +mget +hget +hgetall +lrange +llen +exists)"
-    echo "user actor on #$actor resetkeys resetchannels ~sl:*:samples $actor_reads $actor_keys &sl:*:weights -@all $conn +subscribe +unsubscribe +evalsha_ro +script|load +evalsha +eval +xadd +xlen +xinfo +xpending +xrange ($actor_reads +get +hget +hkeys +hgetall +zrevrangebyscore) ($actor_keys +get +mget +set +expire +unlink +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby +smismember +sadd +hget +hmget +hset +hincrby +hincrbyfloat +lpush +ltrim)"
+    echo "user actor on #$actor resetkeys resetchannels ~sl:*:samples $actor_reads $actor_keys &sl:*:weights -@all $conn +subscribe +unsubscribe +evalsha_ro +script|load +evalsha +eval +xadd +xlen +xinfo +xpending +xrange ($actor_reads +get +hget +hkeys +hgetall +zrevrangebyscore) ($actor_keys +get +mget +set +expire +unlink +zscore +zadd +zcard +zrange +zrem +zremrangebyscore +zremrangebyrank +incrby +decrby +smismember +sadd +hget +hmget +hset +hincrby +hincrbyfloat +lpush +ltrim)"
     if [ -n "${REDIS_ADMIN_PASSWORD:-}" ]; then
         echo "user admin on #$(hash_of REDIS_ADMIN_PASSWORD) ~* &* +@all"
     fi

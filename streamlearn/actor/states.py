@@ -9,9 +9,11 @@ tracks at most `max_devices` keys (`streamlearn.actor.devices`); the retained st
 bounded across all actors by the model's index in Redis (`streamlearn.store.state_index`):
 each turn an actor indexes what it published (and, at its start, the states an earlier life
 retained), sends the discovery configs of keys new to the index, and clears the states and
-configs of the keys it takes out past the bound. Readings are parsed on paho's thread (one
-that fails costs a count: ingest dead-letters it) and predicted on the serving thread
-between batches.
+configs of the keys it takes out past the bound; once the broker has acknowledged what it
+sent for a new key, it checks the key is still indexed, and clears it if another actor took
+it out meanwhile (that actor's clear may have reached the broker first). Readings are
+parsed on paho's thread (one that fails costs a count: ingest dead-letters it) and
+predicted on the serving thread between batches.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Serving(Protocol):
 class Index(Protocol):
     """The model's index of retained states (`streamlearn.store.state_index.StateIndex`)."""
 
-    def touch(self, stamped: list[tuple[str, float]]) -> Touched: ...
+    def touch(self, stamped: list[tuple[str, float]], checks: list[str]) -> Touched: ...
 
 
 class States:
@@ -109,6 +111,11 @@ class States:
         # keys published (or retained before this actor) not indexed yet, by their time:
         # a turn's, or with Redis away at most `max_devices` (the oldest cleared past it)
         self._unindexed: dict[str, float] = {}
+        self._sent: dict[str, object] = {}  # of those keys, what publishing our state returned
+        # keys new to the index at our last call, with what publishing their state and config
+        # returned: checked in the index once the broker acknowledged them (at most
+        # `max_devices`, the oldest dropped)
+        self._checks: dict[str, list[object]] = {}
         self._retry_at = -math.inf
         self.published = 0  # states published
         self.unread = 0  # readings not predicted: not parsed, or a key unfit for a topic
@@ -181,7 +188,7 @@ class States:
             except Exception:  # a bug or a failed computation: the serving loop must go on
                 log.exception("predicting %d device states failed", len(taken))
                 self.failed += len(taken)
-        if self._unindexed:
+        if self._unindexed or self._checks:
             self._index()
 
     def metrics(self) -> dict[str, int]:
@@ -222,18 +229,20 @@ class States:
         with self._lock:  # the index's clears and these publishes go out in one order
             for (device, _), row in zip(ready, rows.tolist(), strict=True):
                 if self.devices.holds(device):  # else evicted meanwhile: nothing retained
-                    self._publish(device, {"key": device.key, "y": row, **body, "at": at})
+                    doc = {"key": device.key, "y": row, **body, "at": at}
+                    self._sent[device.key] = self._publish(device, doc)
                     self._unindexed[device.key] = at  # indexed at the end of this turn
 
     def _refused(self, p: Pending, _reason: str) -> None:
         p.done = True
         self.failed += 1
 
-    def _publish(self, device: Device, doc: dict[str, object]) -> None:
+    def _publish(self, device: Device, doc: dict[str, object]) -> object:
         if self.cfg.task == "multiclass":
             doc["class"] = int(np.argmax(cast(list[float], doc["y"])))
-        self.publish(self.state_prefix + device.key, json.dumps(doc).encode(), 1, True, None)
+        sent = self.publish(self.state_prefix + device.key, json.dumps(doc).encode(), 1, True, None)
         self.published += 1
+        return sent
 
     def _stamp(self, key: str, at: float, publish: Publish | None = None) -> None:
         """Mark `key`'s state (of time `at`) for indexing (under the lock). Past
@@ -247,6 +256,7 @@ class States:
         while len(self._unindexed) > self.policy.max_devices:
             oldest = min(self._unindexed.items(), key=lambda kv: (kv[1], kv[0]))[0]
             del self._unindexed[oldest]
+            self._sent.pop(oldest, None)
             self._clear(oldest, publish)
 
     def _index(self) -> None:
@@ -257,8 +267,14 @@ class States:
             if now < self._retry_at:  # Redis away: this turn's states wait, bounded
                 return self._bound()
             stamped, self._unindexed = list(self._unindexed.items()), {}
+            sent, self._sent = self._sent, {}
+            checks = [k for k, infos in self._checks.items() if all(map(_acked, infos))]
+            for key in checks:
+                del self._checks[key]
+        if not stamped and not checks:
+            return
         try:
-            touched = self.index.touch(stamped)
+            touched = self.index.touch(stamped, checks)
         except redis.RedisError as exc:
             self.index_failures += 1
             log.warning("indexing %d device states failed (%s), trying again", len(stamped), exc)
@@ -266,21 +282,40 @@ class States:
                 self._retry_at = now + INDEX_RETRY_S
                 for key, at in stamped:
                     self._stamp(key, at)
+                for key, info in sent.items():
+                    if key in self._unindexed:
+                        self._sent.setdefault(key, info)
+                for key in checks:
+                    self._checks.setdefault(key, [])
+                self._bound_checks()
             return
+        indexed = {key for key, _ in stamped}
         with self._lock:
-            if self.policy.discovery:
-                for key in touched.new:
-                    self._discover(key)
-            for key in touched.gone:
+            for key in touched.new:
+                infos = [sent.get(key)]
+                if self.policy.discovery:
+                    infos.append(self._discover(key))
+                self._checks[key] = infos
+            # taken out by another actor after our last call: its clear may have come first
+            absent = [k for k in touched.absent if k not in indexed and k not in self._unindexed]
+            for key in [*touched.gone, *absent]:
+                self._checks.pop(key, None)
                 self.devices.forget(key)
                 self._clear(key)
+            self._bound_checks()
 
-    def _discover(self, key: str) -> None:
+    def _bound_checks(self) -> None:
+        """At most `max_devices` keys wait to be checked: the oldest dropped (under the
+        lock)."""
+        while len(self._checks) > self.policy.max_devices:
+            del self._checks[next(iter(self._checks))]
+
+    def _discover(self, key: str) -> object:
         """A key's retained Home Assistant discovery config (under the lock)."""
         policy = self.policy
         config = sensor_config(self.cfg, key, self.state_prefix + key, policy.expire_after_s)
         where = config_topic(policy.discovery_prefix, cast(str, config["unique_id"]))
-        self.publish(where, json.dumps(config).encode(), 1, True, None)
+        return self.publish(where, json.dumps(config).encode(), 1, True, None)
 
     def _clear(self, key: str, publish: Publish | None = None) -> None:
         """Clear a key's retained state and config (under the lock)."""
@@ -323,6 +358,18 @@ class States:
             return {key: Reading(parser.parse_request(payload).x[-1:])}  # no target: telemetry
         except PayloadError:
             return {}
+
+
+def _acked(sent: object) -> bool:
+    """Whether the broker acknowledged a publish (paho's `MQTTMessageInfo`), or will never:
+    refused by paho, or not a paho publish (a test's)."""
+    is_published = getattr(sent, "is_published", None)
+    if is_published is None:
+        return True
+    try:
+        return bool(is_published())
+    except (RuntimeError, ValueError):
+        return True
 
 
 def _time_of(payload: bytes | bytearray) -> float:

@@ -348,9 +348,11 @@ def test_redis_roles_can_do_their_job_and_nothing_else(acl_redis):
     # the learner's lease (one learner per model): taken, renewed, read, released
     lease = Lease(learner, names, 10)
     assert lease.take() and lease.renew() and lease.holder() is not None and lease.release()
-    # the actors' index of retained device states: the oldest past the bound taken out
+    # the actors' index of retained device states: the oldest past the bound taken out,
+    # the keys checked that it no longer holds
     index = StateIndex(actor, names, max_devices=1)
-    assert index.touch([("a", 1.0), ("b", 2.0)]) == (["a", "b"], ["a"])
+    assert index.touch([("a", 1.0), ("b", 2.0)]) == (["a", "b"], ["a"], [])
+    assert index.touch([], ["a", "b"]) == ([], [], ["a"])
     assert queue_figures(learner, names)["latest_version"] == 1
     # labels that come later: the actor keeps, ingest reads and joins, the learner reports
     labels = LabelsConfig()

@@ -132,10 +132,14 @@ def test_readings_become_retained_per_device_predictions_bounded_with_discovery(
         )
 
         def settled() -> bool:
+            indexed = {k.decode() for k in redis.zrange(names.states_key, 0, -1)}
             shown = {k for k, p in watcher.latest(states).items() if p}
-            return shown == {k.decode() for k in redis.zrange(names.states_key, 0, -1)}
+            configs = [json.loads(p) for p in watcher.latest(discovery + "/").values() if p]
+            return shown == indexed == {c["state_topic"][len(states) :] for c in configs}
 
-        eventually(settled, 15, "the retained states those of the index")
+        # an actor's config may reach the broker after the other's clear of its key: the
+        # actor checks the key once acknowledged, and clears it too
+        eventually(settled, 15, "the retained states and configs those of the index")
     finally:
         device.loop_stop()
         device.disconnect()

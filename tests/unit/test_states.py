@@ -55,9 +55,10 @@ class Index:
     def __init__(self, bound: int) -> None:
         self.bound, self.times, self.down = bound, {}, False
 
-    def touch(self, stamped: list[tuple[str, float]]) -> Touched:
+    def touch(self, stamped: list[tuple[str, float]], checks: list[str]) -> Touched:
         if self.down:
             raise redis.ConnectionError("Redis away")
+        absent = [k for k in checks if k not in self.times]
         new = [k for k, _ in stamped if k not in self.times]
         for key, at in stamped:
             self.times[key] = max(at, self.times.get(key, at))
@@ -65,7 +66,7 @@ class Index:
         gone = order[: max(0, len(order) - self.bound)]
         for key in gone:
             del self.times[key]
-        return Touched(new, gone)
+        return Touched(new, gone, absent)
 
 
 class FakeActor:
@@ -197,6 +198,50 @@ def test_two_actors_keep_one_bound_between_them():
     configs = {t for t in broker.retained if t.startswith("homeassistant/")}
     assert configs == {config_topic("homeassistant", object_id("room", f"k{i}")) for i in
                        range(36, 40)}  # fmt: skip
+
+
+class Late:
+    """One actor's connection, slower than another's: what it publishes reaches the broker
+    at `flush`, and until then paho's `is_published` says no."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker, self.held = broker, []
+
+    def publish(self, *packet: object) -> SimpleNamespace:
+        sent = SimpleNamespace(arrived=False)
+        sent.is_published = lambda: sent.arrived
+        self.held.append((packet, sent))
+        return sent
+
+    def flush(self) -> None:
+        for packet, sent in self.held:
+            self.broker.publish(*packet)
+            sent.arrived = True
+        self.held = []
+
+
+def test_a_config_that_reaches_the_broker_after_another_actors_clear_is_cleared_too():
+    """Actor a indexes k1 and sends its state and config; b takes k1 out past the bound
+    and clears it, and its clear reaches the broker before a's publishes. Once the broker
+    acknowledged them, a finds k1 gone from the index and clears it itself."""
+    cfg = model(every_s=0, max_devices=1, discovery=True)
+    index = Index(1)
+    (a, broker, names), (b, _, _) = states(cfg, index), states(cfg, index)
+    b.publish = broker.publish
+    late = Late(broker)
+    a.publish = late.publish
+    reading(a, "k1", 1)
+    a.serve(FakeActor())
+    reading(b, "k2", 2)
+    b.serve(FakeActor())  # k1 taken out and cleared, before a's publishes arrive
+    late.flush()
+    assert "k1" in broker.states(names), "the race: a's state and config outlive the clear"
+    a.serve(FakeActor())  # acknowledged: checked
+    late.flush()
+    assert set(broker.states(names)) == {"k2"}
+    configs = {t for t in broker.retained if t.startswith("homeassistant/")}
+    assert configs == {config_topic("homeassistant", object_id("room", "k2"))}
+    assert a.metrics()["states_cleared_total"] == 1
 
 
 def test_states_an_earlier_life_left_are_indexed_at_their_time_and_the_oldest_cleared():
