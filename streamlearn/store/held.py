@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import redis
 
@@ -57,12 +57,11 @@ def label_digest(topic: str, payload: bytes) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
-class Reading:
+class Reading(NamedTuple):
     """What one message says of one device key: `values` by input index (NaN: missing),
     the target's JSON text (None: none), and the label's digest when it carries a label
     (`label_digest`). `sender` is the topic it came on (None: the shared samples topic,
-    bound by `max_devices` alone)."""
+    bound by `max_devices` alone). (A tuple: one a message, half a dataclass's cost.)"""
 
     key: str
     sender: str | None

@@ -18,8 +18,10 @@ session: born, bdSeq, newest seq, seqs skipped, last rebirth asked, aliases held
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import NamedTuple
 
 import redis
 
@@ -39,6 +41,7 @@ from streamlearn.store.redis_client import evalsha
 CONTROL = "Node Control/"  # a node's own controls (Rebirth, Reboot...): not readings
 CHUNK_ARGS = 10_000  # fields of one script call, about (a birth's may take it past)
 US = "\x1f"  # separates a message's fields and a reply's parts (`lua/sparkplug_message.lua`)
+MAX_NAMES = 4096  # metric names whose `_reads` is remembered
 IGNORED = "-"  # the datatype of an alias of a metric skipped at its birth (a DataSet...)
 
 
@@ -50,8 +53,7 @@ class Rebirth:
     payload: bytes
 
 
-@dataclass(frozen=True)
-class Handled:
+class Handled(NamedTuple):
     """What one message said of its device key (`{group}/{node}[/{device}]`).
 
     `values`: the readings it carried by metric name (None: null, a missing input); a
@@ -61,13 +63,14 @@ class Handled:
     `unborn` (data before its birth: its aliases unresolved), `unknown_alias`, `gap`,
     `stale_death`, `too_many_devices`, `too_many_aliases`. `dead`: the device keys that
     died. `late`: its seq is not the newest seen (a redelivery, or overtaken): its values
-    may be older than those held. `unknown`: metrics whose alias no birth declared.
+    may be older than those held. `unknown`: metrics whose alias no birth declared. (A
+    tuple: one a message.)
     """
 
     key: str
     status: str
-    values: dict[str, Value] = field(default_factory=dict)
-    times: dict[str, float] = field(default_factory=dict)
+    values: Mapping[str, Value] = MappingProxyType({})
+    times: Mapping[str, float] = MappingProxyType({})
     rebirth: Rebirth | None = None
     dead: tuple[str, ...] = ()
     late: bool = False
@@ -90,6 +93,7 @@ class SparkplugNodes:
         self.names = names
         self.config = config or SparkplugConfig()
         self.wanted = None if wanted is None else frozenset(wanted)
+        self._read: dict[str | None, bool] = {}  # `_reads`, by name (at most MAX_NAMES)
         self.prefix = names.sparkplug_key("")
         self._script = lua.load(client, "sparkplug_message")
         c = self.config  # the script's arguments that do not change, encoded once
@@ -165,10 +169,17 @@ class SparkplugNodes:
         return US.join([*head, *map(str, items)]), aliases
 
     def _reads(self, name: str | None) -> bool:
-        """Is `name` a reading the model takes (not a control, nor bdSeq)?"""
-        if name is None or name == BD_SEQ or name.startswith(CONTROL):
-            return False
-        return self.wanted is None or name in self.wanted
+        """Is `name` a reading the model takes (not a control, nor bdSeq)? Remembered for
+        `MAX_NAMES` names: asked for every metric of every message."""
+        known = self._read.get(name)
+        if known is not None:
+            return known
+        reads = not (name is None or name == BD_SEQ or name.startswith(CONTROL))
+        reads = reads and (self.wanted is None or name in self.wanted)
+        if len(self._read) >= MAX_NAMES:
+            self._read.clear()
+        self._read[name] = reads
+        return reads
 
     def _handled(
         self, topic: Topic, decoded: Decoded, aliases: list[int], reply: bytes, now: float
@@ -180,18 +191,19 @@ class SparkplugNodes:
         times: dict[str, float] = {}
         unknown = 0
         kept = status not in ("too_many_devices", "too_many_aliases")  # else not its own
-        for m in decoded.metrics if kept else ():
-            name, by_birth = m.name, None
-            if name is None and m.alias is not None:
-                dt, name = table.get(m.alias, (IGNORED, None))
-                if m.alias not in table and m.alias not in decoded.ignored:
+        reads, sent_at = self._reads, decoded.timestamp_ms
+        for name, alias, at, datatype, raw in decoded.metrics if kept else ():
+            by_birth = datatype
+            if name is None and alias is not None:
+                dt, name = table.get(alias, (IGNORED, None))
+                if alias not in table and alias not in decoded.ignored:
                     unknown += 1
-                if m.datatype is None and dt not in ("", IGNORED):
+                if datatype is None and dt not in ("", IGNORED):
                     by_birth = int(dt)  # read by its birth's type
-            if self._reads(name):
+            if reads(name):
                 assert name is not None
-                values[name] = m.value if by_birth is None else value_of(m.raw, by_birth)
-                at = m.timestamp_ms if m.timestamp_ms is not None else decoded.timestamp_ms
+                values[name] = value_of(raw, by_birth)
+                at = sent_at if at is None else at
                 times[name] = now if at is None else at / 1000
         if status == "ok" and topic.type in ("NBIRTH", "DBIRTH"):
             status = "birth"

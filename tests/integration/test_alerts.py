@@ -23,13 +23,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import redis as redis_lib
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamlearn.online import codec
 from streamlearn.stack import embedded
 from streamlearn.stack.embedded import ServerProcess, free_port
+from streamlearn.store.weights import WeightsStore
 from tests.conftest import ROOT, Client, RoleProcess, eventually
 
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -420,6 +423,37 @@ def test_a_real_prometheus_evaluates_every_alert_on_real_workers(
     assert float(active["value"]) > 0.5
     assert active["annotations"]["summary"].startswith("Requests of model p take ")
     # the error replies are under 5% of all now
+    assert set(prom.active()) == {"DeadLettersRising", "ActorLatencyHigh"}
+
+    # stale weights: a version of another layout (a learner of 3 inputs) lands in Redis;
+    # the actor refuses it and serves the one it loaded at the end of the healthy stream,
+    # over a minute ago by now or soon (the sections above take most of that minute)
+    store = WeightsStore(own_redis, client.names)
+    served_version = store.latest_version()
+    assert value(ports, "actor", "streamlearn_actor_version") == served_version
+    arrays, meta = codec.decode(store.fetch()[1])
+    kernel = next(name for name, array in arrays.items() if array.shape == (2, 128))
+    arrays[kernel] = np.zeros((3, 128), np.float32)
+    stale, _ = store.publish(codec.encode(arrays, meta))  # a tool's publish: no lease
+    eventually(
+        lambda: value(ports, "actor", "streamlearn_actor_refused_versions_total") == 1,
+        30,
+        f"the actor refused v{stale}",
+    )
+    age = value(ports, "actor", "streamlearn_actor_weights_age_seconds") or 0
+    active = eventually(
+        lambda: prom.active().get("ActorWeightsStale"), 90 - age, "ActorWeightsStale pending"
+    )
+    assert active["state"] == "pending" and active["labels"]["model"] == "p"
+    assert float(active["value"]) == stale - served_version == 1
+    assert active["annotations"]["summary"] == "Actors of model p serve weights 1 versions old"
+    print(f"weights age when refused: {age:.1f} s")  # TEMP
+    # the learner publishes again (a sample): the actor serves it, and the alert is gone
+    client.publish_samples([{"x": [1, 1], "y": 1}])
+    eventually(
+        lambda: (value(ports, "actor", "streamlearn_actor_version") or 0) > stale, 30, "reload"
+    )
+    eventually(lambda: "ActorWeightsStale" not in prom.active(), 30, "ActorWeightsStale gone")
     assert set(prom.active()) == {"DeadLettersRising", "ActorLatencyHigh"}
 
     # Redis full (maxmemory, noeviction): room for a message of 10 samples, and the buffer

@@ -17,6 +17,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -39,16 +40,18 @@ NUMERIC = {5, 6, 7, 8, 9, 10, 13}  # UInt8..UInt64, Float, Double, DateTime (ms)
 BOOLEAN = 11
 STRINGS = {12, 14, 15}  # String, Text, UUID
 READ = {*SIGNED, *NUMERIC, BOOLEAN, *STRINGS}
+# The protobuf fields of the values read without a question (`_skip`'s): data by alias
+PLAIN = {"int_value", "long_value", "float_value", "double_value", "boolean_value"}
 
 Value = bool | float | str | None
 Raw = int | float | bool | str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Metric:
+class Metric(NamedTuple):
     """One metric as sent: a birth names it (and gives its alias), data may give only the
     alias. `datatype` is None when the message leaves it out (data usually does: the
-    birth's is then its type, `value_of`); `raw` is the protobuf value as sent."""
+    birth's is then its type, `value_of`); `raw` is the protobuf value as sent. (A tuple:
+    made for every metric of every message, it costs half a frozen dataclass.)"""
 
     name: str | None
     alias: int | None
@@ -115,10 +118,18 @@ def decode(payload: bytes) -> Decoded:
     skipped: dict[str, int] = {}
     bd_seq = None
     for m in message.metrics:
-        alias = m.alias if m.HasField("alias") else None
-        name = m.name if m.HasField("name") else None
-        datatype = m.datatype if m.HasField("datatype") else None
+        has = m.HasField
+        alias = m.alias if has("alias") else None
+        name = m.name if has("name") else None
+        datatype = m.datatype if has("datatype") else None
         kind = m.WhichOneof("value")
+        plain = kind in PLAIN and (datatype is None or datatype in READ)
+        if plain and name is None and alias is not None and not m.is_historical:
+            ts = m.timestamp if has("timestamp") else None  # data by alias: most metrics
+            metrics.append(
+                Metric(None, alias, ts, datatype, None if m.is_null else getattr(m, kind))
+            )
+            continue
         why = _skip(m, name, alias, datatype, kind)
         if why is not None:
             skipped[why] = skipped.get(why, 0) + 1

@@ -14,7 +14,7 @@
 -- The node hash: `born` 1/0, `bd` its birth's bdSeq, `hi` the newest seq, `miss` the seqs
 -- skipped, "seq:time" comma-separated, `rb` the last rebirth asked, `na` aliases held,
 -- `full` 1 when its birth was refused for aliases past the bound (a device's: `x`): its
--- data then asks no rebirth, which would bring the same birth.
+-- data then asks no rebirth, which would bring the same birth; `lt` its last renewal.
 -- Returns per message one string of parts joined by U+001F: status, rebirth 1/0, late
 -- 1/0, the number of device keys that died and each, then each alias's "datatype name"
 -- ("": unknown).
@@ -57,13 +57,14 @@ local function message(f)
   local count = last_arg - first + 1
   local node, seen, devs = prefix .. 'n:' .. nkey, prefix .. 's:' .. nkey, prefix .. 'd:' .. nkey
   local aliases = prefix .. 'a:' .. (device == '' and nkey or nkey .. '/' .. device)
-  local state = redis.call('HMGET', node, 'born', 'bd', 'hi', 'miss', 'rb', 'na', 'full')
+  local state = redis.call('HMGET', node, 'born', 'bd', 'hi', 'miss', 'rb', 'na', 'full', 'lt')
 
   -- A node's place in the index and its keys' expiry are renewed at most every ttl / 100
   -- (a busy node's message costs a few commands less). Idle nodes past ttl go then (a few
   -- a call), and a new node past max nodes takes the place of the idlest never born (a
   -- flood of made-up nodes displaces only its own), else of the idlest of all.
-  local last = tonumber(redis.call('ZSCORE', index, nkey))
+  -- (`lt` in the node's hash, its last renewal: no ZSCORE a message)
+  local last = tonumber(state[8]) or tonumber(redis.call('ZSCORE', index, nkey))
   local touch = not last or now - last >= ttl / 100
   if touch then
     for _, victim in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', now - ttl, 'LIMIT', 0, 4)) do
@@ -75,6 +76,7 @@ local function message(f)
       end
     end
     redis.call('ZADD', index, now, nkey)
+    redis.call('HSET', node, 'lt', now)
     if not state[1] then redis.call('ZADD', unborn, now, nkey) end
   end
 
