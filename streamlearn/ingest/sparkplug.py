@@ -27,7 +27,7 @@ import redis
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import FieldCounts, Kind, Parsed, Rejection
 from streamlearn.contract.sparkplug.payloads import Decoded, Value, decode
-from streamlearn.contract.sparkplug.topics import NAMESPACE, Topic, parse_topic
+from streamlearn.contract.sparkplug.topics import NAMESPACE, Topic, read_topic
 from streamlearn.errors import PayloadError
 from streamlearn.ingest.assembly import Assembly
 from streamlearn.ingest.inbox import Delivery
@@ -103,7 +103,7 @@ class SparkplugIngest:
         """A message decoded, or its dead letter (`bad_sparkplug`); a host's own (a
         command, a STATE) is nothing."""
         try:
-            topic = parse_topic(d.topic)
+            topic = read_topic(d.topic)
             if topic.type in NOT_READINGS:
                 return Parsed(None, None, [])
             decoded = decode(d.payload)

@@ -7,12 +7,14 @@ names keys in Redis (`streamlearn.store.sparkplug`).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal, cast
 
 NAMESPACE = "spBv1.0"
 MAX_ID_CHARS = 128  # a group, node or device id; a device key is at most 3 x 128 + 2 chars
+CACHED_TOPICS = 4096  # `read_topic`'s: a topic of a valid id is at most ~400 chars, ~2 MB
 NODE_TYPES = ("NBIRTH", "NDATA", "NDEATH", "NCMD")
 DEVICE_TYPES = ("DBIRTH", "DDATA", "DDEATH", "DCMD")
 MessageType = Literal[
@@ -108,3 +110,10 @@ def state_topic(host_id: str) -> str:
     """
     _check_id("host id", host_id)
     return f"{NAMESPACE}/STATE/{host_id}"
+
+
+@functools.lru_cache(maxsize=CACHED_TOPICS)
+def read_topic(topic: str) -> Topic:
+    """`parse_topic`, remembered for the last `CACHED_TOPICS` valid topics (a fleet
+    publishes on the same ones again and again; one that fails is not kept)."""
+    return parse_topic(topic)
