@@ -41,7 +41,8 @@
 #            labels (HSET/HVALS, kept from the trim), the champion pointer and last promotion (GET/SET), the
 #            figures hash sl:*:variants (HSET/HGETALL), through Lua scripts (EVALSHA);
 #            its lease sl:*:learner:lease (a variant's sl:*:variant:*:learner:lease): SET NX
-#            PX to take it, GET/SET/DEL in its scripts, PTTL for `streamlearn status`;
+#            PX to take it, GET/SET/DEL in its scripts (GET in the publish and promotion
+#            scripts, which check it), PTTL for `streamlearn status`;
 #            read-only: the served score (sl:*:served*) and the field counts (sl:*:fields)
 #            it puts in the model's status.
 #   actor    read-only GET of sl:*:weights* (HGET: a version's blob; HKEYS: the versions

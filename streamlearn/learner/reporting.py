@@ -129,6 +129,7 @@ class Reporter:
             "drifts_detected_total": t.drift.detected if t.drift else 0,
             **self.writes.metrics(),
             **served_metrics(self.served, self.served_metric),
+            **(self.promoter.metrics() if self.promoter else {}),
         }
 
     def report(self, promoted: Callable[[], None], compete: bool = True) -> None:

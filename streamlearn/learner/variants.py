@@ -13,7 +13,9 @@ publish). A variant whose window figure beats the champion's by the configured m
 both windows holding `min_samples` and the champion's report fresh, swaps the pointer
 with a compare-and-set (`Promoter.tick`); the promotion is stored in
 `sl:{model}:promotion`, logged, and announced. The promoted learner then publishes its
-weights at once, and actors switch to it.
+weights at once, and actors switch to it. The script that promotes checks the learner's
+lease as the publish script does (`store/lua/champion_promote.lua`): a learner that lost
+its lease cannot promote.
 
 Words, one each: a *variant* is one config that learns (the model's own is `base`); the
 *champion* is the variant the actors serve (the contract's key and status field); a
@@ -31,10 +33,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
+from redis.typing import EncodableT
 
 from streamlearn.config.app import BASE_VARIANT
 from streamlearn.config.policies import PromotionConfig
 from streamlearn.contract.names import Names
+from streamlearn.errors import LeaseLost
+from streamlearn.store import lua
+from streamlearn.store.lease import Lease
 from streamlearn.store.standings import current_champion, decode, decode_rows, standings
 
 log = logging.getLogger(__name__)
@@ -92,30 +98,13 @@ def beats(rule: PromotionConfig, mine: dict, champion: dict, now: float) -> bool
     return better_by(a, b, higher) > rule.margin
 
 
-# KEYS: champion, promotion. ARGV: expected champion, new champion, promotion JSON, the
-# default champion, now (unix s), cooldown (s). Returns 1 when the pointer moved.
-_PROMOTE = """
-local current = redis.call('GET', KEYS[1]) or ARGV[4]
-if current ~= ARGV[1] then return 0 end
-local last = redis.call('GET', KEYS[2])
-if last then
-  local ok, doc = pcall(cjson.decode, last)
-  if ok and type(doc) == 'table' and tonumber(doc['at']) and
-     tonumber(ARGV[5]) - tonumber(doc['at']) < tonumber(ARGV[6]) then
-    return 0
-  end
-end
-redis.call('SET', KEYS[1], ARGV[2])
-redis.call('SET', KEYS[2], ARGV[3])
-return 1
-"""
-
-
 class Promoter:
     """One variant's place among its model's variants.
 
     `tick` reports the variant's figures, reads the others' and the champion pointer in
     the same round trip, and promotes this variant when its figures beat the champion's.
+    `lease` is its learner's (None: not fenced): the promotion script writes nothing unless
+    the lease still holds its token, as the publish script does.
     """
 
     def __init__(
@@ -127,6 +116,7 @@ class Promoter:
         *,
         announce: Callable[[Promotion], None] | None = None,
         clock: Callable[[], float] = time.time,
+        lease: Lease | None = None,
     ) -> None:
         self.redis = client
         self.names = names
@@ -137,7 +127,9 @@ class Promoter:
         self.champion = current_champion(client, names)
         self.figures: dict[str, dict[str, Any]] = {}
         self.last_promotion: dict[str, Any] | None = None
-        self._promote = client.register_script(_PROMOTE)
+        self.lease = lease
+        self.fenced = 0  # promotions refused: the lease no longer this learner's
+        self._promote = lua.load(client, "champion_promote")
 
     @property
     def is_champion(self) -> bool:
@@ -163,22 +155,30 @@ class Promoter:
         return self.promote(now)
 
     def promote(self, now: float | None = None) -> Promotion | None:
-        """Make this variant the champion if the pointer still names the one it beat."""
+        """Make this variant the champion if the pointer still names the one it beat.
+
+        Raises `LeaseLost` when the lease is no longer this learner's: nothing written."""
         now = self.clock() if now is None else now
         previous = self.champion
         on = "loss" if self.rule.on == "loss" else str(self.figures[self.variant].get("metric"))
         promotion = Promotion(self.variant, previous, now, on, dict(self.figures))
-        moved = self._promote(
-            keys=[self.names.champion_key, self.names.promotion_key],
-            args=[
-                previous,
+        lease = self.lease
+        token = "" if lease is None else lease.token
+        lease_key = self.names.of_variant(self.variant).lease_key if lease is None else lease.key
+        keys = [self.names.champion_key, self.names.promotion_key, lease_key]
+        args: list[EncodableT] = [previous, self.variant, promotion.to_json(), BASE_VARIANT]
+        args += [now, self.rule.cooldown_s, token]
+        moved = int(self._promote(keys=keys, args=args))
+        if moved < 0:  # with a token only: the lease is another learner's, or it lapsed
+            self.fenced += 1
+            log.error(
+                "model %s: variant %s not promoted: its lease %s is no longer %s's",
+                self.names.model,
                 self.variant,
-                promotion.to_json(),
-                BASE_VARIANT,
-                now,
-                self.rule.cooldown_s,
-            ],
-        )
+                lease_key,
+                token,
+            )
+            raise LeaseLost(f"promotion refused: lease {lease_key} is not {token}'s")
         if not moved:
             return None
         self.champion, self.last_promotion = self.variant, json.loads(promotion.to_json())
@@ -195,6 +195,9 @@ class Promoter:
         if self.announce is not None:
             self.announce(promotion)
         return promotion
+
+    def metrics(self) -> dict[str, int]:
+        return {"promotions_fenced_total": self.fenced}
 
     def view(self) -> dict[str, Any]:
         """For the model's status: the champion and every variant's figures side by side."""

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     curves = ScalarLog(cfg.learner.tensorboard_dir, label) if cfg.learner.tensorboard_dir else None
     publisher = StatusPublisher(client, names, curves, cpus)
     promoter = (
-        Promoter(redis, names, variant, model.promotion, announce=publisher.announce)
+        Promoter(redis, names, variant, model.promotion, announce=publisher.announce, lease=lease)
         if model.variants
         else None
     )

@@ -162,6 +162,10 @@ _LEARNER = _role(
     ("lease_held", "1 while this learner holds its lease (may publish), 0 while it waits"),
     ("lease_taken_total", "times this learner took its lease (started, or took over)"),
     ("lease_lost_total", "times it lost its lease (another learner took over) and waited"),
+    (
+        "promotions_fenced_total",
+        "promotions of its variant refused: its lease was another's or gone (with variants)",
+    ),
 )
 
 _EVERY = [
@@ -293,6 +297,8 @@ HEALTHY = {
     "streamlearn_learner_redis_oom": _ZERO,
     "streamlearn_learner_lease_lost_total": "flat: a rise is a learner that stopped renewing "
     "(paused, cut off from Redis) while another took over",
+    "streamlearn_learner_promotions_fenced_total": "0: a rise is a learner that tried to "
+    "promote its variant after it lost its lease",
     **{
         f"streamlearn_learner_{call}_failures_total": _FLAT
         for call in ("publish", "ack", "trim", "status", "read", "deadletter")

@@ -7,8 +7,9 @@ releases it on a clean stop (`lua/lease_release.lua`); all three run on a full R
 (`allow-oom`), whose memory only a learner that keeps checkpointing frees. The weights
 store hands the key and the token to its publish script, which writes nothing unless that
 token holds the lease as it runs (`lua/weights_publish.lua`): a learner that lost its lease
-cannot publish, whatever it believes. `streamlearn.learner.lease.LeaseKeeper` does the
-waiting and the renewing.
+cannot publish, whatever it believes; its promoter does the same with the promotion script
+(`lua/champion_promote.lua`), so it cannot promote either.
+`streamlearn.learner.lease.LeaseKeeper` does the waiting and the renewing.
 """
 
 from __future__ import annotations
