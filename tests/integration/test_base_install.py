@@ -22,6 +22,7 @@ hidden = [8]
 
 [models.b.learner]
 publish.every_ms = 100
+buckets = [256]  # one padded size, one trace before ready: batch sizes are not this test's
 """
 
 

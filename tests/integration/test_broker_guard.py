@@ -58,7 +58,9 @@ def test_a_device_in_the_roles_share_groups_gets_nothing_and_costs_nobody_a_mess
     broker then hands it half the samples and requests and drops them (50 of 100 reached
     ingest). With the guard, its subscriptions are refused and all 100 of each arrive."""
     toml = tmp_path / "streamlearn.toml"
-    toml.write_text('[models.s]\ninputs = 2\ntask = "regression"\n')
+    toml.write_text(  # one padded size, one trace before ready: batch sizes are not this test's
+        '[models.s]\ninputs = 2\ntask = "regression"\n[models.s.learner]\nbuckets = [256]\n'
+    )
     procs: list[RoleProcess] = []
     thief = device(broker, "alice", client_id="alice")
     sensor = device(broker, "dev-1", [NAMES.topic("replies/dev-1/#")], client_id="dev-1")

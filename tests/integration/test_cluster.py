@@ -34,6 +34,7 @@ hidden = [8]
 
 [models.{plain}.learner]
 max_batch = 32
+buckets = [32]  # one padded size: one trace before ready (batch sizes are not this test's)
 status_every_ms = 300
 
 [models.{plain}.actor]
@@ -51,6 +52,7 @@ hidden = [8]
 
 [models.{windowed}.learner]
 max_batch = 32
+buckets = [32]
 
 [models.{windowed}.actor]
 reload_check_ms = 50
@@ -70,6 +72,7 @@ partitions = 3
 
 [models.{model}.learner]
 max_batch = 32
+buckets = [32]
 """
 
 

@@ -22,6 +22,9 @@ TOML = """
 [models.p]
 inputs = 2
 task = "binary"
+
+[models.p.learner]
+buckets = [256]  # one padded size, one trace before ready: batch sizes are not this test's
 """
 
 # PromQL words that are not metric names: aggregation modifiers, set operators, keywords.

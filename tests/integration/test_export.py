@@ -36,6 +36,7 @@ hidden = [16]
 
 [models.e.learner]
 max_batch = 32
+buckets = [32]  # one padded size: one trace before ready (batch sizes are not this test's)
 max_wait_ms = 5
 publish.every_ms = 200
 history.newest = 50

@@ -30,6 +30,7 @@ hidden = [16]
 
 [models.k.learner]
 max_batch = 32
+buckets = [32]  # one padded size: one trace before ready (batch sizes are not this test's)
 max_wait_ms = 5
 publish.every_ms = 100
 checkpoint.dir = "{dir}"

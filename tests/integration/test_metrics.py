@@ -121,6 +121,7 @@ def test_workers_expose_moving_counters(start_role, client_for, settings):
 def test_learner_writes_tensorboard_curves(start_role, settings, tmp_path):
     logdir = tmp_path / "tb"
     toml = TOML + f'\n[models.p.learner]\ntensorboard_dir = "{logdir}"\nstatus_every_ms = 200\n'
+    toml += "buckets = [256]\n"  # one padded size, one trace before ready (above: three)
     start_role("learner", toml)
     start_role("ingest", toml)
     device = plain_paho(settings)

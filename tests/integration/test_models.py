@@ -15,9 +15,15 @@ inputs = 2
 task = "regression"
 factory = "tests.factories:tiny_regressor"
 
+[models.good.learner]
+buckets = [256]  # one padded size, one trace at each start: batch sizes are not this test's
+
 [models.bad]
 inputs = 2
 task = "binary"
+
+[models.bad.learner]
+buckets = [256]
 """
 
 

@@ -52,6 +52,7 @@ replay_ratio = 0       # no replay between turns: it depends on timing
 [models.mw.learner]
 distribute = "multi_worker"
 max_batch = 64
+buckets = [64]         # every step is 64 rows (32 a worker): one trace, not two
 prefetch_batches = 0   # one entry a turn each, in order: the batches are known
 history.newest = 100    # version 1 (the initial weights) stays for the reference
 """

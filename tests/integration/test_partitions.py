@@ -30,6 +30,7 @@ partitions = 3
 
 [models.p.learner]
 max_batch = 32
+buckets = [32]  # one padded size: one trace before ready (batch sizes are not this test's)
 
 [models.w]
 inputs = 1
@@ -43,6 +44,7 @@ partitions = 2
 
 [models.w.learner]
 max_batch = 32
+buckets = [32]
 
 [models.w.gateways]
 hub = ["*"]  # the test's one client sends and asks for every device

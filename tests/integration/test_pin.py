@@ -37,6 +37,7 @@ hidden = [8]
 
 [models.p.learner]
 max_batch = 32
+buckets = [32]  # one padded size: one trace before ready (batch sizes are not this test's)
 max_wait_ms = 5
 publish.every_ms = 100
 history.newest = {KEEP}

@@ -25,6 +25,9 @@ TOML = """
 [models.o]
 inputs = 2
 task = "binary"
+
+[models.o.learner]
+buckets = [256]  # one padded size, one trace before ready: batch sizes are not this test's
 """
 
 

@@ -37,6 +37,7 @@ heads = "last"  # one head: a solved linear head or a memory head learns without
 
 [models.r.learner]
 max_batch = 64
+buckets = [64]  # one padded size: one trace before ready (batch sizes are not this test's)
 publish.every_ms = 200
 status_every_ms = 300
 

@@ -30,6 +30,7 @@ hidden = [8]
 
 [models.full.learner]
 max_batch = 64
+buckets = [64]  # one padded size: one trace before ready (batch sizes are not this test's)
 max_wait_ms = 5
 publish.every_ms = 100
 status_every_ms = 200

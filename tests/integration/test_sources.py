@@ -30,6 +30,9 @@ topic = "plant/+/telemetry"
 [[models.s.sources]]
 topic = "site/#"
 key = "topic:2"
+
+[models.s.learner]
+buckets = [256]  # one padded size, one trace before ready: batch sizes are not this test's
 """
 
 
@@ -79,6 +82,9 @@ categorical = { machine_type = ["press", "lathe"] }
 
 [[models.m.sources]]
 topic = "plant/+/telemetry"
+
+[models.m.learner]
+buckets = [256]  # one padded size, one trace before ready: batch sizes are not this test's
 """
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
-from streamlearn.config import Settings, runfile
+from streamlearn.config import DEMO_TOML, Settings, runfile
 from streamlearn.contract.names import Names
 from streamlearn.stack.runlog import Board, ChildLog, new_run_dir
 from tests.conftest import ROOT, Client, RoleProcess, eventually
@@ -212,7 +212,12 @@ def test_up_runs_the_demo_stack_and_ctrl_c_stops_everything(tmp_path: Path):
 
 def test_up_without_dashboard_serves_none(tmp_path: Path):
     port = free_run(1)
-    up = start_up(tmp_path, "--no-dashboard", "--dashboard-port", str(port))
+    # the demo model without its feed (nothing to learn: the dashboard is this test's), and
+    # one padded batch size (one trace before the learner is ready)
+    config = tmp_path / "streamlearn.toml"
+    config.write_text(DEMO_TOML + "\n[models.demo.learner]\nbuckets = [256]\n")
+    flags = ("--no-dashboard", "--dashboard-port", str(port), "--config", str(config))
+    up = start_up(tmp_path, *flags, demo=False)
     try:
         up.wait_for("Ctrl-C stops everything", 60)
         run_dir = run_dir_of(up)

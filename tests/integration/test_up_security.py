@@ -45,6 +45,9 @@ from tests.integration.test_up import (
 )
 
 LOOPBACK = {"127.0.0.1", "::1"}
+# The demo model with one padded batch size: one trace before its learner is ready (the
+# default traces three); batch sizes are not what these tests check.
+ONE_BUCKET = "\n[models.demo.learner]\nbuckets = [256]\n"
 
 
 def connack(port: int, credentials: tuple[str, str] | None = None) -> str:
@@ -113,7 +116,7 @@ def port_of(url: str) -> int:
 def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypatch):
     door = embedded.free_port()
     config = tmp_path / "streamlearn.toml"
-    config.write_text(DEMO_TOML + f"\n[models.demo.actor]\nhttp_port = {door}\n")
+    config.write_text(DEMO_TOML + ONE_BUCKET + f"\n[models.demo.actor]\nhttp_port = {door}\n")
     up = start_up(tmp_path, "--config", str(config), "--metrics-port", "0", "--dashboard-port", "0")
     try:
         run_dir = run_dir_of(up)
@@ -208,9 +211,8 @@ def test_up_refuses_strangers_and_lets_its_own_tools_in(tmp_path: Path, monkeypa
 # samples are acknowledged by ingest, stored in Redis, and not yet learned when `up` dies.
 HOLDING_LEARNER = (
     DEMO_TOML
-    + """
-[models.demo.learner]
-publish.every_steps = 1000000
+    + ONE_BUCKET
+    + """publish.every_steps = 1000000
 publish.every_ms = 3600000
 publish.min_ms = 3600000
 """
@@ -247,7 +249,10 @@ def test_up_with_a_data_dir_learns_after_a_hard_stop_what_it_acknowledged(tmp_pa
     finally:
         up.stop(kill=True)
 
-    up = start_up(tmp_path, "--data-dir", str(data), "--no-dashboard", demo=False)
+    publishing = tmp_path / "publishing.toml"  # the same model, publishing what it learns
+    publishing.write_text(DEMO_TOML + ONE_BUCKET)
+    flags = ("--data-dir", str(data), "--no-dashboard", "--config", str(publishing))
+    up = start_up(tmp_path, *flags, demo=False)
     try:
         up.wait_for("Ctrl-C stops everything", 90)
         store = redis_lib.Redis.from_url(recorded(tmp_path).redis)

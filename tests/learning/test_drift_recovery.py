@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.config import ModelConfig
+from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner.step import build_trainer
 from streamlearn.online.batch import padded
 from streamlearn.online.drift import DriftDetector
@@ -29,6 +29,19 @@ def concept(n: int, seed: int, swap: int = SWAP) -> tuple[np.ndarray, np.ndarray
     y = (x[:, 0] + x[:, 1] ** 2 - 0.5 * x[:, 2] > 0.2).astype(np.float32)
     y[swap:] = 1 - y[swap:]
     return x, y
+
+
+def swap_trainer(seed: int, message: int = MESSAGE) -> Trainer:
+    """The default model of 4 inputs, seeded and warmed up. Its buckets stop at the one the
+    messages fill (16 or 64): the default's larger ones would be traced, seconds each, and
+    never used; the steps are the same (a warm-up trace's effects are undone)."""
+    keras.utils.set_random_seed(seed)
+    policy = LearnerConfig(max_batch=16 if message <= 16 else 64)
+    trainer = build_trainer(
+        ModelConfig(name="swap", inputs=4, task="binary", learner=policy), lambda *_: None
+    )
+    trainer.warm_up()
+    return trainer
 
 
 def prequential(
@@ -48,9 +61,7 @@ def prequential(
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_after_a_label_swap_the_next_500_samples_score_within_5_points_of_the_500_before(seed):
-    keras.utils.set_random_seed(seed)
-    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
-    trainer.warm_up()
+    trainer = swap_trainer(seed)
     right = prequential(trainer, *concept(SWAP + 500, seed))
     before, after = right[SWAP - 500 : SWAP].mean(), right[SWAP:].mean()
     assert before > 0.9, f"the concept was learned before the swap: {before:.3f}"
@@ -67,9 +78,7 @@ def test_a_swap_in_a_short_stream_of_40_sample_messages_is_caught_on_its_first_m
     spread to judge by, so the swap shows on the step of that message (it waited for the
     9th step, and a short stream such as breast_cancer's 569 samples, swapped at 284, paid
     a whole message more for it)."""
-    keras.utils.set_random_seed(seed)
-    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
-    trainer.warm_up()
+    trainer = swap_trainer(seed, message=40)
     right = prequential(trainer, *concept(440, seed, swap=280), message=40)
     assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()
     assert trainer.replay.size >= 40, "the step was all the new concept: it stays whole"
@@ -95,9 +104,7 @@ def test_after_a_drift_every_head_serves_alike():
     the published mixture weighs them alike, rather than favouring the solved linear head
     as a fresh model does (its fit to one message of swapped labels cost breast_cancer_swap
     a point on the quality bench)."""
-    keras.utils.set_random_seed(0)
-    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
-    trainer.warm_up()
+    trainer = swap_trainer(0, message=40)
     alpha = trainer.model.get_layer("hedge").alpha
     start = keras.ops.convert_to_numpy(alpha)
     assert start[0] > start[1], f"a fresh model favours the linear head: {start}"
@@ -112,9 +119,7 @@ def test_a_swap_halfway_through_a_message_leaves_only_its_newer_half_to_learn_fr
     """The labels swapped at the 300th sample, halfway through the message of 280-319,
     which shows the drift: the learner starts afresh on the 20 samples of the new concept,
     not on the 20 of the old one before them."""
-    keras.utils.set_random_seed(seed)
-    trainer = build_trainer(ModelConfig(name="swap", inputs=4, task="binary"), lambda *_: None)
-    trainer.warm_up()
+    trainer = swap_trainer(seed, message=40)
     x, y = concept(320, seed, swap=300)
     prequential(trainer, x, y, message=40)
     assert trainer.drift.detected == 1 and trainer.drift.last_at == 320, trainer.drift.figures()

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 
 from streamlearn.nn import export
-from streamlearn.online import ModelSpec, OnlineModel, memory
+from streamlearn.online import LearningSpec, ModelSpec, OnlineModel, memory
 from streamlearn.online.batch import padded
 from streamlearn.online.forward import Forward
-from tests.learning.test_linear_head import MESSAGE, learn
+from tests.learning.test_linear_head import BUCKETS, MESSAGE, learn
 
 
 def model_for(task: str, inputs: int, size: int = 500, classes: int | None = None) -> OnlineModel:
     spec = ModelSpec(task, inputs, classes=classes, memory=size, name="mem")
-    model = OnlineModel(spec, seed=0)
+    model = OnlineModel(spec, LearningSpec(buckets=BUCKETS), seed=0)
     model.warm_up()
     return model
 

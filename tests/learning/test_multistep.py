@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from streamlearn.config import ModelConfig
+from streamlearn.config import LearnerConfig, ModelConfig
 from streamlearn.learner.step import build_trainer
 from streamlearn.online import tensors
 from streamlearn.online.batch import padded
@@ -24,7 +24,9 @@ pytestmark = pytest.mark.skipif(
 def _trainer(task: str = "binary", inputs: int = 4) -> tuple[Trainer, np.ndarray, np.ndarray]:
     """A warmed-up trainer that has learned 160 samples of a linear concept."""
     keras.utils.set_random_seed(0)
-    trainer = build_trainer(ModelConfig(name="multi", inputs=inputs, task=task), lambda *_: None)
+    policy = LearnerConfig(max_batch=64)  # the steps of 40 fill 64: no 256 traced, unused
+    cfg = ModelConfig(name="multi", inputs=inputs, task=task, learner=policy)
+    trainer = build_trainer(cfg, lambda *_: None)
     trainer.warm_up()
     x = np.random.default_rng(0).uniform(-1, 1, (160, inputs)).astype(np.float32)
     y = (x[:, 0] + x[:, 1] > 0).astype(np.float32)
