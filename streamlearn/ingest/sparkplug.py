@@ -46,17 +46,6 @@ class Message(NamedTuple):
     decoded: Decoded
 
 
-class Judged(NamedTuple):
-    """What a handled message makes: its reading (None: none) and own inputs, the counts
-    of its fields, or why its target was refused."""
-
-    handled: Handled
-    reading: Reading | None
-    values: dict[int, float]
-    counts: FieldCounts
-    refused: PayloadError | None = None
-
-
 class SparkplugIngest:
     """Turns a model's Sparkplug messages into held readings and formed samples."""
 
@@ -123,27 +112,21 @@ class SparkplugIngest:
         if not at:
             return parsed
         runs = [(parsed[i].topic, parsed[i].decoded) for i in at]
-        read: list[Judged | None] = [None] * len(at)
-
-        def judge(n: int, h: Handled) -> None:  # as Redis answers, while it runs the next
-            counts = FieldCounts()
-            try:
-                read[n] = Judged(h, *self._reading(batch[at[n]], h, counts), counts)
-            except PayloadError as exc:  # a target its task does not take
-                read[n] = Judged(h, None, {}, counts, exc)
-
-        handled = writer.retry(lambda: self.nodes.handle_many(runs, self.clock(), judge), stop)
+        handled = writer.retry(lambda: self.nodes.handle_many(runs, self.clock()), stop)
         if handled is None:
             return None
         readings: list[tuple[int, Reading]] = []  # (position in `at`, reading)
         own: list[dict[int, float]] = []  # each reading's own inputs (a late label's)
         out = list(parsed)
-        for n, (i, judged) in enumerate(zip(at, cast(list[Judged], read), strict=True)):
-            h, reading, values, counts, refused = judged
+        for n, (i, h) in enumerate(zip(at, handled, strict=True)):
             self._count(batch[i], h)
-            if refused is not None:
-                reason = Rejection(str(refused), batch[i].payload, cast(Kind, refused.kind))
-                out[i] = Parsed(None, None, [reason])
+            counts = FieldCounts()
+            try:
+                reading, values = self._reading(batch[i], h, counts)
+            except PayloadError as exc:  # a target its task does not take
+                out[i] = Parsed(
+                    None, None, [Rejection(str(exc), batch[i].payload, cast(Kind, exc.kind))]
+                )
                 continue
             out[i] = Parsed(None, None, [], counts)
             for dead in h.dead:  # a death: its keys' inputs missing from now on

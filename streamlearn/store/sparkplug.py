@@ -18,10 +18,10 @@ session: born, bdSeq, newest seq, seqs skipped, last rebirth asked, aliases held
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 import redis
 
@@ -36,10 +36,10 @@ from streamlearn.contract.sparkplug.payloads import (
 )
 from streamlearn.contract.sparkplug.topics import Topic, topic_of
 from streamlearn.store import lua
+from streamlearn.store.redis_client import evalsha
 
 CONTROL = "Node Control/"  # a node's own controls (Rebirth, Reboot...): not readings
 CHUNK_ARGS = 10_000  # fields of one script call, about (a birth's may take it past)
-CHUNK_MESSAGES = 64  # messages of one script call: the caller reads a call's while the next runs
 US = "\x1f"  # separates a message's fields and a reply's parts (`lua/sparkplug_message.lua`)
 MAX_NAMES = 4096  # metric names whose `_reads` is remembered
 IGNORED = "-"  # the datatype of an alias of a metric skipped at its birth (a DataSet...)
@@ -107,84 +107,42 @@ class SparkplugNodes:
         """What one message does to its node's state, and what it says (`Handled`)."""
         return self.handle_many([(topic, decoded)], now)[0]
 
-    def handle_many(
-        self,
-        messages: Sequence[tuple[Topic, Decoded]],
-        now: float,
-        each: Callable[[int, Handled], object] | None = None,
-    ) -> list[Handled]:
+    def handle_many(self, messages: Sequence[tuple[Topic, Decoded]], now: float) -> list[Handled]:
         """`handle` for several messages, in order, in one round trip: one script call
-        per `CHUNK_MESSAGES` messages (a call blocks Redis while it runs), each message one
+        per `CHUNK_ARGS` fields (a call blocks Redis while it runs), each message one
         argument (redis-py encodes each argument in Python: 9 a message cost more than the
-        script's split of one). `each(i, handled)` is called as each call's replies come,
-        while Redis runs the next: what the caller makes of a message overlaps Redis's work
-        (for message `i`; called again for it if the round trip is retried)."""
-        out: list[Handled | None] = [None] * len(messages)
-        chunks: list[list[int]] = [[]]  # the messages of each script call
-        lines: list[list[str]] = [[]]
+        script's split of one)."""
+        pipe = self.redis.pipeline(transaction=False)
         asked: list[list[int] | None] = []
+        lines: list[str] = []
         fields = 0
-        for i, (topic, decoded) in enumerate(messages):
+        for topic, decoded in messages:
             line, aliases = self._line(topic, decoded)
             asked.append(aliases)
-            if line is None:  # a command: nothing asked of Redis
-                out[i] = command = Handled(topic.key, "command")
-                if each is not None:
-                    each(i, command)
-                continue
-            if len(chunks[-1]) >= CHUNK_MESSAGES or fields >= CHUNK_ARGS:
-                chunks.append([])
-                lines.append([])
-                fields = 0
-            chunks[-1].append(i)
-            lines[-1].append(line)
-            fields += line.count(US) + 1
-
-        def take(c: int, replies: list[bytes]) -> None:
-            for i, reply in zip(chunks[c], replies, strict=True):
-                topic, decoded = messages[i]
-                out[i] = h = self._handled(topic, decoded, cast(list[int], asked[i]), reply, now)
-                if each is not None:
-                    each(i, h)
-
+            if line is not None:
+                lines.append(line)
+                fields += line.count(US) + 1
+            if fields >= CHUNK_ARGS:
+                self._queue(pipe, lines, now)
+                lines, fields = [], 0
+        if lines:
+            self._queue(pipe, lines, now)
         try:
-            self._run([x for x in lines if x], now, take)
+            replies = iter([r for chunk in pipe.execute() for r in chunk])
         except redis.exceptions.NoScriptError:  # a restarted Redis lost it: nothing ran
             self.redis.script_load(self._script.script)
-            return self.handle_many(messages, now, each)
-        return cast(list[Handled], out)
+            return self.handle_many(messages, now)
+        out = []
+        for (topic, decoded), aliases in zip(messages, asked, strict=True):
+            if aliases is None:
+                out.append(Handled(topic.key, "command"))
+            else:
+                out.append(self._handled(topic, decoded, aliases, next(replies), now))
+        return out
 
-    def _run(
-        self, chunks: list[list[str]], now: float, take: Callable[[int, list[bytes]], None]
-    ) -> None:
-        """Each chunk's script call, all sent at once; `take(c, replies)` as each call's
-        replies come. On one Redis, read off the connection call by call (Redis runs the
-        next meanwhile); a cluster's pipeline gives them all at the end."""
+    def _queue(self, pipe: redis.client.Pipeline, lines: list[str], now: float) -> None:
         keys = [self.prefix + "index", self.prefix + "unborn"]
-        head = [self._script.sha, len(keys), *keys, repr(float(now)), *self._head]
-        calls = [("EVALSHA", *head, *lines) for lines in chunks]
-        if not isinstance(self.redis, redis.Redis) or len(calls) == 1:
-            pipe = self.redis.pipeline(transaction=False)
-            for call in calls:
-                pipe.execute_command(*call)
-            for c, replies in enumerate(pipe.execute()):
-                take(c, replies)
-            return
-        pool = self.redis.connection_pool
-        conn = pool.get_connection()
-        taken = 0
-        try:
-            conn.send_packed_command(conn.pack_command(*calls[0]))
-            for c in range(len(calls)):
-                replies = conn.read_response()
-                taken += 1
-                if c + 1 < len(calls):  # Redis runs it while `take` reads these
-                    conn.send_packed_command(conn.pack_command(*calls[c + 1]))
-                take(c, replies)
-        finally:
-            if taken < len(calls):  # replies left unread: the connection cannot serve again
-                conn.disconnect()
-            pool.release(conn)
+        evalsha(pipe, self._script.sha, keys, repr(float(now)), *self._head, *lines)
 
     def _line(self, topic: Topic, decoded: Decoded) -> tuple[str | None, list[int] | None]:
         """The message's argument of the script, its fields joined by `US` (no id or name

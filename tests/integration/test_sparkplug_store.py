@@ -12,7 +12,7 @@ from streamlearn.contract.names import Names
 from streamlearn.contract.sparkplug.payloads import decode
 from streamlearn.contract.sparkplug.proto import sparkplug_b_pb2 as pb
 from streamlearn.contract.sparkplug.topics import parse_topic
-from streamlearn.store.sparkplug import CHUNK_MESSAGES, SparkplugNodes
+from streamlearn.store.sparkplug import SparkplugNodes
 from tests.unit.test_sparkplug import DATASET_ALIAS, FLOAT, MODE, RPM, T0, add_metric
 from tests.unit.test_sparkplug import dbirth as _dbirth
 from tests.unit.test_sparkplug import ddata as _ddata
@@ -185,26 +185,3 @@ def test_a_flood_of_made_up_nodes_is_bounded_and_displaces_no_born_node(redis, s
         )
         h = send(w, f"spBv1.0/Plant 1/DDATA/Edge 1/{d}", _ddata(4, a8=1.0), NOW + 3)
     assert (h.status, h.rebirth) == ("too_many_devices", None)
-
-
-def test_a_run_of_many_calls_resolves_in_order_and_survives_a_lost_script(workers, redis):
-    """A run past `CHUNK_MESSAGES` is several script calls, each read while the next runs;
-    `each` sees every message once a call. A Redis that lost its scripts (a restart) runs
-    the run again, and the connection serves the next call."""
-    a, _ = workers
-    born(a)
-    runs = [
-        (
-            parse_topic(DEVICE.format("DDATA")),
-            decode(_ddata(s % 256, a8=float(s)).SerializeToString()),
-        )
-        for s in range(2, 2 + 2 * CHUNK_MESSAGES + 5)
-    ]
-    seen: dict[int, float] = {}
-    redis.script_flush()
-    handled = a.handle_many(runs, NOW, lambda i, h: seen.__setitem__(i, h.values["Temperature"]))
-    assert [h.values["Temperature"] for h in handled] == [float(s) for s in range(2, len(runs) + 2)]
-    assert all((h.status, h.late, h.rebirth) == ("ok", False, None) for h in handled)
-    assert seen == {i: float(i + 2) for i in range(len(runs))}
-    again = send(a, DEVICE.format("DDATA"), _ddata((len(runs) + 2) % 256, a8=1.5))
-    assert (again.status, again.values) == ("ok", {"Temperature": 1.5})
