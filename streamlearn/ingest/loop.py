@@ -40,7 +40,6 @@ from collections.abc import Callable
 import redis
 
 from streamlearn.config.ingest import IngestConfig
-from streamlearn.config.inputs import SourceConfig
 from streamlearn.contract.entities import is_own_state_echo
 from streamlearn.contract.names import sample_id, sender_problem
 from streamlearn.contract.payloads import PayloadParser
@@ -60,8 +59,6 @@ from streamlearn.store.windows import WindowStore
 
 log = logging.getLogger(__name__)
 
-CACHED_TOPICS = 4096  # topics whose source is remembered
-MAX_CACHED_TOPIC = 256  # chars of a topic remembered (a longer one is matched each time)
 FIELDS_LOG_EVERY_S = 10.0  # a failing write of the field counts: one warning per this
 
 
@@ -100,9 +97,6 @@ class Ingest:
         self.samples_topic = stream.names.samples_topic
         self.names = stream.names
         self.sources = model.sources
-        # each topic's source (None: none), the last `CACHED_TOPICS` of at most
-        # `MAX_CACHED_TOPIC` chars (~1 MB): a fleet publishes on the same topics again
-        self._sources: dict[str, SourceConfig | None] = {}
         # messages received on each source filter, dead letters included
         self.source_messages = dict.fromkeys((s.topic for s in model.sources), 0)
         self._unwritten_sources: dict[str, int] = {}  # counted, not yet in the `fields` hash
@@ -346,14 +340,7 @@ class Ingest:
         """A message on a source topic: parsed with its device key, the topic's level
         `key_level` (when the source names one), which a step may not override unless the
         source says `key_from_payload`."""
-        if d.topic in self._sources:
-            source = self._sources[d.topic]
-        else:
-            source = next((s for s in self.sources if s.matches(d.topic)), None)
-            if len(d.topic) <= MAX_CACHED_TOPIC:
-                if len(self._sources) >= CACHED_TOPICS:
-                    self._sources.clear()
-                self._sources[d.topic] = source
+        source = next((s for s in self.sources if s.matches(d.topic)), None)
         if source is None:
             reason = f"topic {d.topic!r} is not one this model reads"
             return Parsed(None, None, [Rejection(reason, d.payload, "other")])
