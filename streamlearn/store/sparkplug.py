@@ -41,7 +41,7 @@ from streamlearn.store.redis_client import evalsha
 CONTROL = "Node Control/"  # a node's own controls (Rebirth, Reboot...): not readings
 CHUNK_ARGS = 10_000  # fields of one script call, about (a birth's may take it past)
 US = "\x1f"  # separates a message's fields and a reply's parts (`lua/sparkplug_message.lua`)
-MAX_NAMES = 4096  # metric names whose `_reads` is remembered
+MAX_NAMES = 4096  # metric names whose `_reads` is remembered (of <= 256 chars: ~1 MB)
 IGNORED = "-"  # the datatype of an alias of a metric skipped at its birth (a DataSet...)
 
 
