@@ -27,7 +27,7 @@ import redis
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import FieldCounts, Kind, Parsed, Rejection
 from streamlearn.contract.sparkplug.payloads import Decoded, Value, decode
-from streamlearn.contract.sparkplug.topics import NAMESPACE, Topic, read_topic
+from streamlearn.contract.sparkplug.topics import HOST_TYPES, NAMESPACE, Topic, read_topic
 from streamlearn.errors import PayloadError
 from streamlearn.ingest.assembly import Assembly
 from streamlearn.ingest.inbox import Delivery
@@ -35,7 +35,6 @@ from streamlearn.ingest.writes import RunWriter
 from streamlearn.store.held import Held, HeldUpdate, Reading, label_digest
 from streamlearn.store.sparkplug import Handled, SparkplugNodes
 
-NOT_READINGS = ("NCMD", "DCMD", "STATE")  # a host's messages: nothing of a device's
 F32_MAX = 3.4028234663852886e38  # a number past float32's range is held missing
 
 
@@ -93,7 +92,7 @@ class SparkplugIngest:
         command, a STATE) is nothing."""
         try:
             topic = read_topic(d.topic)
-            if topic.type in NOT_READINGS:
+            if topic.type in HOST_TYPES:
                 return Parsed(None, None, [])
             decoded = decode(d.payload)
         except (ValueError, PayloadError) as exc:

@@ -11,7 +11,8 @@ devices, a DDEATH its device.
 
 Keys, in the model's hash tag (`Names.sparkplug_key`), `{n}` a node key `{group}/{node}`:
 `sp:index` (node -> last message time), `sp:unborn` (nodes never born), `sp:n:{n}` (its
-session: born, bdSeq, newest seq, seqs skipped, last rebirth asked, aliases held),
+session: born, bdSeq, newest seq, seqs skipped, last rebirth asked, aliases held, last
+renewal in the index),
 `sp:s:{n}` (seq -> time seen), `sp:d:{n}` (device -> birth time, 0 dead), `sp:a:{n}` and
 `sp:a:{n}/{device}` (alias tables). Bounds: `SparkplugConfig`.
 """
@@ -34,7 +35,7 @@ from streamlearn.contract.sparkplug.payloads import (
     rebirth_request,
     value_of,
 )
-from streamlearn.contract.sparkplug.topics import Topic, topic_of
+from streamlearn.contract.sparkplug.topics import HOST_TYPES, Topic, topic_of
 from streamlearn.store import lua
 from streamlearn.store.redis_client import evalsha
 
@@ -148,7 +149,7 @@ class SparkplugNodes:
         """The message's argument of the script, its fields joined by `US` (no id or name
         holds a control character: `topics`, `payloads`), and the aliases it asks to
         resolve; (None, None) for a command or a STATE, which changes nothing."""
-        if topic.type in ("NCMD", "DCMD", "STATE"):
+        if topic.type in HOST_TYPES:
             return None, None
         head = [topic.type, topic.node_key, topic.device or ""]
         head += ["" if decoded.seq is None else str(decoded.seq)]

@@ -17,6 +17,7 @@ MAX_ID_CHARS = 128  # a group, node or device id; a device key is at most 3 x 12
 CACHED_TOPICS = 4096  # `read_topic`'s: a topic of a valid id is at most ~400 chars, ~2 MB
 NODE_TYPES = ("NBIRTH", "NDATA", "NDEATH", "NCMD")
 DEVICE_TYPES = ("DBIRTH", "DDATA", "DDEATH", "DCMD")
+HOST_TYPES = ("NCMD", "DCMD", "STATE")  # a host's messages: nothing of a device's
 MessageType = Literal[
     "NBIRTH", "NDATA", "NDEATH", "NCMD", "DBIRTH", "DDATA", "DDEATH", "DCMD", "STATE"
 ]
