@@ -45,7 +45,8 @@ class DoorLoad(NamedTuple):
 
 
 def door_loads(door: Door, model: str, rows: list[list[float]]) -> dict[str, DoorLoad]:
-    """The HTTP and gRPC doors' loads, each request one of `rows`."""
+    """The HTTP and gRPC doors' loads (gRPC: unary calls, and one stream), each request
+    one of `rows`."""
     assert door.http_port is not None and door.grpc_port is not None
     bodies, messages = _http.infer_body(rows), _grpc.infer_messages(model, rows)
     path = f"/v2/models/{model}/infer"
@@ -57,6 +58,10 @@ def door_loads(door: Door, model: str, rows: list[list[float]]) -> dict[str, Doo
         "grpc": DoorLoad(
             partial(_grpc.measure_rate, door.grpc_port, messages),
             partial(_grpc.measure_max, door.grpc_port, messages),
+        ),
+        "stream": DoorLoad(
+            partial(_grpc.stream_rate, door.grpc_port, messages),
+            partial(_grpc.stream_max, door.grpc_port, messages),
         ),
     }
 

@@ -41,22 +41,22 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import grpc
-import redis
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from streamlearn.actor import grpc_messages as messages
 from streamlearn.actor import oip
 from streamlearn.actor.bodies import BodyBounds
+from streamlearn.actor.grpc_messages import CODES, GRACE_S, SHED, Call, Code, Refused
+from streamlearn.actor.grpc_stream import Stream
 from streamlearn.actor.handover import Handover
 from streamlearn.actor.inbox import Pending
 from streamlearn.actor.proto import grpc_service_pb2 as pb
 from streamlearn.contract.names import http_owner
 from streamlearn.contract.payloads import PayloadParser
 from streamlearn.contract.schemas import version_ref
-from streamlearn.errors import PayloadError
 
 if TYPE_CHECKING:
     from streamlearn.actor.loop import Actor
@@ -67,38 +67,6 @@ SERVICE = "inference.GRPCInferenceService"
 OPEN = frozenset({"ServerLive", "ServerReady"})  # the probes: no token
 IDLE_S = 15.0  # a connection without a call is closed after this (the HTTP door's keep-alive)
 METADATA_BYTES = 8192  # a call's metadata, at most (grpcio's default, set to be seen)
-Code = grpc.StatusCode
-# The HTTP door's statuses as gRPC codes.
-CODES = {
-    400: Code.INVALID_ARGUMENT,
-    401: Code.UNAUTHENTICATED,
-    404: Code.NOT_FOUND,
-    408: Code.DEADLINE_EXCEEDED,
-    413: Code.RESOURCE_EXHAUSTED,
-    500: Code.INTERNAL,
-    503: Code.UNAVAILABLE,
-    504: Code.DEADLINE_EXCEEDED,
-}
-_SHED = "the actor's queue is full: request shed, retry later"
-
-
-class Refused(Exception):
-    """A call's error status: its code and the HTTP door's message for it."""
-
-    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code, self.reason = code, reason
-
-
-class Call(NamedTuple):
-    """What a method needs of its call besides the message."""
-
-    context: Any  # grpc.aio.ServicerContext
-    peer: str  # its IP address
-    arrived: float  # time.monotonic() when the call began
-    size: int  # the message's bytes
-
-
 Method = Callable[[Any, Call], Awaitable[Message]]
 
 
@@ -203,6 +171,11 @@ class GrpcDoor:
                     self._serving(name, kind, method), response_serializer=_serialize
                 )
                 for name, (kind, method) in methods.items()
+            }
+            | {
+                "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+                    self._streaming(), response_serializer=_serialize
+                )
             },
         )
 
@@ -215,46 +188,66 @@ class GrpcDoor:
             arrived = time.monotonic()
             peer = messages.address(context.peer())
             try:
-                if name not in OPEN:
-                    self._authorize(context)
-                if self._calls[peer] >= self.per_peer:
-                    raise Refused(
-                        Code.UNAVAILABLE,
-                        f"too many calls from one address (grpc_max_rpcs_per_peer={self.per_peer})",
-                    )
-                self._calls[peer] += 1
+                self._enter(name, context, peer)
                 try:
                     if name == "ModelInfer" and not self.actor.inbox.admits(0, peer):
-                        raise Refused(Code.UNAVAILABLE, _SHED)
+                        raise Refused(Code.UNAVAILABLE, SHED)
                     raw = await self._read(context)
-                    try:
-                        message = kind.FromString(raw)
-                    except DecodeError as exc:
-                        raise PayloadError(f"the message could not be decoded: {exc}") from None
+                    message = messages.parse(kind, raw)
                     response = await method(message, Call(context, peer, arrived, len(raw)))
                 finally:
-                    self._release(peer)
-            except Refused as exc:
-                code, reason = exc.code, exc.reason
-            except PayloadError as exc:  # the message, or the version or label it names
-                code = Code.RESOURCE_EXHAUSTED if exc.kind == "too_large" else Code.INVALID_ARGUMENT
-                reason = str(exc)
-            except redis.RedisError as exc:  # the versions kept, asked of Redis
-                code, reason = Code.UNAVAILABLE, f"Redis unreachable: {exc}"
+                    self.release(peer)
             except asyncio.CancelledError:  # the client went away, or the door stops
-                self._counted(Code.CANCELLED)
+                self.counted(Code.CANCELLED)
                 raise
-            except Exception:
-                log.exception("gRPC call %s", name)
-                code, reason = Code.INTERNAL, "internal error"
+            except Exception as exc:
+                code, reason = self.failure(exc, name)
             else:
-                self._counted(Code.OK)
+                self.counted(Code.OK)
                 return response
-            self._counted(code)
+            self.counted(code)
             await context.abort(code, reason)
             raise AssertionError("abort returned")  # it raises
 
         return serve
+
+    def _streaming(self) -> Callable[..., Any]:
+        """ModelStreamInfer: the token and the address's share asked as for a call, then
+        its messages served (`grpc_stream.Stream`) while the stream holds one call."""
+
+        async def serve(_requests: Any, context: Any) -> None:
+            peer = messages.address(context.peer())
+            try:
+                self._enter("ModelStreamInfer", context, peer)
+            except Refused as exc:
+                self.counted(exc.code)
+                await context.abort(exc.code, exc.reason)
+            try:
+                await Stream(self, context, peer).run()
+            finally:
+                self.release(peer)
+
+        return serve
+
+    def _enter(self, name: str, context: Any, peer: str) -> None:
+        """A call of `name` let in: its token, and a place in its address's share (taken:
+        `_release` gives it back). Raises `Refused`."""
+        if name not in OPEN:
+            self._authorize(context)
+        if self._calls[peer] >= self.per_peer:
+            raise Refused(
+                Code.UNAVAILABLE,
+                f"too many calls from one address (grpc_max_rpcs_per_peer={self.per_peer})",
+            )
+        self._calls[peer] += 1
+
+    def failure(self, exc: Exception, name: str) -> tuple[grpc.StatusCode, str]:
+        """The status an error in method `name` answers with; an unexpected one logged."""
+        known = messages.failure(exc)
+        if known is None:
+            log.error("gRPC call %s", name, exc_info=exc)
+            return Code.INTERNAL, "internal error"
+        return known
 
     def _authorize(self, context: Any) -> None:
         """With a token set, `authorization: Bearer <token>` (compared in constant time)."""
@@ -290,12 +283,12 @@ class GrpcDoor:
             )
         return bytes(raw)
 
-    def _release(self, peer: str) -> None:
+    def release(self, peer: str) -> None:
         self._calls[peer] -= 1
         if not self._calls[peer]:
             del self._calls[peer]
 
-    def _counted(self, code: grpc.StatusCode) -> None:
+    def counted(self, code: grpc.StatusCode) -> None:
         self.responses[code.name] = self.responses.get(code.name, 0) + 1
 
     def _known(self, name: str) -> None:
@@ -334,6 +327,24 @@ class GrpcDoor:
         return messages.config(oip.model_config(self.cfg))
 
     async def _infer(self, request: Any, call: Call) -> Message:
+        replied, deadline, answering = self.queue(request, call)
+        wait_s = deadline - time.monotonic() + GRACE_S
+        try:
+            async with asyncio.timeout(wait_s):  # (no task of its own, as wait_for makes)
+                reply = await replied
+        except TimeoutError:
+            raise Refused(
+                Code.DEADLINE_EXCEEDED, "no reply within the request's deadline"
+            ) from None
+        return answering(reply)
+
+    def queue(
+        self, request: Any, call: Call
+    ) -> tuple[asyncio.Future[dict[str, Any]], float, Callable[[dict[str, Any]], Message]]:
+        """A ModelInferRequest read, checked and queued in the inbox (ModelInfer's and each
+        ModelStreamInfer message's): the future its reply settles, its deadline
+        (`time.monotonic()`), and what makes the reply its ModelInferResponse (raising
+        `Refused` for an error reply). Raises `Refused` or `PayloadError` unqueued."""
         self._known(request.model_name)
         version = version_ref(request.model_version) if request.model_version else None
         doc, tail = messages.document(request)
@@ -361,19 +372,15 @@ class GrpcDoor:
         if remaining is not None:
             pending.deadline = min(pending.deadline, time.monotonic() + remaining)
         if not self.actor.inbox.offer(pending, call.size):
-            raise Refused(Code.UNAVAILABLE, _SHED)
-        wait_s = pending.deadline - time.monotonic() + 1.0  # the loop answers expiry itself
-        try:
-            async with asyncio.timeout(wait_s):  # (no task of its own, as wait_for makes)
-                reply = await replied
-        except TimeoutError:
-            raise Refused(
-                Code.DEADLINE_EXCEEDED, "no reply within the request's deadline"
-            ) from None
-        if "error" in reply:
-            raise Refused(CODES[oip.status_of(reply["error"])], reply["error"])
-        out, data = oip.response(self.cfg, reply, rid, replace(wanted, binary=True))
-        return messages.response(out, data)
+            raise Refused(Code.UNAVAILABLE, SHED)
+
+        def answering(reply: dict[str, Any]) -> Message:
+            if "error" in reply:
+                raise Refused(CODES[oip.status_of(reply["error"])], reply["error"])
+            out, data = oip.response(self.cfg, reply, rid, replace(wanted, binary=True))
+            return messages.response(out, data)
+
+        return replied, pending.deadline, answering
 
 
 def _serialize(message: Message) -> bytes:

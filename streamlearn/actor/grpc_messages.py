@@ -4,7 +4,8 @@ A ModelInferRequest becomes the JSON's document and the binary tensors after it,
 `oip.read_document` reads it with the HTTP door's checks and messages; `oip`'s response,
 metadata and configuration documents become their messages. The messages are
 `streamlearn.actor.proto`'s (upstream's names and field numbers). And grpcio's name of a
-call's peer as the address the doors' shares are counted by (`address`).
+call's peer as the address the doors' shares are counted by (`address`); a call's error
+status (`Refused`, the HTTP door's statuses as codes) and what a method needs of its call.
 """
 
 from __future__ import annotations
@@ -12,13 +13,70 @@ from __future__ import annotations
 import functools
 import ipaddress
 import urllib.parse
-from typing import Any
+from typing import Any, NamedTuple
 
-from google.protobuf.message import Message
+import grpc
+import redis
+from google.protobuf.message import DecodeError, Message
 
 from streamlearn.actor.proto import grpc_service_pb2 as pb
 from streamlearn.actor.tensors import NUMERIC
 from streamlearn.errors import PayloadError
+
+Code = grpc.StatusCode
+# The HTTP door's statuses as gRPC codes.
+CODES = {
+    400: Code.INVALID_ARGUMENT,
+    401: Code.UNAUTHENTICATED,
+    404: Code.NOT_FOUND,
+    408: Code.DEADLINE_EXCEEDED,
+    413: Code.RESOURCE_EXHAUSTED,
+    500: Code.INTERNAL,
+    503: Code.UNAVAILABLE,
+    504: Code.DEADLINE_EXCEEDED,
+}
+SHED = "the actor's queue is full: request shed, retry later"
+GRACE_S = 1.0  # the serving loop answers expiry itself: this long past a deadline, none comes
+
+
+class Refused(Exception):
+    """A call's error status: its code and the HTTP door's message for it."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, reason
+
+
+class Call(NamedTuple):
+    """What a method needs of its call besides the message."""
+
+    context: Any  # grpc.aio.ServicerContext
+    peer: str  # its IP address
+    arrived: float  # time.monotonic() when the call (or the stream's message) began
+    size: int  # the message's bytes
+
+
+def parse(kind: type[Message], raw: bytes) -> Any:
+    """A message of `kind` from its bytes; `PayloadError` when they are not one."""
+    try:
+        return kind.FromString(raw)
+    except DecodeError as exc:
+        raise PayloadError(f"the message could not be decoded: {exc}") from None
+
+
+def failure(exc: Exception) -> tuple[grpc.StatusCode, str] | None:
+    """The status an expected error answers with: a refusal, a message that does not read
+    (or names a version or label that is not), Redis unreachable; None for another (a bug:
+    the door answers INTERNAL and logs it)."""
+    if isinstance(exc, Refused):
+        return exc.code, exc.reason
+    if isinstance(exc, PayloadError):
+        code = Code.RESOURCE_EXHAUSTED if exc.kind == "too_large" else Code.INVALID_ARGUMENT
+        return code, str(exc)
+    if isinstance(exc, redis.RedisError):  # the versions kept, asked of Redis
+        return Code.UNAVAILABLE, f"Redis unreachable: {exc}"
+    return None
+
 
 # Where a tensor's `contents` hold each datatype (FP16 comes only as raw bytes).
 CONTENTS = {

@@ -9,6 +9,8 @@ token answer with the protocol's status codes, and the door keeps serving.
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import re
 import socket
 import threading
@@ -311,3 +313,46 @@ def test_every_answer_is_counted_by_code_in_the_actors_metrics(door):
         return {"OK", "UNAUTHENTICATED", "INVALID_ARGUMENT"} <= seen
 
     eventually(counted, timeout_s=10, what="every answer's code counted")
+
+
+def test_a_stream_answers_each_request_as_modelinfer_does_and_a_bad_one_in_band(door):
+    """tritonclient's streaming API (`start_stream`, `async_stream_infer`; perf_analyzer's
+    `--streaming`): on one call, each request gets ModelInfer's answer, by its id; one of
+    the wrong width gets its error as the stream's message and the stream goes on; a stream
+    without the token ends UNAUTHENTICATED, unread."""
+    rows = np.random.default_rng(2).normal(size=(24, 3)).astype(np.float32)
+    client = door.client()
+    answers: queue.Queue[tuple[triton.InferResult | None, Exception | None]] = queue.Queue()
+    try:
+        want = infer(client, rows).as_numpy("y")[:, 0]  # one request: the same version's
+        client.start_stream(lambda result, error: answers.put((result, error)), headers=AUTH)
+        for i, row in enumerate(rows):
+            x = row[None, :] if i != 12 else np.ones((1, 4), np.float32)  # 12: too wide
+            tensor = triton.InferInput("x", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            client.async_stream_infer(MODEL, [tensor], request_id=f"r{i}")
+        got, errors = {}, []
+        for _ in range(len(rows)):
+            result, error = answers.get(timeout=10)
+            if error is not None:
+                errors.append(str(error))
+                continue
+            response = result.get_response()
+            assert response.model_version == "3"
+            got[response.id] = result.as_numpy("y")[0, 0]
+        assert len(errors) == 1 and "x: shape must be [rows, 3], got [1, 4]" in errors[0]
+        assert sorted(got) == sorted(f"r{i}" for i in range(len(rows)) if i != 12)
+        for rid, y in got.items():
+            assert abs(y - want[int(rid[1:])]) <= 1e-6
+        client.stop_stream()
+
+        client.start_stream(lambda result, error: answers.put((result, error)))  # no token
+        tensor = triton.InferInput("x", [1, 3], "FP32")
+        tensor.set_data_from_numpy(rows[:1])
+        with contextlib.suppress(InferenceServerException):  # when refused before it is sent
+            client.async_stream_infer(MODEL, [tensor], request_id="anonymous")
+        result, error = answers.get(timeout=10)  # the refusal: to the callback either way
+        assert result is None and "bearer token is required" in str(error)
+    finally:
+        client.stop_stream()
+        client.close()

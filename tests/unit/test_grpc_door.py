@@ -8,13 +8,16 @@ wrote, is `tests/integration/test_grpc_door.py`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from tritonclient.grpc import InferResult, model_config_pb2, service_pb2
 
-from streamlearn.actor import grpc_door, grpc_messages, oip
+from streamlearn.actor import grpc_door, grpc_messages, grpc_stream, oip
 from streamlearn.actor.proto import grpc_service_pb2 as pb
 from streamlearn.config import ModelConfig
 from streamlearn.contract.payloads import PayloadParser
@@ -64,6 +67,10 @@ def test_every_message_field_and_method_is_upstreams_so_generated_stubs_interope
         match = theirs.methods_by_name[method.name]
         assert method.input_type.full_name == match.input_type.full_name
         assert method.output_type.full_name == match.output_type.full_name
+        assert (method.client_streaming, method.server_streaming) == (
+            match.client_streaming,
+            match.server_streaming,
+        ), method.name
     for value in pb.DataType.DESCRIPTOR.values:
         assert model_config_pb2.DataType.Value(value.name) == value.number
 
@@ -161,3 +168,75 @@ def test_a_response_is_what_tritonclient_grpc_reads():
             ]
         else:
             np.testing.assert_array_equal(result.as_numpy(name), np.float32(y))
+
+
+class Stream(SimpleNamespace):
+    """What `grpc_stream.Stream` uses of grpcio's call and of the door, with no server: the
+    messages a client sent, a door that answers each request at once, or not at all."""
+
+    def __init__(self, messages: list[bytes], answers: bool = True) -> None:
+        super().__init__(
+            incoming=asyncio.Queue(), written=[], ended=None, draining=False, answers=answers
+        )
+        self.cfg, self.counts = POSITIONAL, {}
+        for message in messages:
+            self.incoming.put_nowait(message)
+
+    async def read(self):  # the context's: waits as grpcio's does for the next message
+        return await self.incoming.get()
+
+    async def write(self, message) -> None:
+        self.written.append(message)
+
+    async def abort(self, code, reason) -> None:
+        self.ended = (code.name, reason)
+
+    def queue(self, request, call):  # the door's: the reply settled by the serving loop
+        replied = asyncio.get_running_loop().create_future()
+        if self.answers:
+            replied.set_result({"y": [0.5] * 4, "version": 1})
+        answering = lambda reply: pb.ModelInferResponse(id=request.id)  # noqa: E731
+        return replied, time.monotonic() + 0.05, answering
+
+    def failure(self, exc, name):
+        return grpc_messages.failure(exc)
+
+    def counted(self, code) -> None:
+        self.counts[code.name] = self.counts.get(code.name, 0) + 1
+
+    def run(self) -> None:
+        async def serve() -> None:
+            await grpc_stream.Stream(self, self, "10.0.0.1").run()
+
+        asyncio.run(serve())
+
+
+def infer_message(rid: str) -> bytes:
+    return pb.ModelInferRequest(model_name="p", id=rid).SerializeToString()
+
+
+def test_a_stream_ends_when_idle_and_when_its_actor_stops_each_answer_given(monkeypatch):
+    """The bounds of a stream the integration test cannot wait for: one without a message
+    for IDLE_S ends UNAVAILABLE, saying so, after answering what it read; a message read
+    once the actor stops gets the error as its answer and ends the stream; an answer that
+    never comes is DEADLINE_EXCEEDED GRACE_S past its deadline."""
+    monkeypatch.setattr(grpc_stream, "IDLE_S", 0.05)
+    monkeypatch.setattr(grpc_stream, "GRACE_S", 0.01)
+    idle = Stream([infer_message("a"), b"\xff not a message"])
+    idle.run()
+    answers = {m.infer_response.id: m.error_message for m in idle.written}
+    assert answers.keys() == {"a", ""} and answers["a"] == ""  # in the order answered
+    assert "could not be decoded" in answers[""]
+    assert idle.ended == ("UNAVAILABLE", "no message for 0.05 s: stream ended")
+    assert idle.counts == {"OK": 1, "INVALID_ARGUMENT": 1}
+
+    stopping = Stream([infer_message("b")])
+    stopping.draining = True
+    stopping.run()
+    assert stopping.written[0].error_message == "the actor stops: stream ended"
+    assert stopping.ended == ("UNAVAILABLE", "the actor stops: stream ended")
+
+    lost = Stream([infer_message("c")], answers=False)
+    lost.run()  # its deadline 0.05 s, then GRACE_S for the serving loop's expiry answer
+    assert lost.written[0].error_message == "no reply within the request's deadline"
+    assert lost.counts == {"DEADLINE_EXCEEDED": 1}
