@@ -59,8 +59,9 @@ class PublishPolicy(Frozen):
         10,
         ge=0,
         description="caught up with the stream, the learner publishes what it learned at "
-        "once, at most once per this many ms (under a backlog, every_* rule); raise it "
-        "for a large model, whose every version is a blob written to Redis",
+        "once, at most once per this many ms from one publish's start to the next's (under "
+        "a backlog, every_* rule); raise it for a large model, whose every version is a "
+        "blob written to Redis",
     )
 
 

@@ -158,6 +158,7 @@ class Durability:
         (`Trainer.set_heads`), over the statistics just flushed: then the linear head
         needs no second solve (`settle`)."""
         t = self.trainer
+        started = self.clock()  # `publish.min_ms` counts from one publish's start to the next's
         t.flush_statistics()  # the actors get the statistics of every sample trained on
         if heads:
             t.set_heads()
@@ -173,7 +174,7 @@ class Durability:
         meta["samples_seen"] = str(s.samples_seen)
         if self.store.lease is not None:  # which learner published it
             meta["learner"] = self.store.lease.token
-        self._last_publish = self.clock()
+        self._last_publish = started
         version = self.writes.publish(s.version, codec.encode(arrays, meta))
         if version is None:
             return

@@ -44,6 +44,7 @@ import keras
 import numpy as np
 
 from streamlearn.online import hedge, standardize, steps
+from streamlearn.online.forward import Features
 from streamlearn.online.replay import FromReplay, Replay
 
 # the penalty on the weights, in units of standardised inputs, by task
@@ -63,8 +64,11 @@ class LinearHead(FromReplay):
         self.heads: hedge.Heads = model.get_layer("heads")
         taps, stepped = list(self.heads.input), steps.output(model)
         self.solved = [0] + [k for k, t in enumerate(taps) if t is stepped]  # head indices
-        # what the solved heads read, from the model's inputs, in one call
-        self.features = keras.Model(model.inputs[0], [taps[k] for k in self.solved])
+        # what head 0 reads, from the model's inputs; the steps head reads the steps of it
+        # (the layer called alone: through a sub-model, Keras's own work took ~1 ms more,
+        # and compiled, its numbers were not the network's to the bit)
+        self.features = Features(keras.Model(model.inputs[0], taps[0]))
+        self.steps = model.get_layer(steps.NAME) if stepped is not None else None
         self.task = task
         self.ridge = RIDGE[task]
         self.target = standardize.find(model, standardize.Unstandardize)
@@ -92,9 +96,7 @@ class LinearHead(FromReplay):
             y = self.target.standardized(y)
         kernel = keras.ops.convert_to_numpy(self.heads.kernel).copy()
         bias = keras.ops.convert_to_numpy(self.heads.bias).copy()
-        reads = self.features(x, training=False)
-        reads = reads if isinstance(reads, list | tuple) else [reads]  # (one head: a tensor)
-        reads = [np.asarray(read, np.float64).reshape(len(x), -1) for read in reads]
+        reads = self.reads(x)
         for k, read in zip(self.solved, reads, strict=True):
             a = np.hstack([read, np.ones((len(read), 1))])
             penalty = self.ridge * np.eye(a.shape[1])
@@ -119,6 +121,13 @@ class LinearHead(FromReplay):
         self.heads.bias.assign(bias)
         self.solves += 1
         return True
+
+    def reads(self, x: np.ndarray) -> list[np.ndarray]:
+        """What each solved head reads of the rows `x` (float64, a row each): the network's
+        own taps, to the bit."""
+        inputs = self.features(x)
+        reads = [inputs] if self.steps is None else [inputs, self.steps.call(inputs)]
+        return [np.asarray(read, np.float64).reshape(len(x), -1) for read in reads]
 
 
 def ridge(a: np.ndarray, y: np.ndarray, penalty: np.ndarray) -> np.ndarray:

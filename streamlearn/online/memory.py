@@ -50,6 +50,7 @@ import keras
 import numpy as np
 
 from streamlearn.online import standardize
+from streamlearn.online.forward import Features
 from streamlearn.online.replay import FromReplay, Replay
 
 SCORED_ROWS = 64  # padded rows of a step that computes the head (a live stream's batch)
@@ -137,7 +138,9 @@ class MemoryWriter(FromReplay):
 
     def __init__(self, model: keras.Model, task: str) -> None:
         self.layer = cast(Memory, find(model))  # `of` made sure it has one
-        self.features = keras.Model(model.inputs[0], self.layer.input[0], name="memory_features")
+        self.features = Features(
+            keras.Model(model.inputs[0], self.layer.input[0], name="memory_features")
+        )
         self.task = task
         self.target = standardize.find(model, standardize.Unstandardize)
         self.tau: float | None = None
@@ -155,7 +158,7 @@ class MemoryWriter(FromReplay):
             return False
         self.setting(replay)
         x, y = replay.newest(self.layer.size)
-        keys = np.asarray(self.features(x, training=False), np.float64).reshape(len(x), -1)
+        keys = np.asarray(self.features(x), np.float64).reshape(len(x), -1)
         values = self._values(y)
         if self.tau is None or replay.inserted - self._tuned_at >= max(1, len(keys) // 4):
             self.tau = bandwidth(keys, values, self._loss)

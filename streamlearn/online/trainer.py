@@ -129,6 +129,8 @@ class Trainer:
             self.hedge.read(seen=self.state.samples_seen)
         self._forward = Forward(self.model, self.sample_shape)  # for a drift's step
         self._forward(np.zeros((1, *self.sample_shape), np.float32))  # traced now
+        for head in self._solved():  # what they are set from, at each publish
+            head.features.compile(self.sample_shape)
         skip = ("loss", FINITE, hedge.HEAD_LOSSES)
         self.metric_name = next((k for k in logs if k not in skip), None)
         self.warmup.traces = self.probe.traces

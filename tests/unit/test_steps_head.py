@@ -11,6 +11,7 @@ from streamlearn.config.app import ModelConfig
 from streamlearn.nn.networks import build_model
 from streamlearn.online import steps
 from streamlearn.online.linear import LinearHead
+from streamlearn.online.memory import MemoryWriter
 from streamlearn.online.replay import Replay
 
 
@@ -58,3 +59,22 @@ def test_a_model_of_many_inputs_or_classes_or_the_old_layout_has_no_steps_head()
     assert steps.NAME not in names(wide)
     many = ModelConfig(name="m", inputs=4, task="multiclass", classes=3)
     assert steps.NAME not in names(many)
+
+
+def test_the_solved_heads_read_what_the_networks_heads_read_to_the_bit():
+    """The solve reads head 0's tap through a sub-model, compiled once the learner warms
+    up, and calls the steps layer on it (a sub-model of both was dearer, and compiled
+    its steps differed in the last bit): the same numbers as the network's own taps."""
+    model = build_model(ModelConfig(name="m", inputs=4, task="binary", steps=True, memory=50))
+    x = np.random.default_rng(3).normal(0, 2, (300, 4)).astype(np.float32)
+    solved, written = LinearHead(model, "binary"), MemoryWriter.of(model, "binary")
+    assert written is not None
+    taps = keras.Model(model.inputs, model.get_layer("heads").input)(x)
+    for compiled in (False, True):  # eager, then as the learner's warm-up compiles it
+        if compiled:
+            solved.features.compile((4,))
+            written.features.compile((4,))
+        for k, read in zip(solved.solved, solved.reads(x), strict=True):
+            np.testing.assert_array_equal(read, np.asarray(taps[k], np.float64))
+        np.testing.assert_array_equal(written.features(x), taps[0])  # the memory's keys
+    assert len(solved.solved) == 2
