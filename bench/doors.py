@@ -5,9 +5,10 @@ it is built on: one real actor (its own mosquitto and redis-server, loopback onl
 published version, the HTTP and gRPC doors open), its model config as `get_model_config`
 reads it over HTTP and over gRPC, then a closed loop on each door at 1, 8 and 64 requests
 in flight (`tritonclient.http.aio`, `tritonclient.grpc.aio`; one row a request, each
-request followed by the next at once): requests/s, p50 and p99 of each. Last, the same
-rows asked over HTTP, gRPC and MQTT (`streamlearn.Client`) must get the same answers from
-the same version, within 1e-5.
+request followed by the next at once), and the same on one gRPC stream (`stream_infer`,
+Triton's streaming API, as perf_analyzer's `--streaming`): requests/s, p50 and p99 of
+each. Last, the same rows asked over HTTP, gRPC, a gRPC stream and MQTT
+(`streamlearn.Client`) must get the same answers from the same version, within 1e-5.
 
 The figures are the client's as much as the actor's: tritonclient spends its own CPU on
 each request, on the same 2 cores (`bench.serve` measures the doors with lean load
@@ -24,6 +25,7 @@ import asyncio
 import os
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ from streamlearn.store.redis_client import connect
 MODEL = "demo"
 PREFIX = "doors"
 TOLERANCE = 1e-5
-DOORS = ("HTTP", "gRPC")
+DOORS = ("HTTP", "gRPC", "gRPC stream")
 
 
 class Actor:
@@ -128,6 +130,7 @@ def answers(actor: Actor, x: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
             response = result.get_response()
             version = response["model_version"] if door == "HTTP" else response.model_version
             out[door] = (str(version), result.as_numpy("y").reshape(len(x), -1))
+        out["gRPC stream"] = asyncio.run(streamed(actor, x))
         reply = mqtt.request(MODEL, {"x": x.tolist()})
         out["MQTT"] = (str(reply["version"]), np.asarray(reply["y"]).reshape(len(x), -1))
         return out
@@ -135,6 +138,60 @@ def answers(actor: Actor, x: np.ndarray) -> dict[str, tuple[str, np.ndarray]]:
         http.close()
         grpc.close()
         mqtt.close()
+
+
+async def streamed(actor: Actor, x: np.ndarray) -> tuple[str, np.ndarray]:
+    """The rows of `x` on one stream, a request each (their ids: their rows)."""
+    client = grpc_aio.InferenceServerClient(actor.url("gRPC"))
+
+    async def requests() -> Any:
+        for i, row in enumerate(x):
+            tensor = triton_grpc.InferInput("x", [1, x.shape[1]], "FP32")
+            tensor.set_data_from_numpy(row[None, :])
+            yield {"model_name": MODEL, "inputs": [tensor], "request_id": str(i)}
+
+    y, versions = np.full((len(x), 1), np.nan, np.float32), set()
+    try:
+        async for result, error in client.stream_infer(inputs_iterator=requests()):
+            if error is not None:
+                raise error
+            response = result.get_response()
+            y[int(response.id)] = result.as_numpy("y")[0]
+            versions.add(response.model_version)
+    finally:
+        await client.close()
+    return ",".join(sorted(versions)), y
+
+
+async def stream_loop(
+    client: Any, inputs: list[list[Any]], in_flight: int, warmup_s: float, secs: float
+) -> dict[str, Any]:
+    """As `closed_loop`, on one stream of tritonclient.grpc.aio's: `in_flight` requests
+    unanswered, each answer followed by the next request (without ids, so as not to keep
+    each prediction for a label: one stream's answers come in the order sent)."""
+    start = time.monotonic() + warmup_s
+    end = start + secs
+    slots = asyncio.Semaphore(in_flight)
+    sent: deque[float] = deque()
+    latencies: list[float] = []
+    failed: list[str] = []
+
+    async def requests() -> Any:
+        i = 0
+        while time.monotonic() < end:
+            await slots.acquire()
+            sent.append(time.monotonic())
+            yield {"model_name": MODEL, "inputs": inputs[i % len(inputs)]}
+            i += 1
+
+    async for _result, error in client.stream_infer(inputs_iterator=requests()):
+        slots.release()
+        at, done = sent.popleft(), time.monotonic()
+        if error is not None:
+            failed.append(f"{type(error).__name__}: {error}"[:200])
+        elif start <= at and done < end:
+            latencies.append((done - at) * 1000)
+    return _figures(latencies, failed, secs)
 
 
 async def closed_loop(
@@ -162,6 +219,10 @@ async def closed_loop(
             i += in_flight
 
     await asyncio.gather(*(caller(k) for k in range(in_flight)))
+    return _figures(latencies, failed, secs)
+
+
+def _figures(latencies: list[float], failed: list[str], secs: float) -> dict[str, Any]:
     lat = np.asarray(latencies)
     return {
         "requests": len(lat),
@@ -179,6 +240,7 @@ async def load(actor: Actor, x: np.ndarray, levels: list[int], secs: float) -> l
     for door, client_module, module in (
         ("HTTP", http_aio, triton_http),
         ("gRPC", grpc_aio, triton_grpc),
+        ("gRPC stream", grpc_aio, triton_grpc),
     ):
         inputs = []
         for row in x:
@@ -188,8 +250,9 @@ async def load(actor: Actor, x: np.ndarray, levels: list[int], secs: float) -> l
         for in_flight in levels:
             options = {"conn_limit": in_flight} if door == "HTTP" else {}
             client = client_module.InferenceServerClient(actor.url(door), **options)
+            loop = stream_loop if door == "gRPC stream" else closed_loop
             try:
-                result = await closed_loop(client, inputs, in_flight, 0.5, secs)
+                result = await loop(client, inputs, in_flight, 0.5, secs)
             finally:
                 await client.close()
             row = {"door": door, "client": client_module.__name__, "in flight": in_flight}
@@ -232,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {door}: {config}", flush=True)
                 print(f"closed loops: {levels} requests in flight, {args.seconds:g} s each")
                 rows = asyncio.run(load(actor, x, levels, args.seconds))
-                print(f"the same {len(x)} rows over HTTP, gRPC and MQTT", flush=True)
+                print(f"the same {len(x)} rows over HTTP, gRPC, a gRPC stream and MQTT", flush=True)
                 given = answers(actor, x)
             finally:
                 actor.proc.stop()
@@ -244,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {door}: version {version}, y[:3] {y[:3, 0].round(6).tolist()}")
     failed = sum(r["failed"] for r in rows)
     checks = {
-        f"the same {len(x)} rows get the same answers over HTTP, gRPC and MQTT within "
+        f"the same {len(x)} rows get the same answers over HTTP, gRPC, a gRPC stream and MQTT "
+        f"within "
         f"{TOLERANCE:g}, from the same version (largest difference {diff:.2g}; versions "
         f"{versions})": diff <= TOLERANCE and len(set(versions.values())) == 1,
-        f"no failed request over either door at {args.in_flight} in flight (got {failed})": (
+        f"no failed request over any door at {args.in_flight} in flight (got {failed})": (
             failed == 0 and all(r["requests"] > 0 for r in rows)
         ),
         "get_model_config: the same config over HTTP and gRPC": (

@@ -229,6 +229,8 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 if row["timed_out"] or row["errors"] or (row["p99_ms"] or 0) > 1000:
                     saturated[a.variant] = f"skipped: saturated at {rate}/s"
                     a.restart()
+                elif not _drained(stack, a.names):  # a backlog it still works off would
+                    a.restart()  # load the next actor's turn (a max round's rule too)
             for key in _turns(list(loads), r):
                 row, label = loads[key].rate(rate, args.seconds), DOORS[key]
                 rows.append({"actor": label, **row})
@@ -376,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
             goal(ratio, 3, q)
         ),
         "batching: no failed or timed-out request at any rate": clean,
-        f"freshness p50 <= 300 ms (got {fresh['p50_ms'] or float('inf'):.0f} ms)": (
-            fresh["p50_ms"] is not None and fresh["p50_ms"] <= 300
+        f"freshness p50 <= 20 ms (got {fresh['p50_ms'] or float('inf'):.1f} ms)": (
+            fresh["p50_ms"] is not None and goal(20 / fresh["p50_ms"], 1, q)
         ),
         f"freshness: every sample served by a version trained on it "
         f"({fresh['measured']} of {fresh['eligible']})": (
