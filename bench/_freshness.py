@@ -20,13 +20,14 @@ import numpy as np
 import redis
 
 from bench._stack import Stack
-from bench.loadgen import open_loop
+from bench.loadgen import open_loop, without_collection
 from streamlearn.config import DEMO_TOML, parse_config
 from streamlearn.contract.names import Names
 from streamlearn.stack.demo import DemoStream
 from streamlearn.store.weights import WeightsStore
 
 
+@without_collection
 def measure(stack: Stack, args: argparse.Namespace) -> dict:
     """Publish samples at a fixed rate while probing the actor at 200 requests/s."""
     prefix = "fresh"

@@ -21,7 +21,7 @@ from bench import _grpc, _http
 from bench._http import delta, rate_row, scrape
 from bench._http import measure_rate as http_rate
 from bench._stack import Stack
-from bench.loadgen import LoadClient, closed_loop, open_loop
+from bench.loadgen import LoadClient, closed_loop, open_loop, without_collection
 from streamlearn.contract.names import Names
 
 INFER = "/v2/models/demo/infer"
@@ -52,16 +52,16 @@ def door_loads(door: Door, model: str, rows: list[list[float]]) -> dict[str, Doo
     path = f"/v2/models/{model}/infer"
     return {
         "http": DoorLoad(
-            partial(http_rate, door.http_port, path, bodies),
-            partial(_http.measure_max, door.http_port, path, bodies),
+            without_collection(partial(http_rate, door.http_port, path, bodies)),
+            without_collection(partial(_http.measure_max, door.http_port, path, bodies)),
         ),
         "grpc": DoorLoad(
-            partial(_grpc.measure_rate, door.grpc_port, messages),
-            partial(_grpc.measure_max, door.grpc_port, messages),
+            without_collection(partial(_grpc.measure_rate, door.grpc_port, messages)),
+            without_collection(partial(_grpc.measure_max, door.grpc_port, messages)),
         ),
         "stream": DoorLoad(
-            partial(_grpc.stream_rate, door.grpc_port, messages),
-            partial(_grpc.stream_max, door.grpc_port, messages),
+            without_collection(partial(_grpc.stream_rate, door.grpc_port, messages)),
+            without_collection(partial(_grpc.stream_max, door.grpc_port, messages)),
         ),
     }
 
@@ -79,6 +79,7 @@ def _latencies(scheduled: list[float], client: LoadClient) -> tuple[np.ndarray, 
     return lat, errors
 
 
+@without_collection
 def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, secs: float) -> dict:
     client, topic = stack.client(names), names.predict_topic
     count = int(rate * secs)
@@ -95,6 +96,7 @@ def measure_rate(stack: Stack, names: Names, payloads: list[bytes], rate: int, s
     return rate_row(rate, lat, errors)
 
 
+@without_collection
 def measure_max(
     stack: Stack, names: Names, payloads: list[bytes], window: int, secs: float
 ) -> dict:
@@ -119,6 +121,7 @@ def measure_max(
     }
 
 
+@without_collection
 def mixed(
     stack: Stack,
     door: Door,
