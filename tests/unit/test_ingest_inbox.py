@@ -84,3 +84,34 @@ def test_a_held_message_is_let_go_unkept_when_its_client_closes():
     client.connected = False
     paho_thread.join()
     assert [d.mid for d in inbox.take(10, 0)] == [1]
+
+
+class Waits(threading.Event):
+    """The inbox's arrival event, its waits recorded (timeouts in seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(0)  # nothing more comes here: no need to wait it out
+
+
+def test_a_lone_message_is_taken_at_once_and_a_run_waits_for_company():
+    """A trickle's message is written without the linger (5 ms each, for a sample that no
+    other comes with: its freshness); messages that come faster than one a run (two
+    waiting, or the last run more than one) wait up to the linger for more."""
+    inbox = IngestInbox(IngestConfig())
+    client = Connection()
+    inbox._arrived = waits = Waits()
+    inbox.on_message(client, None, message(1, 10))  # type: ignore[arg-type]
+    assert [d.mid for d in inbox.take(500, 0.005)] == [1]
+    assert 0.005 not in waits.timeouts, "a lone message waited for company"
+    for mid in (2, 3):
+        inbox.on_message(client, None, message(mid, 10))  # type: ignore[arg-type]
+    assert [d.mid for d in inbox.take(500, 0.005)] == [2, 3]
+    assert waits.timeouts.count(0.005) == 1, "a run of two did not wait for more"
+    inbox.on_message(client, None, message(4, 10))  # type: ignore[arg-type]
+    assert [d.mid for d in inbox.take(500, 0.005)] == [4]
+    assert waits.timeouts.count(0.005) == 2, "after a run of two, one alone waits too"
