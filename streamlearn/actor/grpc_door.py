@@ -4,6 +4,8 @@
     .../ServerMetadata, ModelMetadata, ModelReady, ModelConfig   the HTTP door's documents
     .../ModelInfer      inputs as `contents` or `raw_input_contents`; `model_version`: a
                         version, a label, `latest`
+    .../ModelStreamInfer  ModelInfer's requests on one call, each answered on it
+                        (`grpc_stream`: a refused one's error too, the stream goes on)
 
 The service is upstream's (`streamlearn.actor.proto`: Triton's and KServe's names and field
 numbers), so tritonclient.grpc and stubs generated from their .proto, in any language, call
@@ -221,7 +223,7 @@ class GrpcDoor:
                 self._enter("ModelStreamInfer", context, peer)
             except Refused as exc:
                 self.counted(exc.code)
-                await context.abort(exc.code, exc.reason)
+                await context.abort(exc.code, exc.reason)  # (raises: the stream ends)
             try:
                 await Stream(self, context, peer).run()
             finally:
