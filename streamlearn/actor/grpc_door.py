@@ -49,7 +49,7 @@ import grpc
 from google.protobuf.message import Message
 
 from streamlearn.actor import grpc_messages as messages
-from streamlearn.actor import oip
+from streamlearn.actor import grpc_stream, oip
 from streamlearn.actor.bodies import BodyBounds
 from streamlearn.actor.grpc_messages import CODES, GRACE_S, SHED, Call, Code, Refused
 from streamlearn.actor.grpc_stream import Stream
@@ -175,7 +175,7 @@ class GrpcDoor:
                 for name, (kind, method) in methods.items()
             }
             | {
-                "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+                grpc_stream.NAME: grpc.stream_stream_rpc_method_handler(
                     self._streaming(), response_serializer=_serialize
                 )
             },
@@ -220,7 +220,7 @@ class GrpcDoor:
         async def serve(_requests: Any, context: Any) -> None:
             peer = messages.address(context.peer())
             try:
-                self._enter("ModelStreamInfer", context, peer)
+                self._enter(grpc_stream.NAME, context, peer)
             except Refused as exc:
                 self.counted(exc.code)
                 await context.abort(exc.code, exc.reason)  # (raises: the stream ends)
