@@ -11,6 +11,11 @@ A reply topic outside that space, or one a broker or client would refuse, is nev
 published to: a broker disconnects a publisher that sends a control character, and a
 topic like `.../actors/x` would let any client write into another's space. The request
 gets an error reply on its default topic instead, naming the reason.
+
+Routes are remembered (`ROUTES_KEPT` pairs of request and asked topics of up to
+`ROUTE_KEY_CHARS` characters together: under 2 MiB), since a client asks for the same
+topics again and again; a full memory is emptied, so a client asking for ever-new topics
+costs the others only routes found afresh (~3 us a request).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ PublishMany = Callable[[Sequence[bytes]], bool]
 Answer = Callable[[dict], object]
 
 MAX_TOPIC_BYTES = 512
+ROUTES_KEPT = 1024
+ROUTE_KEY_CHARS = 256
 
 # Refused in topic names: wildcards; what Mosquitto refuses as malformed UTF-8 (control
 # characters, surrogates, noncharacters); U+FEFF, which paho refuses in a Response Topic.
@@ -86,6 +93,7 @@ class ReplyRoutes:
         self.predict = names.predict_topic
         self.replies = names.topic("replies")
         self.predictions = names.predictions_topic
+        self._kept: dict[tuple[str, str | None], Route] = {}  # (request, asked topic): route
 
     def client_of(self, request_topic: str) -> str | None:
         """The client a request topic names (`predict/{client}`); None for bare `predict`."""
@@ -95,19 +103,38 @@ class ReplyRoutes:
 
     def default(self, request_topic: str) -> Route:
         """Where a request's reply goes when it asks for no topic (or a refused one)."""
-        client = self.client_of(request_topic)
-        topic = self.predictions if client is None else f"{self.replies}/{client}"
-        problem = topic_problem(topic) if client is not None else None
-        return Route(None, problem, client) if problem else Route(topic, None, client)
+        return self.route(request_topic, None)
 
     def route(
         self, request_topic: str, asked: object | None, default: Route | None = None
     ) -> Route:
         """The reply topic for a request on `request_topic` that asked for `asked`;
         `default` is `self.default(request_topic)` where the caller has it already."""
-        if default is None:
-            default = self.default(request_topic)
-        if asked is None or default.topic is None:
+        key = None
+        length = len(request_topic) + (len(asked) if isinstance(asked, str) else 0)
+        if (asked is None or isinstance(asked, str)) and length <= ROUTE_KEY_CHARS:
+            key = (request_topic, asked)
+            known = self._kept.get(key)
+            if known is not None:
+                return known
+        if asked is None:
+            found = self._default(request_topic)
+        else:
+            found = self._asked(request_topic, asked, default or self.default(request_topic))
+        if key is not None:
+            if len(self._kept) >= ROUTES_KEPT:
+                self._kept.clear()
+            self._kept[key] = found
+        return found
+
+    def _default(self, request_topic: str) -> Route:
+        client = self.client_of(request_topic)
+        topic = self.predictions if client is None else f"{self.replies}/{client}"
+        problem = topic_problem(topic) if client is not None else None
+        return Route(None, problem, client) if problem else Route(topic, None, client)
+
+    def _asked(self, request_topic: str, asked: object, default: Route) -> Route:
+        if default.topic is None:
             return default
         problem = topic_problem(asked)
         if problem is None:

@@ -1,4 +1,5 @@
-"""Pure checks of the actor's reply path: packed MQTT v5 properties and padded batch sizes."""
+"""Pure checks of the actor's reply path: packed MQTT v5 properties, padded batch sizes and
+remembered reply routes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from streamlearn.actor.replies import ROUTE_KEY_CHARS, ROUTES_KEPT, ReplyRoutes
+from streamlearn.contract.names import Names
 from streamlearn.mqtt import reply_properties, request_properties
 from streamlearn.online.buckets import ladder
 
@@ -39,3 +42,18 @@ def test_every_batch_size_pads_to_a_bucket_no_larger_than_max_batch(max_batch):
     assert buckets == tuple(sorted(set(buckets)))
     assert buckets[0] == 1 and buckets[-1] == max_batch
     assert len(buckets) <= 6, "few sizes: each is compiled and warmed up once"
+
+
+def test_routes_are_remembered_within_their_bound_and_answered_alike():
+    """A remembered route is the one found afresh, refused ones too; the memory holds at
+    most `ROUTES_KEPT` and no pair longer than `ROUTE_KEY_CHARS`, however many a client
+    asks for."""
+    routes, fresh = ReplyRoutes(Names("m", "p")), lambda: ReplyRoutes(Names("m", "p"))
+    asked = [f"p/m/replies/me/{i}" for i in range(2 * ROUTES_KEPT)] + ["p/m/replies/you", None]
+    for topic in asked + asked[-3:]:
+        assert routes.route("p/m/predict/me", topic) == fresh().route("p/m/predict/me", topic)
+        assert len(routes._kept) <= ROUTES_KEPT
+    assert routes.route("p/m/predict/me", "p/m/replies/you").refused
+    long = "p/m/replies/me/" + "x" * ROUTE_KEY_CHARS
+    assert routes.route("p/m/predict/me", long).topic == long
+    assert all(len(a or "") <= ROUTE_KEY_CHARS for _, a in routes._kept)
