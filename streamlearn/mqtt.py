@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import paho.mqtt._packet as _paho_packet
 import paho.mqtt.client as mqtt
 import paho.mqtt.properties as _paho_properties
 from paho.mqtt.enums import CallbackAPIVersion
@@ -63,10 +62,11 @@ class ReadProperties(Properties):
 
     paho builds three tables for each packet it reads and scans its 27 property names for
     each property: 28 us to decode a request's PUBLISH (its Response Topic and Correlation
-    Data), 5.5 us here, where the tables are shared and the names looked up. A property
+    Data), 6 us here, where the tables are shared and the names looked up. A property
     paho's `__setattr__` checks (a range, a list, the packet type) still goes through it.
-    paho's decoders use it from `paho.mqtt._packet.Properties` (set below;
-    `tests/unit/test_mqtt_properties.py` holds it to paho's own for every property).
+    paho's decoders use it (`paho.mqtt._packet.Properties`, paho 2.1's
+    `paho.mqtt.client.Properties`: set below); `tests/unit/test_mqtt_properties.py` holds
+    it to paho's own for every property.
     """
 
     types, names, properties = _PAHO.types, _PAHO.names, _PAHO.properties
@@ -88,8 +88,6 @@ class ReadProperties(Properties):
             object.__delattr__(self, name)
 
     def readProperty(self, buffer: bytes, type: int, propslen: int) -> tuple[Any, int]:
-        if type == _BINARY:
-            return _paho_properties.readBytes(buffer, propslen)
         if type == _UTF8:
             return _read_utf(buffer, propslen)
         return super().readProperty(buffer, type, propslen)
@@ -132,9 +130,12 @@ _CHECKED = _MULTIPLE | {
         "PayloadFormatIndicator",
     )
 }
-_BINARY = ReadProperties.types.index("Binary Data")
 _UTF8 = ReadProperties.types.index("UTF-8 Encoded String")
-_paho_packet.Properties = ReadProperties  # type: ignore[misc]
+try:  # paho 2.2 decodes packets in `_packet`, 2.1 in its client module
+    import paho.mqtt._packet as _paho_decoders
+except ImportError:  # paho 2.1
+    _paho_decoders = mqtt  # type: ignore[misc]
+_paho_decoders.Properties = ReadProperties  # type: ignore[misc]
 
 _READ_BYTES = 1 << 16  # a read from the socket: ~600 single-sample messages
 _PUBACK = 0x40

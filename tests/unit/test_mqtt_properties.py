@@ -4,11 +4,11 @@ property a packet can carry, the same refusals for a malformed one."""
 
 from __future__ import annotations
 
-import paho.mqtt._packet as paho_packet
+import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import MQTTProtocolVersion
+from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import MalformedPacket, Properties
+from paho.mqtt.properties import MQTTException, Properties
 
 from streamlearn import mqtt
 
@@ -112,16 +112,17 @@ def test_a_malformed_property_is_refused_as_paho_refuses_it(data):
     assert ours == _read(Properties, PacketTypes.PUBLISH, data)
 
 
-def test_pahos_publish_decoder_reads_with_it_and_a_malformed_packet_stays_malformed():
-    assert paho_packet.Properties is mqtt.ReadProperties
+def test_pahos_client_reads_a_publish_with_it_and_a_malformed_one_stays_malformed():
+    client = mqtt.BufferedClient(CallbackAPIVersion.VERSION2, protocol=paho.MQTTv5)
+    got: list = []
+    client.on_message = lambda _c, _u, message: got.append(message)
     topic = b"m/predict/c"
     head = len(topic).to_bytes(2, "big") + topic
-    packet = paho_packet.decode_publish(
-        0x30, head + _packed(PacketTypes.PUBLISH, PUBLISH) + b"{}", MQTTProtocolVersion.MQTTv5
-    )
-    assert packet.payload == b"{}"
-    assert packet.properties.ResponseTopic == PUBLISH["ResponseTopic"]
-    with pytest.raises(MalformedPacket):
-        paho_packet.decode_publish(
-            0x30, head + MALFORMED["a property twice"], MQTTProtocolVersion.MQTTv5
-        )
+    client._in_packet = {"command": 0x30, "packet": head + _packed(PacketTypes.PUBLISH, PUBLISH)}
+    client._handle_publish()
+    assert type(got[0].properties) is mqtt.ReadProperties
+    assert got[0].properties.ResponseTopic == PUBLISH["ResponseTopic"]
+    client._in_packet["packet"] = head + MALFORMED["a property twice"]
+    with pytest.raises(MQTTException):  # paho 2.2: MalformedPacket, one
+        client._handle_publish()
+    assert len(got) == 1
