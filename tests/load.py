@@ -9,7 +9,7 @@ import time
 import paho.mqtt.client as paho
 
 import streamlearn
-from streamlearn import mqtt
+from streamlearn import mqtt_packets
 from streamlearn.config import Settings
 from streamlearn.contract.names import Names
 
@@ -46,7 +46,7 @@ class RequestLoad:
             max(0.0, start + len(self.sent_at) / self.rate - time.monotonic())
         ):
             i = len(self.sent_at)
-            props = mqtt.request_properties(self.reply_topic, i.to_bytes(4, "big"))
+            props = mqtt_packets.request_properties(self.reply_topic, i.to_bytes(4, "big"))
             body = json.dumps({"x": self.x, "id": i})
             self.client.publish(self.request_topic, body, qos=1, properties=props)
             self.sent_at.append(time.monotonic())

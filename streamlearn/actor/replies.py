@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from paho.mqtt.properties import Properties
 
 from streamlearn.contract.names import Names
-from streamlearn.mqtt import publish_packet, reply_properties
+from streamlearn.mqtt_packets import publish_packet, reply_properties
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from typing import Any, cast
 
 import paho.mqtt.client as paho
 
-from streamlearn import mqtt
+from streamlearn import mqtt, mqtt_packets
 from streamlearn.client import documents
 from streamlearn.client.pending import (
     Acks,
@@ -347,7 +347,7 @@ class Client:
         why = f"no reply from model {model!r} within {timeout} s: is an actor running?"
         future = self._pending.add(correlation, timeout, outcome, why)
         reply_to = self._topic(model, f"replies/{self.client_id}")
-        props = mqtt.request_properties(reply_to, correlation)
+        props = mqtt_packets.request_properties(reply_to, correlation)
         try:
             topic = self._topic(model, f"predict/{self.client_id}")
             # QoS 0: a QoS 1 PUBACK held the reply ~44 ms on a Nagle broker (guides/client.md)

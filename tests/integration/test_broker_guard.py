@@ -18,7 +18,7 @@ import uuid
 
 import paho.mqtt.client as paho
 
-from streamlearn import mqtt
+from streamlearn import mqtt_packets
 from streamlearn.config import Settings
 from streamlearn.contract.names import Names
 from tests.conftest import RoleProcess, eventually, role_env
@@ -100,7 +100,9 @@ def test_a_device_in_the_roles_share_groups_gets_nothing_and_costs_nobody_a_mess
                 NAMES.topic("predict/dev-1"),
                 json.dumps({"x": [0.01 * i, 1.0]}),
                 qos=1,
-                properties=mqtt.request_properties(NAMES.topic("replies/dev-1/g"), correlation),
+                properties=mqtt_packets.request_properties(
+                    NAMES.topic("replies/dev-1/g"), correlation
+                ),
             )
         answered = lambda: {m.properties.CorrelationData for m in sensor.got}  # noqa: E731
         eventually(lambda: len(answered()) >= 100, 30, "100 replies")

@@ -26,7 +26,7 @@ import pytest
 import redis as redis_lib
 import yaml
 
-from streamlearn import mqtt
+from streamlearn import mqtt, mqtt_packets
 from streamlearn.actor.labels import DoorLabels
 from streamlearn.config import LabelsConfig, ModelConfig, Settings, load_config
 from streamlearn.contract.names import Names, http_owner, owned
@@ -490,7 +490,7 @@ def test_stack_runs_with_least_privilege_users(broker, acl_redis, tmp_path):
             names.topic("predict/dev-1"),
             json.dumps({"x": [0.2, 1.0], "id": "lp-1"}),
             qos=1,
-            properties=mqtt.request_properties(names.topic("replies/dev-1/r"), correlation),
+            properties=mqtt_packets.request_properties(names.topic("replies/dev-1/r"), correlation),
         )
         sensor.wait_for(names.topic("replies/dev-1/r"), 15)
         reply = json.loads(sensor.got[0].payload)

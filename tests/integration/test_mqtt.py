@@ -10,7 +10,7 @@ import uuid
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from streamlearn import mqtt
+from streamlearn import mqtt, mqtt_packets
 from streamlearn.config import Settings
 from tests.conftest import eventually, plain_paho
 
@@ -98,7 +98,7 @@ def test_acks_of_an_earlier_connection_are_not_sent():
 
 
 def test_puback_packet():
-    assert mqtt._puback(0x1234) == b"\x40\x02\x12\x34"
+    assert mqtt_packets.puback(0x1234) == b"\x40\x02\x12\x34"
 
 
 def test_publish_many_delivers_each_reply_as_pahos_publish_would(settings):
@@ -120,8 +120,8 @@ def test_publish_many_delivers_each_reply_as_pahos_publish_would(settings):
     try:
         # subscribed once its own message comes back
         eventually(lambda: subscriber.publish(f"{topic}/x", b"-") and got, 10, "the subscription")
-        client.publish(*replies[0][:2], properties=mqtt.reply_properties(replies[0][2]))
-        assert client.publish_many([mqtt.publish_packet(*r) for r in replies])
+        client.publish(*replies[0][:2], properties=mqtt_packets.reply_properties(replies[0][2]))
+        assert client.publish_many([mqtt_packets.publish_packet(*r) for r in replies])
         ours = lambda: [g for g in got if g[0] != f"{topic}/x"]  # noqa: E731
         eventually(lambda: len(ours()) >= 4, 10, "every reply")
         assert ours() == [replies[0], *replies]
@@ -133,5 +133,5 @@ def test_publish_many_delivers_each_reply_as_pahos_publish_would(settings):
 
 def test_publish_many_queues_nothing_while_not_connected():
     client = mqtt.BufferedClient(CallbackAPIVersion.VERSION2)  # never connected
-    assert not client.publish_many([mqtt.publish_packet("a/b", b"1", None)])
+    assert not client.publish_many([mqtt_packets.publish_packet("a/b", b"1", None)])
     assert not client.want_write()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from streamlearn import mqtt
+from streamlearn import mqtt_packets
 from streamlearn.contract.names import Names
 from streamlearn.contract.records import Observations
 from streamlearn.store.stream import SampleStream
@@ -320,7 +320,7 @@ def request_all(client: Client, bodies: list[dict]) -> list[dict]:
             client.names.predict_topic,
             json.dumps(body),
             qos=1,
-            properties=mqtt.request_properties(client.reply_topic, correlation),
+            properties=mqtt_packets.request_properties(client.reply_topic, correlation),
         )
     return [
         json.loads(client.wait(lambda m, c=c: m.properties.CorrelationData == c).payload)

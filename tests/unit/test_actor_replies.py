@@ -9,7 +9,7 @@ from paho.mqtt.properties import Properties
 
 from streamlearn.actor.replies import ROUTE_KEY_CHARS, ROUTES_KEPT, ReplyRoutes
 from streamlearn.contract.names import Names
-from streamlearn.mqtt import reply_properties, request_properties
+from streamlearn.mqtt_packets import reply_properties, request_properties
 from streamlearn.online.buckets import ladder
 
 

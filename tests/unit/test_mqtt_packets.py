@@ -1,4 +1,4 @@
-"""`mqtt.ReadProperties`, what paho's decoders now build for every packet's properties,
+"""`mqtt_packets.ReadProperties`, what paho's decoders now build for every packet's properties,
 read exactly as paho's own `Properties` reads them: the same attributes for every
 property a packet can carry, the same refusals for a malformed one."""
 
@@ -10,13 +10,13 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import MQTTException, Properties
 
-from streamlearn import mqtt
+from streamlearn import mqtt, mqtt_packets
 
 PUBLISH = {
     "PayloadFormatIndicator": 1,
     "MessageExpiryInterval": 60,
     "TopicAlias": 3,
-    "ResponseTopic": "m/replies/\ufeffa",  # U+FEFF: MQTT 5 allows it (`mqtt._read_utf`)
+    "ResponseTopic": "m/replies/\ufeffa",  # U+FEFF: MQTT 5 allows it (`mqtt_packets._read_utf`)
     "CorrelationData": b"\x00\x01\xff",
     "UserProperty": [("a", "1"), ("b", "2")],
     "SubscriptionIdentifier": [1, 300_000],
@@ -96,7 +96,7 @@ MALFORMED = {
 )
 def test_every_property_reads_as_pahos_own(packet_type, values):
     data = _packed(packet_type, values) + b"payload"
-    ours = _read(mqtt.ReadProperties, packet_type, data)
+    ours = _read(mqtt_packets.ReadProperties, packet_type, data)
     assert ours == _read(Properties, packet_type, data)
     assert isinstance(ours, dict)
     assert {k: ours[k] for k in values} == {
@@ -107,7 +107,7 @@ def test_every_property_reads_as_pahos_own(packet_type, values):
 
 @pytest.mark.parametrize("data", MALFORMED.values(), ids=MALFORMED.keys())
 def test_a_malformed_property_is_refused_as_paho_refuses_it(data):
-    ours = _read(mqtt.ReadProperties, PacketTypes.PUBLISH, data)
+    ours = _read(mqtt_packets.ReadProperties, PacketTypes.PUBLISH, data)
     assert isinstance(ours, str)
     assert ours == _read(Properties, PacketTypes.PUBLISH, data)
 
@@ -120,7 +120,7 @@ def test_pahos_client_reads_a_publish_with_it_and_a_malformed_one_stays_malforme
     head = len(topic).to_bytes(2, "big") + topic
     client._in_packet = {"command": 0x30, "packet": head + _packed(PacketTypes.PUBLISH, PUBLISH)}
     client._handle_publish()
-    assert type(got[0].properties) is mqtt.ReadProperties
+    assert type(got[0].properties) is mqtt_packets.ReadProperties
     assert got[0].properties.ResponseTopic == PUBLISH["ResponseTopic"]
     client._in_packet["packet"] = head + MALFORMED["a property twice"]
     with pytest.raises(MQTTException):  # paho 2.2: MalformedPacket, one
