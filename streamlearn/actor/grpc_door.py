@@ -86,6 +86,7 @@ class GrpcDoor:
         self.per_peer = self.cfg.actor.grpc_max_rpcs_per_peer
         self.responses: dict[str, int] = {}  # by status code's name
         self._calls: Counter[str] = Counter()  # calls in progress by address
+        self.calls = 0  # in progress, streams included: their sum (read at scrape time)
         self.handover = Handover()  # replies from the serving loop's thread
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: Any = None  # grpc.aio.Server
@@ -242,6 +243,7 @@ class GrpcDoor:
                 f"too many calls from one address (grpc_max_rpcs_per_peer={self.per_peer})",
             )
         self._calls[peer] += 1
+        self.calls += 1
 
     def failure(self, exc: Exception, name: str) -> tuple[grpc.StatusCode, str]:
         """The status an error in method `name` answers with; an unexpected one logged."""
@@ -287,6 +289,7 @@ class GrpcDoor:
 
     def release(self, peer: str) -> None:
         self._calls[peer] -= 1
+        self.calls -= 1
         if not self._calls[peer]:
             del self._calls[peer]
 

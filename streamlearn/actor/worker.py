@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None, actor_class: type[Actor] = Actor) -> int
             figures.update(door.labels.metrics())  # the labels route's joins
         if grpc_door is not None:
             figures["grpc_responses_total"] = dict(grpc_door.responses)
+            figures["grpc_calls"] = grpc_door.calls
         return figures
 
     labels = {"http_responses_total": "code", "grpc_responses_total": "code"}

@@ -239,6 +239,11 @@ _ACTOR = [
             "...), refusals included; not the calls grpcio refuses itself (past grpc_max_rpcs)",
             "code",
         ),
+        (
+            "grpc_calls",
+            "calls of the gRPC door in progress, streams included (an address holds at most "
+            "grpc_max_rpcs_per_peer)",
+        ),
         ("states_published_total", "device states published retained ([models.NAME.state])"),
         (
             "state_readings_replaced_total",

@@ -217,7 +217,7 @@ def test_refusals_are_the_protocols_status_codes_and_the_door_keeps_serving(door
 def test_stalled_messages_end_in_time_and_hold_no_more_than_their_addresss_share(door):
     """Calls whose message does not come hold one address's share (4 here) until
     grpc_message_timeout_ms (4 s here) ends them: the address's next call is refused
-    unread, and each stalled one ends DEADLINE_EXCEEDED."""
+    unread, and each stalled one ends DEADLINE_EXCEEDED. The calls in progress are a gauge."""
     release = threading.Event()
 
     def nothing() -> Iterator[bytes]:  # sends no message, and keeps the stream open
@@ -234,32 +234,36 @@ def test_stalled_messages_end_in_time_and_hold_no_more_than_their_addresss_share
     try:
         for channel in channels:
             grpc.channel_ready_future(channel).result(timeout=10)
+        eventually(lambda: calls(door) == 0, timeout_s=10, what="no call in progress")
         stalled = [
             channel.stream_unary(f"/{SERVICE}/ModelInfer").future(
                 nothing(), metadata=metadata, timeout=10
             )
             for channel in channels[:4]
         ]
+        # the four arrived (a probe call before then would take a place a stalled one needs)
+        eventually(lambda: calls(door) == 4, timeout_s=10, what="the four calls in progress")
         fifth = stubs.GRPCInferenceServiceStub(channels[4])
-
-        def refused_its_share() -> str | None:  # once the stalled four have arrived
-            try:
-                fifth.ModelInfer(request, metadata=metadata, timeout=10)
-            except grpc.RpcError as error:
-                return f"{error.code().name}: {error.details()}"
-            return None
-
-        reason = eventually(refused_its_share, timeout_s=3.5, what="the fifth call refused")
+        with pytest.raises(grpc.RpcError) as refused_share:
+            fifth.ModelInfer(request, metadata=metadata, timeout=10)
+        reason = f"{refused_share.value.code().name}: {refused_share.value.details()}"
         assert reason == "UNAVAILABLE: too many calls from one address (grpc_max_rpcs_per_peer=4)"
         for call in stalled:
             ended = call.exception(timeout=10)
             assert ended.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             assert "grpc_message_timeout_ms=4000" in ended.details()
         fifth.ModelInfer(request, metadata=metadata, timeout=10)  # and then served
+        eventually(lambda: calls(door) == 0, timeout_s=10, what="the calls' places given back")
     finally:
         release.set()
         for channel in channels:
             channel.close()
+
+
+def calls(door: Door) -> float | None:
+    """The actor's gauge of gRPC calls in progress, as scraped."""
+    found = re.search(r"^streamlearn_actor_grpc_calls\{.*\} ([\d.]+)$", door.metrics(), re.M)
+    return None if found is None else float(found.group(1))
 
 
 def test_connections_past_the_cap_are_closed_as_they_are_accepted(door):
