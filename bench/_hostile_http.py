@@ -266,7 +266,7 @@ class _Attacker:
 
 def _start_actor(stack: Stack, names: Names) -> tuple[Proc, Door]:
     """The demo model's actor with both doors, its bearer token, and `VERSIONS` versions."""
-    from bench.serve import _publish_weights, _wait_serving
+    from bench._serve_actors import publish_weights, wait_serving
 
     http_port, metrics_port = embedded.free_port(), embedded.free_port()
     toml = DEMO_TOML + f"\n[models.demo.actor]\nhttp_port = {http_port}\nkept_versions = 2\n"
@@ -274,24 +274,24 @@ def _start_actor(stack: Stack, names: Names) -> tuple[Proc, Door]:
     config.write_text(toml)
     cfg = parse_config(tomllib.loads(toml)).model("demo")
     for version in range(1, VERSIONS + 1):
-        _publish_weights(stack, cfg, names, version)
+        publish_weights(stack, cfg, names, version)
     env = stack.env(names.topic_prefix)
     env["STREAMLEARN_METRICS_PORT"] = str(metrics_port)
     env["STREAMLEARN_HTTP_TOKEN"] = TOKEN
     argv = ["workers.actor", "--config", str(config), "--instance", "hostile"]
     proc = Proc([sys.executable, "-m", *argv], env)
     proc.wait_for(" ready")
-    _wait_serving(stack, names)
+    wait_serving(stack, names)
     return proc, Door(stack.host, http_port, metrics_port, stack.mqtt_port, names.predict_topic)
 
 
 def measure(stack: Stack, seconds: float) -> tuple[list[dict], dict[str, bool], dict[str, float]]:
     """One row per attack: legitimate MQTT latency and actor RSS, control and attack."""
-    from bench.serve import _config, _request_payloads
+    from bench._serve_actors import actor_config, request_payloads
 
     names = Names("demo", "hostile-http", "hostile-http")
     proc, door = _start_actor(stack, names)
-    payloads = _request_payloads(_config(""))
+    payloads = request_payloads(actor_config(""))
     # This process imported Keras to publish the versions: without this, a full collection
     # of its heap held the load generator 130-270 ms, the legitimate p99 of a row it fell in.
     settle()

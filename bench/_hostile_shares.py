@@ -121,10 +121,10 @@ def _metric(port: int, name: str) -> float:
 
 def _kept(run: Run, flood: bool) -> str:
     """alice's 5 kept predictions, mallory's 1,100 requests (with ids: the flood)."""
-    from bench.serve import _publish_weights
+    from bench._serve_actors import publish_weights
 
     names = run.names("k")
-    _publish_weights(run.stack, parse_config(tomllib.loads(TOML)).model("k"), names, 1)
+    publish_weights(run.stack, parse_config(tomllib.loads(TOML)).model("k"), names, 1)
     run.start("actor", "k")
     run.start("ingest", "k")
     alice, mallory = run.client("alice"), run.client("mallory")

@@ -36,8 +36,8 @@ import tritonclient.http as triton_http
 import tritonclient.http.aio as http_aio
 
 from bench._report import exit_status, report
+from bench._serve_actors import actor_config, wait_serving
 from bench._stack import Stack, broker
-from bench.serve import _config, _wait_serving
 from streamlearn import Client
 from streamlearn.config import DEMO_TOML
 from streamlearn.contract.names import Names
@@ -65,7 +65,7 @@ class Actor:
         )
         publish_random_weights(stack, self.names)
         self.proc = stack.start(["workers.actor", "--config", str(config)], PREFIX)
-        _wait_serving(stack, self.names)
+        wait_serving(stack, self.names)
 
     def url(self, door: str) -> str:
         return f"127.0.0.1:{self.http_port if door == 'HTTP' else self.grpc_port}"
@@ -78,7 +78,7 @@ def publish_random_weights(stack: Stack, names: Names) -> None:
     from streamlearn.online import codec, tensors
     from streamlearn.store.weights import WeightsStore
 
-    template = tensors.get_arrays(networks.build_model(_config("")))
+    template = tensors.get_arrays(networks.build_model(actor_config("")))
     rng = np.random.default_rng(1)
     arrays = {
         path: (a if "standardize" in path or "alpha" in path else rng.normal(0, 0.7, a.shape))
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.set_defaults(seconds=1.0)
         args = parser.parse_args(argv)
     levels = [int(n) for n in args.in_flight.split(",")]
-    x = DemoStream(_config(""), seed=2).sample(args.rows).x.astype(np.float32)
+    x = DemoStream(actor_config(""), seed=2).sample(args.rows).x.astype(np.float32)
 
     started = time.monotonic()
     load_average = os.getloadavg()[0]

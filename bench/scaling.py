@@ -33,8 +33,9 @@ import numpy as np
 
 import streamlearn
 from bench._report import report
+from bench._serve_actors import actor_config, publish_weights, request_payloads, wait_serving
+from bench._serve_load import measure_max
 from bench._stack import Proc, Stack, broker
-from bench.serve import _config, _publish_weights, _request_payloads, _wait_serving, measure_max
 from streamlearn.config import DEMO_TOML
 from streamlearn.contract.names import Names
 from streamlearn.stack import cluster as cluster_lib
@@ -100,11 +101,11 @@ def actor_rate(stack: Stack, actors: int, seconds: float) -> float:
     """Good replies per second from `actors` actor processes, 256 requests in flight."""
     prefix = f"act{uuid.uuid4().hex[:6]}"
     names = Names("demo", prefix, prefix)
-    _publish_weights(stack, _config(""), names, 1)
+    publish_weights(stack, actor_config(""), names, 1)
     procs = _start(stack, "actor", prefix, actors)
     try:
-        _wait_serving(stack, names)
-        payloads = _request_payloads(_config(""))
+        wait_serving(stack, names)
+        payloads = request_payloads(actor_config(""))
         return measure_max(stack, names, payloads, 256, seconds)["replies_per_s"]
     finally:
         _stop(procs)

@@ -21,7 +21,8 @@ One run over real MQTT and Redis (its own mosquitto and redis-server, loopback o
    messages in flight on one ModelStreamInfer stream).
 3. Freshness: ingest, learner and actor processes with default settings; the time from a
    sample's publish to the first reply served with a version trained on it, over every
-   sample published after the warm-up.
+   sample published after the warm-up; judged in milliseconds and in learner cycles, the
+   baseline measured in the same run (`bench._freshness`).
 4. Request-reply one at a time on two brokers of their own, one tuned (`set_tcp_nodelay
    true`) and one at mosquitto's defaults (Nagle's algorithm), each with a numpy actor: a
    device's requests at QoS 1 (plain paho) and streamlearn.Client's at QoS 0, and the
@@ -43,10 +44,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import TypeVar
 
@@ -54,15 +53,18 @@ import numpy as np
 
 from bench import _broker_delay, _freshness, _grpc, _http, _serve_load
 from bench._report import exit_status, goal, report
-from bench._stack import Proc, Stack, broker, cpu_s, rss_mb
+from bench._serve_actors import (
+    QUICK_VARIANTS,
+    VARIANTS,
+    PredictEachActor,
+    Served,
+    actor_config,
+    drained,
+    request_payloads,
+)
+from bench._stack import Stack, broker, cpu_s
 from streamlearn.actor.loop import Actor
-from streamlearn.actor.runtimes import Servable
-from streamlearn.config import DEMO_TOML, ModelConfig, parse_config
-from streamlearn.contract.names import Names
-from streamlearn.errors import StreamlearnError
 from streamlearn.stack import embedded
-from streamlearn.stack.demo import DemoStream
-from streamlearn.store.redis_client import connect
 
 # `--quick`'s defaults: the CI smoke, under 60 s on 2 cores
 QUICK = {
@@ -83,127 +85,16 @@ DOORS = {"http": HTTP, "grpc": GRPC, "stream": GRPC_STREAM}  # the other doors, 
 P99_MQTT = {500: 20.0, 4000: 5.0}
 P99_HTTP = {500: 10.0, 4000: 10.0}
 
-# label, actor table overrides
-VARIANTS = {
-    "batching": ("dynamic batching (library)", ""),
-    "tensorflow": ("dynamic batching, TensorFlow runtime", 'runtime = "tensorflow"'),
-    "per_request": ("same forward pass, one request each", "max_batch = 1"),
-    "predict": ("model.predict per request", 'max_batch = 1\nruntime = "tensorflow"'),
-}
-QUICK_VARIANTS = ("batching", "per_request")
 T = TypeVar("T")
-
-
-class PredictEachActor(Actor):
-    """Baseline: Keras' `model.predict` on each request, as a first attempt would."""
-
-    def predict(self, x: np.ndarray, model: Servable | None = None) -> np.ndarray:
-        return (model or self.model).model.predict(x, verbose=0)  # type: ignore[attr-defined]
-
-
-def _config(actor_table: str) -> ModelConfig:
-    toml = DEMO_TOML + (f"\n[models.demo.actor]\n{actor_table}\n" if actor_table else "")
-    return parse_config(tomllib.loads(toml)).model("demo")
-
-
-def _request_payloads(cfg: ModelConfig, n: int = 256) -> list[bytes]:
-    x = DemoStream(cfg, seed=1).sample(n).x
-    return [json.dumps({"x": row.tolist()}).encode() for row in x]
-
-
-def _publish_weights(stack: Stack, cfg: ModelConfig, names: Names, version: int) -> None:
-    from streamlearn.nn import networks
-    from streamlearn.online import codec, tensors
-    from streamlearn.store.weights import WeightsStore
-
-    arrays = tensors.get_arrays(networks.build_model(cfg))
-    store = WeightsStore(connect(stack.redis_url), names)
-    store.publish(codec.encode(arrays), after=version - 1)
-
-
-def _wait_serving(stack: Stack, names: Names, timeout_s: float = 60) -> None:
-    client, topic = stack.client(names), names.predict_topic
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            client.send(client.request(topic, b'{"x": [0,0,0,0,0,0,0,0,0]}', b"probe"))
-            time.sleep(0.2)
-            if any(b'"version"' in r.payload for r in client.replies):
-                return
-        raise RuntimeError("the actor never served a prediction")
-    finally:
-        client.close()
-
-
-def _drained(stack: Stack, names: Names, timeout_s: float = 2.0) -> bool:
-    """Whether an actor answers a probe within `timeout_s`: it has worked off the requests
-    a closed loop left in flight (a probe queues behind them)."""
-    try:
-        _wait_serving(stack, names, timeout_s)
-    except RuntimeError:
-        return False
-    return True
-
-
-class _Served:
-    """One actor variant: its process, topics and how to restart it."""
-
-    def __init__(self, stack: Stack, variant: str) -> None:
-        """Publishes its weights and starts its process; `wait` for it to serve."""
-        self.variant, self.label = variant, VARIANTS[variant][0]
-        self.stack, self.prefix = stack, f"serve-{variant}"
-        self.names = Names("demo", self.prefix, self.prefix)
-        table = VARIANTS[variant][1]
-        config = stack.workdir / f"{variant}.toml"
-        # The library's actor opens its HTTP and gRPC doors too: every door in one process.
-        self.http_port = embedded.free_port() if variant == "batching" else None
-        self.grpc_port = embedded.free_port() if variant == "batching" else None
-        self.metrics_port = embedded.free_port() if variant == "batching" else None
-        door = (
-            f"http_port = {self.http_port}\ngrpc_port = {self.grpc_port}" if self.http_port else ""
-        )
-        actor = "\n".join(t for t in (table, door) if t)
-        config.write_text(DEMO_TOML + (f"\n[models.demo.actor]\n{actor}\n" if actor else ""))
-        self.argv = ["bench.serve", "--serve", variant, "--config", str(config)]
-        _publish_weights(stack, _config(table), self.names, 1)
-        self.start: dict[str, float] = {}  # the first launch's: seconds to ready and reply
-        self.proc = self._launch()
-
-    def _launch(self) -> Proc:
-        env = self.stack.env(self.prefix)
-        if self.metrics_port is not None:
-            env["STREAMLEARN_METRICS_PORT"] = str(self.metrics_port)
-        self.launched = time.monotonic()
-        return Proc([sys.executable, "-m", *self.argv], env)
-
-    def wait(self) -> None:
-        try:
-            self.proc.wait_for(" ready")
-            ready = time.monotonic() - self.launched
-            _wait_serving(self.stack, self.names)
-            if not self.start:
-                replied = time.monotonic() - self.launched
-                self.start = {"ready_s": round(ready, 2), "first_reply_s": round(replied, 2)}
-                self.start["idle_rss_mb"] = rss_mb(self.proc.proc.pid)
-        except (RuntimeError, StreamlearnError) as exc:
-            raise RuntimeError(f"{self.label}: {exc}\n{self.proc.output[-2000:]}") from None
-
-    def rss(self) -> float:
-        return rss_mb(self.proc.proc.pid)
-
-    def restart(self) -> None:
-        self.proc.stop(kill=True)  # without its backlog
-        self.proc = self._launch()
-        self.wait()
 
 
 def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict], dict]:
     """Every actor runs at once, idle but for the one being measured: they take turns."""
-    payloads = _request_payloads(_config(""))
+    payloads = request_payloads(actor_config(""))
     variants = [v for v in VARIANTS if not args.quick or v in QUICK_VARIANTS]
     actors = []
     for variant in variants:  # one after another: each start timed alone
-        actors.append(_Served(stack, variant))
+        actors.append(Served(stack, variant))
         actors[-1].wait()
     door = actors[0]  # the library's actor: its HTTP and gRPC doors
     loaded_rss: dict[str, float] = {a.variant: 0.0 for a in actors}
@@ -229,7 +120,7 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 if row["timed_out"] or row["errors"] or (row["p99_ms"] or 0) > 1000:
                     saturated[a.variant] = f"skipped: saturated at {rate}/s"
                     a.restart()
-                elif not _drained(stack, a.names):  # a backlog it still works off would
+                elif not drained(stack, a.names):  # a backlog it still works off would
                     a.restart()  # load the next actor's turn (a max round's rule too)
             for key in _turns(list(loads), r):
                 if args.quick and key == "stream":  # its max rounds alone: the CI smoke's time
@@ -259,7 +150,7 @@ def serve_benchmark(stack: Stack, args: argparse.Namespace) -> tuple[list[dict],
                 print(
                     f"  {a.label} round {r + 1}: {row['replies_per_s']:.0f} replies/s", flush=True
                 )
-                if not _drained(stack, a.names):  # what it still owes would load the next
+                if not drained(stack, a.names):  # what it still owes would load the next
                     a.restart()  # one's turn (model.predict's 256 in flight: ~10 s of CPU)
             for key in _turns(list(loads), r):
                 row, label = loads[key].max(args.max_seconds), DOORS[key]
@@ -340,21 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             print("reload cost", flush=True)
             from bench import _reload  # Keras: the TensorFlow runtime's retraces
 
-            reload = _reload.measure(stack, _config('runtime = "tensorflow"'))
+            reload = _reload.measure(stack, actor_config('runtime = "tensorflow"'))
 
-    rows.append(
-        {
-            "actor": "freshness: ingest+learner+actor",
-            "load": f"{args.fresh_rate:g} samples/s",
-            "sent": fresh["eligible"],  # after the warm-up
-            "answered": fresh["measured"],
-            "timed_out": fresh["eligible"] - fresh["measured"],
-            "p50_ms": fresh["p50_ms"],
-            "p99_ms": fresh["p99_ms"],
-            "max_ms": fresh["max_ms"],
-            "note": "publish -> first reply by a version trained on it",
-        }
-    )
+    fresh_row, fresh_checks, fresh_figures = _freshness.checks(fresh, args.quick)
+    rows.append(fresh_row)
     by = {(r["actor"], r["load"]): r for r in rows}
     batching, per_request = VARIANTS["batching"][0], VARIANTS["per_request"][0]
     p99_500 = by.get((batching, "500/s"), {}).get("p99_ms")
@@ -380,13 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             goal(ratio, 3, q)
         ),
         "batching: no failed or timed-out request at any rate": clean,
-        f"freshness p50 <= 20 ms (got {fresh['p50_ms'] or float('inf'):.1f} ms)": (
-            fresh["p50_ms"] is not None and goal(20 / fresh["p50_ms"], 1, q)
-        ),
-        f"freshness: every sample served by a version trained on it "
-        f"({fresh['measured']} of {fresh['eligible']})": (
-            fresh["eligible"] > 0 and fresh["measured"] == fresh["eligible"]
-        ),
+        **fresh_checks,
         f"no retrace while serving after warm-up, batch sizes 1..{reload['batch_sizes_checked']} "
         f"(got {reload['retraces_after_warmup']})": (reload["retraces_after_warmup"] == 0),
     }
@@ -450,8 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         **grpc_figures,
         "actor_cpu_us_per_reply": cpu,
         "shared_batches": mixed["shared_batches"],
-        "freshness_p50_ms": fresh["p50_ms"],
-        "freshness_p99_ms": fresh["p99_ms"],
+        **fresh_figures,
         "starts": starts,
         **one_figures,
     }
