@@ -11,7 +11,7 @@ median interval between versions while samples keep coming). A sample waits for 
 in progress, then for its own: about 1.5 cycles, and the rest is the plumbing (ingest,
 the notification, the actor's reload, the probes' spacing). The p50 in milliseconds is
 the issue's goal; the same figure in cycles is what a plumbing change moves on any
-machine (on 2 cores, a cycle of 24 to 32 ms from one run to the next within an hour).
+machine (on 2 cores, one afternoon: p50 26 to 47 ms, a cycle 15 to 32 ms, 1.4 to 1.7 cycles).
 """
 
 from __future__ import annotations
