@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -219,6 +220,12 @@ def scrape(port: int) -> str:
     """A worker's Prometheus page, from its metrics port."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         return response.read().decode()
+
+
+def sample(page: str, name: str) -> float | None:
+    """The value of metric `name` (its one series) on a scraped page; None while absent."""
+    found = re.search(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? (\S+)$", page, re.MULTILINE)
+    return None if found is None else float(found.group(1))
 
 
 def eventually(check: Callable[[], T], timeout_s: float = 30, what: str = "condition") -> T:

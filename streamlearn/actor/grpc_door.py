@@ -115,7 +115,7 @@ class GrpcDoor:
             asyncio.run_coroutine_threadsafe(stopping, self._loop)
 
     def busy(self) -> bool:
-        return bool(self._calls)  # calls in progress, by address
+        return self.calls > 0
 
     def stop(self) -> None:
         """Stop listening and end the calls in progress."""

@@ -35,7 +35,7 @@ from streamlearn.nn import networks
 from streamlearn.online import codec, tensors
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.weights import WeightsStore
-from tests.conftest import Client, eventually, launch_role, own_settings, scrape
+from tests.conftest import Client, eventually, launch_role, own_settings, sample, scrape
 
 MODEL = "g"
 TOML = """
@@ -262,8 +262,7 @@ def test_stalled_messages_end_in_time_and_hold_no_more_than_their_addresss_share
 
 def calls(door: Door) -> float | None:
     """The actor's gauge of gRPC calls in progress, as scraped."""
-    found = re.search(r"^streamlearn_actor_grpc_calls\{.*\} ([\d.]+)$", door.metrics(), re.M)
-    return None if found is None else float(found.group(1))
+    return sample(door.metrics(), "streamlearn_actor_grpc_calls")
 
 
 def test_connections_past_the_cap_are_closed_as_they_are_accepted(door):

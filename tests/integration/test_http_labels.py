@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import tomllib
 import urllib.request
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from streamlearn.stack import embedded
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.entries import unpack
 from streamlearn.store.pending import PendingStore
-from tests.conftest import Client, eventually, launch_role, own_settings, plain_paho
+from tests.conftest import Client, eventually, launch_role, own_settings, plain_paho, sample
 
 MODEL = "hl"
 TOKEN = "labels-over-http-token"
@@ -84,9 +83,9 @@ class Doors:
 
     def metric(self, name: str) -> float:
         text = urllib.request.urlopen(self.metrics, timeout=10).read().decode()
-        found = re.search(rf"^streamlearn_actor_{name}\{{[^}}]*\}} (\S+)$", text, re.MULTILINE)
-        assert found, f"{name} not in the actor's metrics"
-        return float(found.group(1))
+        found = sample(text, f"streamlearn_actor_{name}")
+        assert found is not None, f"{name} not in the actor's metrics"
+        return found
 
     def learned(self) -> dict[float, list[float]]:
         """The stream's samples, what a learner learns: first input -> its targets."""

@@ -10,7 +10,6 @@ label for one still kept joins.
 from __future__ import annotations
 
 import json
-import re
 import tomllib
 import urllib.error
 import urllib.request
@@ -29,7 +28,7 @@ from streamlearn.stack import embedded
 from streamlearn.stack.embedded import free_port
 from streamlearn.store.pending import PendingStore, entry_bytes
 from streamlearn.store.weights import WeightsStore
-from tests.conftest import RoleProcess, eventually, launch_role, own_settings
+from tests.conftest import RoleProcess, eventually, launch_role, own_settings, sample
 
 MODEL = "k"
 MAX_BYTES = 65_536  # about 200 predictions of this model
@@ -74,9 +73,9 @@ class Served:
 
     def metric(self, name: str) -> float:
         text = urllib.request.urlopen(self.metrics, timeout=10).read().decode()
-        found = re.search(rf"^streamlearn_actor_{name}\{{[^}}]*\}} (\S+)$", text, re.MULTILINE)
-        assert found, f"{name} not in the actor's metrics"
-        return float(found.group(1))
+        found = sample(text, f"streamlearn_actor_{name}")
+        assert found is not None, f"{name} not in the actor's metrics"
+        return found
 
     def kept(self) -> list[bytes]:
         return self.redis.zrange(self.names.pending_index_key, 0, -1)
